@@ -1,0 +1,94 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"strings"
+
+	"github.com/spf13/cobra"
+	admissionv1 "k8s.io/api/admission/v1"
+
+	"github.com/kadmit/kadmit/internal/admission"
+	"github.com/kadmit/kadmit/internal/config"
+	"github.com/kadmit/kadmit/internal/policy/builtin"
+	"github.com/kadmit/kadmit/internal/review"
+)
+
+func newReviewCmd() *cobra.Command {
+	var file, configFile, operation, oldFile, subresource, output string
+	cmd := &cobra.Command{
+		Use:   "review -f FILE|DIR|-",
+		Short: "Run manifests through kadmit's policies offline",
+		Long: `Run each object through the same webhooks kadmit serve runs: every matching
+mutating webhook in order, then every validating webhook on the mutated object.
+
+Exit status: 0 when every object is allowed, 1 when any is denied, 2 on usage
+or input errors.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if file == "" {
+				return &exitError{2, errors.New("-f is required")}
+			}
+			if output != "text" && output != "json" {
+				return &exitError{2, fmt.Errorf("-o %q: must be text or json", output)}
+			}
+			cfg := config.Default()
+			if configFile != "" {
+				var err error
+				if cfg, err = config.LoadFile(configFile); err != nil {
+					return &exitError{2, err}
+				}
+			}
+			webhooks, err := builtin.Webhooks(cfg)
+			if err != nil {
+				return &exitError{2, err}
+			}
+			docs, err := review.Read(file, cmd.InOrStdin())
+			if err != nil {
+				return &exitError{2, err}
+			}
+			opts := review.Options{Operation: admissionv1.Operation(strings.ToUpper(operation)), SubResource: subresource}
+			switch opts.Operation {
+			case admissionv1.Create, admissionv1.Update, admissionv1.Delete, admissionv1.Connect:
+			default:
+				return &exitError{2, fmt.Errorf("--operation %q: must be CREATE, UPDATE, DELETE or CONNECT", operation)}
+			}
+			if oldFile != "" {
+				if opts.Old, err = review.Read(oldFile, nil); err != nil {
+					return &exitError{2, err}
+				}
+			}
+			return runReview(cmd.Context(), cmd.OutOrStdout(), webhooks, docs, opts, output)
+		},
+	}
+	f := cmd.Flags()
+	f.StringVarP(&file, "filename", "f", "", `manifest file, directory or "-" for stdin`)
+	f.StringVar(&configFile, "config", "", "configuration file; default: the seed profile")
+	f.StringVar(&operation, "operation", "CREATE", "operation to review as: CREATE, UPDATE, DELETE or CONNECT")
+	f.StringVar(&oldFile, "old", "", "old objects for UPDATE/DELETE, matched by kind, namespace and name")
+	f.StringVar(&subresource, "subresource", "", `subresource to review as, e.g. "status"`)
+	f.StringVarP(&output, "output", "o", "text", "output: text or json (one JSON object per line)")
+	return cmd
+}
+
+func runReview(ctx context.Context, w io.Writer, webhooks []*admission.Webhook, docs []review.Document, opts review.Options, output string) error {
+	denied := 0
+	for _, d := range docs {
+		res, err := review.Run(ctx, webhooks, d, opts)
+		if err != nil {
+			return &exitError{2, err}
+		}
+		if !res.Allowed {
+			denied++
+		}
+		if err := review.Print(w, res, output); err != nil {
+			return &exitError{2, err}
+		}
+	}
+	if denied > 0 {
+		return &exitError{1, fmt.Errorf("%d of %d objects denied", denied, len(docs))}
+	}
+	return nil
+}

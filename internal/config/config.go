@@ -1,0 +1,131 @@
+// Package config loads and validates kadmit's configuration file: which
+// policies are enabled and their parameters.
+package config
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+
+	"sigs.k8s.io/yaml"
+
+	"github.com/kadmit/kadmit/internal/policy/lifespan"
+	"github.com/kadmit/kadmit/internal/policy/nodeovercommit"
+	"github.com/kadmit/kadmit/internal/policy/podname"
+)
+
+// The accepted apiVersion and kind of a configuration file.
+const (
+	APIVersion = "kadmit.io/v1alpha1"
+	Kind       = "Configuration"
+)
+
+// ErrInvalid is wrapped by every error about the content of a configuration.
+var ErrInvalid = errors.New("invalid kadmit configuration")
+
+// Configuration is kadmit's configuration file.
+//
+//	apiVersion: kadmit.io/v1alpha1
+//	kind: Configuration
+//	policies:
+//	  podName: {enabled: true, words: [offensive]}
+//	  lifespan: {enabled: true, max: 14}
+//	  nodeOvercommit: {enabled: true, ratios: {cpu: "2"}, maxRatio: "4"}
+//
+// A policy section that is absent keeps its seed defaults; a section that is
+// present overrides the defaults field by field, and a map field (ratios) is
+// replaced whole.
+type Configuration struct {
+	APIVersion string   `json:"apiVersion"`
+	Kind       string   `json:"kind"`
+	Policies   Policies `json:"policies"`
+}
+
+// Policies holds each built-in policy's configuration.
+type Policies struct {
+	PodName        podname.Config        `json:"podName"`
+	Lifespan       lifespan.Config       `json:"lifespan"`
+	NodeOvercommit nodeovercommit.Config `json:"nodeOvercommit"`
+}
+
+// Default returns the seed profile: every built-in policy enabled with its
+// documented defaults.
+func Default() *Configuration {
+	return &Configuration{
+		APIVersion: APIVersion,
+		Kind:       Kind,
+		Policies: Policies{
+			PodName:        podname.DefaultConfig(),
+			Lifespan:       lifespan.DefaultConfig(),
+			NodeOvercommit: nodeovercommit.DefaultConfig(),
+		},
+	}
+}
+
+// LoadFile reads and parses path with Parse; errors name the file.
+func LoadFile(path string) (*Configuration, error) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("read config: %w", err)
+	}
+	c, err := Parse(data)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", path, err)
+	}
+	return c, nil
+}
+
+// Parse decodes YAML or JSON strictly (unknown or duplicate fields are
+// errors) over the seed defaults and validates the result. Errors wrap
+// ErrInvalid and name the field, e.g. "policies.lifespan.max: must be >= 0".
+func Parse(data []byte) (*Configuration, error) {
+	if len(bytes.TrimSpace(data)) == 0 {
+		return nil, fmt.Errorf("%w: the file is empty", ErrInvalid)
+	}
+	c := Default()
+	// Replace maps whole instead of merging keys into the defaults, so a
+	// file that lists only memory does not silently keep the cpu default.
+	var probe struct {
+		Policies struct {
+			NodeOvercommit map[string]json.RawMessage `json:"nodeOvercommit"`
+		} `json:"policies"`
+	}
+	if err := yaml.Unmarshal(data, &probe); err == nil {
+		if _, ok := probe.Policies.NodeOvercommit["ratios"]; ok {
+			c.Policies.NodeOvercommit.Ratios = nil
+		}
+	}
+	if err := yaml.UnmarshalStrict(data, c); err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrInvalid, err)
+	}
+	if err := c.Validate(); err != nil {
+		return nil, err
+	}
+	return c, nil
+}
+
+// Validate checks the envelope and every policy section; the error wraps
+// ErrInvalid and names the first bad field.
+func (c *Configuration) Validate() error {
+	if c.APIVersion != APIVersion {
+		return fmt.Errorf("%w: apiVersion: must be %s, got %q", ErrInvalid, APIVersion, c.APIVersion)
+	}
+	if c.Kind != Kind {
+		return fmt.Errorf("%w: kind: must be %s, got %q", ErrInvalid, Kind, c.Kind)
+	}
+	for _, p := range []struct {
+		field string
+		err   error
+	}{
+		{"podName", c.Policies.PodName.Validate()},
+		{"lifespan", c.Policies.Lifespan.Validate()},
+		{"nodeOvercommit", c.Policies.NodeOvercommit.Validate()},
+	} {
+		if p.err != nil {
+			return fmt.Errorf("%w: policies.%s.%w", ErrInvalid, p.field, p.err)
+		}
+	}
+	return nil
+}

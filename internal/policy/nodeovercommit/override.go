@@ -1,0 +1,107 @@
+package nodeovercommit
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"slices"
+
+	"gopkg.in/inf.v0"
+	admissionv1 "k8s.io/api/admission/v1"
+	corev1 "k8s.io/api/core/v1"
+
+	"github.com/kadmit/kadmit/internal/admission"
+)
+
+// ParseOverride parses the value of the kadmit.io/overcommit-ratio annotation:
+// a JSON object of resource name to decimal string, e.g.
+// {"cpu":"1.5","memory":"1.2"}, each ratio in [1, maxRatio]. Errors read as
+// the rest of a sentence starting with the annotation name, e.g. `ratio for
+// "cpu" must be a decimal in [1, 4], got "0.5"`; ratio errors match
+// ErrInvalidRatio. Resources are checked in name order so the error is
+// stable.
+func (p *Policy) ParseOverride(value string) (map[corev1.ResourceName]*inf.Dec, error) {
+	var raw map[corev1.ResourceName]string
+	if err := json.Unmarshal([]byte(value), &raw); err != nil || raw == nil {
+		if err == nil {
+			err = errors.New("got null")
+		}
+		return nil, fmt.Errorf(`must be a JSON object of resource name to decimal string like {"cpu":"1.5"}: %w`, err)
+	}
+	names := make([]corev1.ResourceName, 0, len(raw))
+	for name := range raw {
+		names = append(names, name)
+	}
+	slices.Sort(names)
+	out := make(map[corev1.ResourceName]*inf.Dec, len(raw))
+	for _, name := range names {
+		if name == "" {
+			return nil, errors.New("resource name must not be empty")
+		}
+		r, err := parseBoundedRatio(raw[name], p.cfg.MaxRatio, p.maxRatio)
+		if err != nil {
+			return nil, fmt.Errorf("ratio for %q %w", name, err)
+		}
+		out[name] = r
+	}
+	return out, nil
+}
+
+// Validate rejects (400) a node whose kadmit.io/overcommit-ratio annotation
+// ParseOverride refuses, with a message like `annotation
+// kadmit.io/overcommit-ratio: ratio for "cpu" must be a decimal in [1, 4],
+// got "0.5"`, so the mistake surfaces to whoever wrote it rather than being
+// silently ignored by the mutator. Nodes without the annotation are allowed.
+// On UPDATE an invalid value that the old object already had is only warned
+// about: rejecting it would block unrelated node updates (taints from the
+// node controller, kubelet heartbeats) until someone fixes the annotation.
+// Resources named by the annotation but not configured draw a warning.
+func (p *Policy) Validate(_ context.Context, req *admission.Request) admission.Verdict {
+	var node corev1.Node
+	if err := json.Unmarshal(req.Object.Raw, &node); err != nil {
+		return admission.Invalid("%s: cannot parse the node: %v", Name, err)
+	}
+	value, ok := node.Annotations[AnnotationRatio]
+	if !ok {
+		return admission.Allow()
+	}
+	override, err := p.ParseOverride(value)
+	if err != nil {
+		if old, had := oldRatioAnnotation(req); had && old == value && req.Operation == admissionv1.Update {
+			return admission.Allow(fmt.Sprintf("annotation %s is ignored: %v", AnnotationRatio, err))
+		}
+		return admission.Invalid("annotation %s: %v", AnnotationRatio, err)
+	}
+	var warnings []string
+	for _, name := range sortedKeys(override) {
+		if _, ok := p.ratios[name]; !ok {
+			warnings = append(warnings, fmt.Sprintf("annotation %s: %q is not an overcommitted resource; ignored", AnnotationRatio, name))
+		}
+	}
+	return admission.Allow(warnings...)
+}
+
+// oldRatioAnnotation returns the override annotation of the request's old
+// object; ok is false when there is none or the old object cannot be read.
+func oldRatioAnnotation(req *admission.Request) (value string, ok bool) {
+	var old struct {
+		Metadata struct {
+			Annotations map[string]string `json:"annotations"`
+		} `json:"metadata"`
+	}
+	if len(req.OldObject.Raw) == 0 || json.Unmarshal(req.OldObject.Raw, &old) != nil {
+		return "", false
+	}
+	value, ok = old.Metadata.Annotations[AnnotationRatio]
+	return value, ok
+}
+
+func sortedKeys[V any](m map[corev1.ResourceName]V) []corev1.ResourceName {
+	keys := make([]corev1.ResourceName, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	slices.Sort(keys)
+	return keys
+}

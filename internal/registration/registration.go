@@ -1,0 +1,200 @@
+// Package registration builds kadmit's MutatingWebhookConfiguration and
+// ValidatingWebhookConfiguration from the enabled hooks and applies them.
+package registration
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strings"
+
+	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/kubernetes"
+
+	"github.com/kadmit/kadmit/internal/admission"
+)
+
+// FieldManager is the server-side apply field manager kadmit writes with.
+const FieldManager = "kadmit"
+
+// IgnoreLabel on a namespace excludes it from every kadmit webhook.
+const IgnoreLabel = "kadmit.io/ignore"
+
+// DefaultTimeoutSeconds is each webhook's timeoutSeconds: short, because the
+// API server waits this long on every matched request when kadmit is down.
+const DefaultTimeoutSeconds int32 = 5
+
+// mirrorPodCondition skips static (mirror) pods: the kubelet creates them and
+// cannot act on a denial or a mutation, so a webhook must never block them.
+const mirrorPodCondition = `!has(object.metadata.annotations) || !('kubernetes.io/config.mirror' in object.metadata.annotations)`
+
+// Options describe where the API server reaches kadmit.
+type Options struct {
+	// Name of both configurations; default "kadmit".
+	Name string
+	// URL, when set, is the base URL of kadmit (dev mode), e.g.
+	// https://127.0.0.1:9443; each webhook calls URL+path.
+	URL string
+	// ServiceNamespace, ServiceName and ServicePort are used when URL is empty.
+	ServiceNamespace string
+	ServiceName      string
+	ServicePort      int32
+	// CABundle is the PEM CA the API server verifies kadmit's certificate with.
+	CABundle []byte
+	// ExcludeNamespaces are never intercepted, in addition to kube-system and
+	// namespaces labelled kadmit.io/ignore=true. kadmit's own namespace belongs
+	// here so a restart of its pods can never be blocked by itself.
+	ExcludeNamespaces []string
+	// TimeoutSeconds per webhook; 0 means DefaultTimeoutSeconds.
+	TimeoutSeconds int32
+}
+
+// ErrNoEndpoint is returned when Options name neither a URL nor a Service.
+var ErrNoEndpoint = errors.New("registration needs a webhook URL or a Service name and namespace")
+
+// Build renders the two configurations for hooks. Either may be nil when no
+// hook of its type is enabled. Each webhook is named "<policy>.kadmit.io".
+func Build(hooks []admission.Hook, opts Options) (*admissionregistrationv1.MutatingWebhookConfiguration, *admissionregistrationv1.ValidatingWebhookConfiguration, error) {
+	if opts.URL == "" && (opts.ServiceName == "" || opts.ServiceNamespace == "") {
+		return nil, nil, ErrNoEndpoint
+	}
+	if opts.Name == "" {
+		opts.Name = "kadmit"
+	}
+	if opts.TimeoutSeconds == 0 {
+		opts.TimeoutSeconds = DefaultTimeoutSeconds
+	}
+	var mwc *admissionregistrationv1.MutatingWebhookConfiguration
+	var vwc *admissionregistrationv1.ValidatingWebhookConfiguration
+	names := map[admission.Type]map[string]bool{admission.Mutating: {}, admission.Validating: {}}
+	sideEffects := admissionregistrationv1.SideEffectClassNone
+	equivalent := admissionregistrationv1.Equivalent
+	reinvoke := admissionregistrationv1.IfNeededReinvocationPolicy
+	for _, h := range hooks {
+		name := h.Policy + ".kadmit.io"
+		if names[h.Type][name] {
+			name = h.Policy + "-" + strings.Trim(strings.ReplaceAll(h.Path, "/", "-"), "-") + ".kadmit.io"
+		}
+		names[h.Type][name] = true
+		fp := h.FailurePolicy
+		if fp == "" {
+			fp = admissionregistrationv1.Fail
+		}
+		cc := clientConfig(opts, h.Path)
+		nsSel := namespaceSelector(opts.ExcludeNamespaces)
+		var conds []admissionregistrationv1.MatchCondition
+		if touchesPods(h.Rules) {
+			conds = []admissionregistrationv1.MatchCondition{{Name: "skip-mirror-pods", Expression: mirrorPodCondition}}
+		}
+		timeout := opts.TimeoutSeconds
+		switch h.Type {
+		case admission.Mutating:
+			if mwc == nil {
+				mwc = &admissionregistrationv1.MutatingWebhookConfiguration{
+					TypeMeta:   metav1.TypeMeta{APIVersion: "admissionregistration.k8s.io/v1", Kind: "MutatingWebhookConfiguration"},
+					ObjectMeta: objectMeta(opts.Name),
+				}
+			}
+			mwc.Webhooks = append(mwc.Webhooks, admissionregistrationv1.MutatingWebhook{
+				Name: name, ClientConfig: cc, Rules: h.Rules, FailurePolicy: &fp, MatchPolicy: &equivalent,
+				NamespaceSelector: nsSel, ObjectSelector: &metav1.LabelSelector{}, SideEffects: &sideEffects,
+				TimeoutSeconds: &timeout, AdmissionReviewVersions: []string{"v1", "v1beta1"},
+				ReinvocationPolicy: &reinvoke, MatchConditions: conds,
+			})
+		case admission.Validating:
+			if vwc == nil {
+				vwc = &admissionregistrationv1.ValidatingWebhookConfiguration{
+					TypeMeta:   metav1.TypeMeta{APIVersion: "admissionregistration.k8s.io/v1", Kind: "ValidatingWebhookConfiguration"},
+					ObjectMeta: objectMeta(opts.Name),
+				}
+			}
+			vwc.Webhooks = append(vwc.Webhooks, admissionregistrationv1.ValidatingWebhook{
+				Name: name, ClientConfig: cc, Rules: h.Rules, FailurePolicy: &fp, MatchPolicy: &equivalent,
+				NamespaceSelector: nsSel, ObjectSelector: &metav1.LabelSelector{}, SideEffects: &sideEffects,
+				TimeoutSeconds: &timeout, AdmissionReviewVersions: []string{"v1", "v1beta1"},
+				MatchConditions: conds,
+			})
+		}
+	}
+	return mwc, vwc, nil
+}
+
+// Apply writes the configurations with server-side apply (field manager
+// kadmit, forced: kadmit owns these objects). Nil configurations are skipped.
+func Apply(ctx context.Context, cs kubernetes.Interface, mwc *admissionregistrationv1.MutatingWebhookConfiguration, vwc *admissionregistrationv1.ValidatingWebhookConfiguration) error {
+	force := true
+	po := metav1.PatchOptions{FieldManager: FieldManager, Force: &force}
+	if mwc != nil {
+		data, err := json.Marshal(mwc)
+		if err != nil {
+			return fmt.Errorf("encode MutatingWebhookConfiguration %s: %w", mwc.Name, err)
+		}
+		if _, err := cs.AdmissionregistrationV1().MutatingWebhookConfigurations().Patch(ctx, mwc.Name, types.ApplyPatchType, data, po); err != nil {
+			return fmt.Errorf("apply MutatingWebhookConfiguration %s: %w", mwc.Name, err)
+		}
+	}
+	if vwc != nil {
+		data, err := json.Marshal(vwc)
+		if err != nil {
+			return fmt.Errorf("encode ValidatingWebhookConfiguration %s: %w", vwc.Name, err)
+		}
+		if _, err := cs.AdmissionregistrationV1().ValidatingWebhookConfigurations().Patch(ctx, vwc.Name, types.ApplyPatchType, data, po); err != nil {
+			return fmt.Errorf("apply ValidatingWebhookConfiguration %s: %w", vwc.Name, err)
+		}
+	}
+	return nil
+}
+
+func objectMeta(name string) metav1.ObjectMeta {
+	return metav1.ObjectMeta{Name: name, Labels: map[string]string{"app.kubernetes.io/managed-by": "kadmit"}}
+}
+
+func clientConfig(opts Options, path string) admissionregistrationv1.WebhookClientConfig {
+	cc := admissionregistrationv1.WebhookClientConfig{CABundle: opts.CABundle}
+	if opts.URL != "" {
+		u := strings.TrimRight(opts.URL, "/") + path
+		cc.URL = &u
+		return cc
+	}
+	port := opts.ServicePort
+	if port == 0 {
+		port = 443
+	}
+	p := path
+	cc.Service = &admissionregistrationv1.ServiceReference{Namespace: opts.ServiceNamespace, Name: opts.ServiceName, Path: &p, Port: &port}
+	return cc
+}
+
+func namespaceSelector(exclude []string) *metav1.LabelSelector {
+	names := append([]string{"kube-system"}, exclude...)
+	return &metav1.LabelSelector{MatchExpressions: []metav1.LabelSelectorRequirement{
+		{Key: "kubernetes.io/metadata.name", Operator: metav1.LabelSelectorOpNotIn, Values: dedupe(names)},
+		{Key: IgnoreLabel, Operator: metav1.LabelSelectorOpNotIn, Values: []string{"true"}},
+	}}
+}
+
+func touchesPods(rules []admissionregistrationv1.RuleWithOperations) bool {
+	for _, r := range rules {
+		for _, res := range r.Resources {
+			if res == "pods" || res == "*" || res == "*/*" {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+func dedupe(in []string) []string {
+	seen := map[string]bool{}
+	out := in[:0:0]
+	for _, s := range in {
+		if s != "" && !seen[s] {
+			seen[s] = true
+			out = append(out, s)
+		}
+	}
+	return out
+}

@@ -1,0 +1,253 @@
+// Package review runs objects from manifests through kadmit's webhooks
+// offline, in the order the API server calls them: every matching mutating
+// webhook in order, then every matching validating webhook on the result.
+package review
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+
+	"gomodules.xyz/jsonpatch/v2"
+	admissionv1 "k8s.io/api/admission/v1"
+	authenticationv1 "k8s.io/api/authentication/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/uuid"
+	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
+
+	"github.com/kadmit/kadmit/internal/admission"
+)
+
+// ErrInput is wrapped by errors about the manifests themselves.
+var ErrInput = errors.New("invalid input")
+
+// Document is one object read from a manifest.
+type Document struct {
+	Source string // file name, or "-" for stdin
+	Index  int    // 0-based position in Source (List items count individually)
+	Object []byte // JSON
+}
+
+func (d Document) String() string { return fmt.Sprintf("%s (document %d)", d.Source, d.Index) }
+
+// Read loads every object from path: a file, a directory (its *.yaml, *.yml
+// and *.json files, recursively, in lexical order) or "-" for stdin. YAML may
+// hold several documents; a kind: List is expanded into its items. Errors wrap
+// ErrInput and name the file and document index.
+func Read(path string, stdin io.Reader) ([]Document, error) {
+	if path == "-" {
+		return decodeAll("-", stdin)
+	}
+	info, err := os.Stat(path)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrInput, err)
+	}
+	if !info.IsDir() {
+		return readFile(path)
+	}
+	var files []string
+	err = filepath.WalkDir(path, func(p string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		switch strings.ToLower(filepath.Ext(p)) {
+		case ".yaml", ".yml", ".json":
+			if !d.IsDir() {
+				files = append(files, p)
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrInput, err)
+	}
+	sort.Strings(files)
+	var out []Document
+	for _, f := range files {
+		docs, err := readFile(f)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, docs...)
+	}
+	return out, nil
+}
+
+func readFile(path string) ([]Document, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrInput, err)
+	}
+	defer f.Close()
+	return decodeAll(path, f)
+}
+
+func decodeAll(source string, r io.Reader) ([]Document, error) {
+	dec := utilyaml.NewYAMLOrJSONDecoder(r, 4096)
+	var out []Document
+	for i := 0; ; i++ {
+		var raw json.RawMessage
+		if err := dec.Decode(&raw); err != nil {
+			if errors.Is(err, io.EOF) {
+				return out, nil
+			}
+			return nil, fmt.Errorf("%w: %s (document %d): %w", ErrInput, source, i, err)
+		}
+		if len(bytes.TrimSpace(raw)) == 0 || string(bytes.TrimSpace(raw)) == "null" {
+			continue
+		}
+		var u unstructured.Unstructured
+		if err := u.UnmarshalJSON(raw); err != nil {
+			return nil, fmt.Errorf("%w: %s (document %d): %w", ErrInput, source, i, err)
+		}
+		if u.IsList() {
+			list, _ := u.ToList()
+			for _, item := range list.Items {
+				b, err := item.MarshalJSON()
+				if err != nil {
+					return nil, fmt.Errorf("%w: %s (document %d): %w", ErrInput, source, i, err)
+				}
+				out = append(out, Document{Source: source, Index: len(out), Object: b})
+			}
+			continue
+		}
+		out = append(out, Document{Source: source, Index: len(out), Object: raw})
+	}
+}
+
+// Options describe the request each object is reviewed as.
+type Options struct {
+	// Operation is CREATE (default), UPDATE, DELETE or CONNECT.
+	Operation admissionv1.Operation
+	// SubResource, e.g. "status".
+	SubResource string
+	// Old holds the old objects for UPDATE and DELETE, matched to inputs by
+	// apiVersion, kind, namespace and name.
+	Old []Document
+}
+
+// Result is the outcome for one object; its JSON form is one line of
+// `kadmit review -o json`.
+type Result struct {
+	APIVersion string                `json:"apiVersion"`
+	Kind       string                `json:"kind"`
+	Namespace  string                `json:"namespace,omitempty"`
+	Name       string                `json:"name"`
+	Allowed    bool                  `json:"allowed"`
+	Code       int32                 `json:"code"`
+	Message    string                `json:"message,omitempty"`
+	Warnings   []string              `json:"warnings,omitempty"`
+	Patch      []jsonpatch.Operation `json:"patch"`
+	Object     json.RawMessage       `json:"object"`
+	// Webhooks lists the paths that matched, in call order.
+	Webhooks []string `json:"webhooks,omitempty"`
+}
+
+// Run reviews one document through webhooks. It returns an error wrapping
+// ErrInput when the document is not a Kubernetes object or its old object is
+// missing for UPDATE, and a *admission.PanicError when a policy panicked.
+func Run(ctx context.Context, webhooks []*admission.Webhook, doc Document, opts Options) (*Result, error) {
+	var u unstructured.Unstructured
+	if err := u.UnmarshalJSON(doc.Object); err != nil {
+		return nil, fmt.Errorf("%w: %s: %w", ErrInput, doc, err)
+	}
+	gvk := u.GroupVersionKind()
+	if gvk.Kind == "" || gvk.Version == "" {
+		return nil, fmt.Errorf("%w: %s: apiVersion and kind are required", ErrInput, doc)
+	}
+	op := opts.Operation
+	if op == "" {
+		op = admissionv1.Create
+	}
+	gvr, _ := meta.UnsafeGuessKindToResource(gvk)
+	req := &admission.Request{AdmissionRequest: admissionv1.AdmissionRequest{
+		UID:         types.UID(uuid.NewUUID()),
+		Kind:        metav1.GroupVersionKind{Group: gvk.Group, Version: gvk.Version, Kind: gvk.Kind},
+		Resource:    metav1.GroupVersionResource{Group: gvr.Group, Version: gvr.Version, Resource: gvr.Resource},
+		SubResource: opts.SubResource,
+		Name:        u.GetName(),
+		Namespace:   u.GetNamespace(),
+		Operation:   op,
+		UserInfo:    authenticationv1.UserInfo{Username: "kadmit-review"},
+		Object:      runtime.RawExtension{Raw: doc.Object},
+	}}
+	req.RequestKind, req.RequestResource, req.RequestSubResource = &req.Kind, &req.Resource, req.SubResource
+	if op == admissionv1.Update || op == admissionv1.Delete {
+		old, ok := findOld(opts.Old, gvk, u.GetNamespace(), u.GetName())
+		if !ok {
+			return nil, fmt.Errorf("%w: %s: %s needs the old %s %s (--old)", ErrInput, doc, op, gvk.Kind, u.GetName())
+		}
+		req.OldObject = runtime.RawExtension{Raw: old}
+		if op == admissionv1.Delete {
+			req.Object = runtime.RawExtension{}
+		}
+	}
+
+	res := &Result{APIVersion: u.GetAPIVersion(), Kind: gvk.Kind, Namespace: u.GetNamespace(), Name: u.GetName(), Allowed: true, Code: 200, Patch: []jsonpatch.Operation{}}
+	original := req.Object.Raw
+	// Mutating webhooks first, each seeing the previous one's output, then
+	// validating webhooks on the final object, as the API server does.
+	for _, phase := range []admission.Type{admission.Mutating, admission.Validating} {
+		for _, wh := range webhooks {
+			if wh.Type != phase {
+				continue
+			}
+			out, err := wh.Review(ctx, req)
+			if err != nil {
+				return nil, fmt.Errorf("%s: %s: %w", doc, wh.Path, err)
+			}
+			if out.Matched == 0 {
+				continue
+			}
+			res.Webhooks = append(res.Webhooks, wh.Path)
+			res.Warnings = append(res.Warnings, out.Response.Warnings...)
+			if !out.Response.Allowed {
+				res.Allowed = false
+				res.Code, res.Message = out.Response.Result.Code, out.Response.Result.Message
+				res.Object = req.Object.Raw
+				return res, nil
+			}
+			if out.Object != nil {
+				req.Object = runtime.RawExtension{Raw: out.Object}
+			}
+		}
+	}
+	res.Object = req.Object.Raw
+	if len(original) > 0 && !bytes.Equal(original, req.Object.Raw) {
+		ops, err := jsonpatch.CreatePatch(original, req.Object.Raw)
+		if err != nil {
+			return nil, fmt.Errorf("%s: build JSONPatch: %w", doc, err)
+		}
+		res.Patch = ops
+	}
+	return res, nil
+}
+
+func findOld(old []Document, gvk schema.GroupVersionKind, ns, name string) ([]byte, bool) {
+	for _, d := range old {
+		var u unstructured.Unstructured
+		if err := u.UnmarshalJSON(d.Object); err != nil {
+			continue
+		}
+		if u.GroupVersionKind() == gvk && u.GetNamespace() == ns && u.GetName() == name {
+			return d.Object, true
+		}
+	}
+	if len(old) == 1 {
+		return old[0].Object, true
+	}
+	return nil, false
+}
