@@ -1,0 +1,301 @@
+package admission
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+	"time"
+
+	jsonpatch4 "gopkg.in/evanphx/json-patch.v4"
+	admissionv1 "k8s.io/api/admission/v1"
+	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
+)
+
+var podRule = []admissionregistrationv1.RuleWithOperations{{
+	Operations: []admissionregistrationv1.OperationType{admissionregistrationv1.Create},
+	Rule:       admissionregistrationv1.Rule{APIGroups: []string{""}, APIVersions: []string{"v1"}, Resources: []string{"pods"}},
+}}
+
+const podJSON = `{"apiVersion":"v1","kind":"Pod","metadata":{"name":"p","labels":{"a":"b"}},"spec":{"containers":[{"name":"c","image":"i"}]}}`
+
+func reviewBody(apiVersion, uid, object string) []byte {
+	return []byte(fmt.Sprintf(`{"apiVersion":%q,"kind":"AdmissionReview","request":{"uid":%q,
+		"kind":{"group":"","version":"v1","kind":"Pod"},"resource":{"group":"","version":"v1","resource":"pods"},
+		"namespace":"default","name":"p","operation":"CREATE","userInfo":{"username":"u"},"object":%s}}`, apiVersion, uid, object))
+}
+
+func validating(f func(ctx context.Context, req *Request) Verdict) *Webhook {
+	whs, err := NewWebhooks([]Hook{{Policy: "test", Path: "/validate", Type: Validating, Rules: podRule, Validator: ValidatorFunc(f)}})
+	if err != nil {
+		panic(err)
+	}
+	return whs[0]
+}
+
+func mutating(f func(ctx context.Context, req *Request) ([]byte, Verdict)) *Webhook {
+	whs, err := NewWebhooks([]Hook{{Policy: "test", Path: "/mutate", Type: Mutating, Rules: podRule, Mutator: MutatorFunc(f)}})
+	if err != nil {
+		panic(err)
+	}
+	return whs[0]
+}
+
+func post(t *testing.T, h http.Handler, contentType string, body []byte) (*httptest.ResponseRecorder, *Review) {
+	t.Helper()
+	r := httptest.NewRequest(http.MethodPost, "/x?timeout=10s", bytes.NewReader(body))
+	if contentType != "" {
+		r.Header.Set("Content-Type", contentType)
+	}
+	w := httptest.NewRecorder()
+	h.ServeHTTP(w, r)
+	if w.Code != http.StatusOK {
+		return w, nil
+	}
+	var rev Review
+	if err := json.Unmarshal(w.Body.Bytes(), &rev); err != nil {
+		t.Fatalf("response is not JSON: %v: %s", err, w.Body.String())
+	}
+	return w, &rev
+}
+
+func TestDecodeReview(t *testing.T) {
+	for _, tc := range []struct {
+		name, body, wantErr string
+	}{
+		{"v1", string(reviewBody(APIVersionV1, "u1", podJSON)), ""},
+		{"v1beta1", string(reviewBody(APIVersionV1beta1, "u1", podJSON)), ""},
+		{"not json", `{"apiVersion":`, "malformed AdmissionReview"},
+		{"array", `[]`, "malformed AdmissionReview"},
+		{"wrong version", strings.Replace(string(reviewBody(APIVersionV1, "u", podJSON)), "admission.k8s.io/v1", "admission.k8s.io/v2", 1), `apiVersion "admission.k8s.io/v2"`},
+		{"wrong kind", `{"apiVersion":"admission.k8s.io/v1","kind":"Pod","request":{"uid":"x"}}`, `kind "Pod"`},
+		{"no request", `{"apiVersion":"admission.k8s.io/v1","kind":"AdmissionReview"}`, "request is missing"},
+		{"no uid", `{"apiVersion":"admission.k8s.io/v1","kind":"AdmissionReview","request":{}}`, "request.uid is missing"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			rev, err := DecodeReview([]byte(tc.body))
+			if tc.wantErr == "" {
+				if err != nil || rev.Request.UID != "u1" {
+					t.Fatalf("DecodeReview: %v, %+v", err, rev)
+				}
+				return
+			}
+			if err == nil || !strings.Contains(err.Error(), tc.wantErr) || !errors.Is(err, ErrMalformedReview) {
+				t.Fatalf("err = %v, want containing %q and wrapping ErrMalformedReview", err, tc.wantErr)
+			}
+			if strings.Contains(err.Error(), "\n") {
+				t.Fatalf("error is not one line: %q", err)
+			}
+		})
+	}
+}
+
+func TestHandlerEchoesVersionAndUID(t *testing.T) {
+	h := NewHandler(validating(func(context.Context, *Request) Verdict { return Allow() }), HandlerOptions{})
+	for _, v := range []string{APIVersionV1, APIVersionV1beta1} {
+		w, rev := post(t, h, "application/json", reviewBody(v, "uid-"+v, podJSON))
+		if w.Code != 200 || rev.APIVersion != v || rev.Kind != ReviewKind || string(rev.Response.UID) != "uid-"+v || !rev.Response.Allowed {
+			t.Fatalf("%s: code %d review %+v", v, w.Code, rev)
+		}
+		if rev.Request != nil || rev.Response.Patch != nil || rev.Response.PatchType != nil {
+			t.Fatalf("%s: validating response carries request or patch: %s", v, w.Body.String())
+		}
+		if ct := w.Header().Get("Content-Type"); ct != "application/json" {
+			t.Fatalf("Content-Type %q", ct)
+		}
+	}
+}
+
+func TestHandlerBadInput(t *testing.T) {
+	var decisions []Decision
+	h := NewHandler(validating(func(context.Context, *Request) Verdict { return Allow() }),
+		HandlerOptions{MaxRequestBytes: 4096, Observe: func(d Decision) { decisions = append(decisions, d) }})
+	big := reviewBody(APIVersionV1, "u", `{"kind":"Pod","metadata":{"name":"`+strings.Repeat("x", 5000)+`"}}`)
+	for _, tc := range []struct {
+		name, ct string
+		body     []byte
+		code     int
+		msg      string
+	}{
+		{"no content type", "", reviewBody(APIVersionV1, "u", podJSON), 415, "is not application/json"},
+		{"yaml", "application/yaml", reviewBody(APIVersionV1, "u", podJSON), 415, "is not application/json"},
+		{"charset ok", "application/json; charset=utf-8", reviewBody(APIVersionV1, "u", podJSON), 200, ""},
+		{"too large", "application/json", big, 413, "exceeds 4096 bytes"},
+		{"malformed", "application/json", []byte(`{"apiVersion": nope`), 400, "malformed AdmissionReview"},
+		{"empty", "application/json", nil, 400, "malformed AdmissionReview"},
+		{"no uid", "application/json", []byte(`{"apiVersion":"admission.k8s.io/v1","kind":"AdmissionReview","request":{}}`), 400, "request.uid is missing"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			w, _ := post(t, h, tc.ct, tc.body)
+			if w.Code != tc.code || !strings.Contains(w.Body.String(), tc.msg) {
+				t.Fatalf("code %d body %q, want %d containing %q", w.Code, w.Body.String(), tc.code, tc.msg)
+			}
+			if got := decisions[len(decisions)-1].HTTPCode; got != tc.code {
+				t.Fatalf("observed HTTP code %d, want %d", got, tc.code)
+			}
+		})
+	}
+	r := httptest.NewRequest(http.MethodGet, "/x", nil)
+	w := httptest.NewRecorder()
+	h.ServeHTTP(w, r)
+	if w.Code != http.StatusMethodNotAllowed {
+		t.Fatalf("GET: %d", w.Code)
+	}
+}
+
+func TestHandlerPanicIs500(t *testing.T) {
+	var got Decision
+	h := NewHandler(validating(func(context.Context, *Request) Verdict { panic("boom") }),
+		HandlerOptions{Observe: func(d Decision) { got = d }})
+	w, _ := post(t, h, "application/json", reviewBody(APIVersionV1, "panic-uid", podJSON))
+	if w.Code != http.StatusInternalServerError || !strings.Contains(w.Body.String(), "policy test panicked: boom") {
+		t.Fatalf("code %d body %q", w.Code, w.Body.String())
+	}
+	if got.Panic == nil || got.Panic.Policy != "test" || got.UID != "panic-uid" || len(got.Panic.Stack) == 0 {
+		t.Fatalf("decision %+v", got)
+	}
+}
+
+func TestHandlerTimeout(t *testing.T) {
+	release := make(chan struct{})
+	defer close(release)
+	h := NewHandler(validating(func(context.Context, *Request) Verdict { <-release; return Allow() }), HandlerOptions{})
+	r := httptest.NewRequest(http.MethodPost, "/x?timeout=200ms", bytes.NewReader(reviewBody(APIVersionV1, "u", podJSON)))
+	r.Header.Set("Content-Type", "application/json")
+	w := httptest.NewRecorder()
+	start := time.Now()
+	h.ServeHTTP(w, r)
+	if w.Code != http.StatusInternalServerError || !strings.Contains(w.Body.String(), "deadline") {
+		t.Fatalf("code %d body %q", w.Code, w.Body.String())
+	}
+	// The answer must come before the API server's own deadline.
+	if el := time.Since(start); el >= 200*time.Millisecond {
+		t.Fatalf("answered after %s, not before the 200ms timeout", el)
+	}
+}
+
+func TestDenialCarriesStatus(t *testing.T) {
+	h := NewHandler(validating(func(context.Context, *Request) Verdict {
+		return Deny("pod name contains %q", "offensive").WithWarnings("w1", strings.Repeat("é", 200), "line\nbreak")
+	}), HandlerOptions{})
+	_, rev := post(t, h, "application/json", reviewBody(APIVersionV1, "u", podJSON))
+	res := rev.Response
+	if res.Allowed || res.Result == nil || res.Result.Code != 403 || res.Result.Message != `pod name contains "offensive"` || res.Result.Reason != "Forbidden" {
+		t.Fatalf("response %+v", res)
+	}
+	if len(res.Warnings) != 3 || len([]rune(res.Warnings[1])) != MaxWarningLength || res.Warnings[2] != "line break" {
+		t.Fatalf("warnings %q", res.Warnings)
+	}
+	h = NewHandler(validating(func(context.Context, *Request) Verdict { return Invalid("bad label") }), HandlerOptions{})
+	_, rev = post(t, h, "application/json", reviewBody(APIVersionV1, "u", podJSON))
+	if rev.Response.Result.Code != 400 || rev.Response.Result.Reason != "BadRequest" {
+		t.Fatalf("invalid: %+v", rev.Response.Result)
+	}
+}
+
+func TestMutatingPatch(t *testing.T) {
+	h := NewHandler(mutating(func(_ context.Context, req *Request) ([]byte, Verdict) {
+		var m map[string]any
+		_ = json.Unmarshal(req.Object.Raw, &m)
+		m["metadata"].(map[string]any)["labels"].(map[string]any)["added"] = "ü~/"
+		b, _ := json.Marshal(m)
+		return b, Allow().WithAuditAnnotation("decision", "labelled")
+	}), HandlerOptions{})
+	_, rev := post(t, h, "application/json", reviewBody(APIVersionV1beta1, "u", podJSON))
+	res := rev.Response
+	if !res.Allowed || res.PatchType == nil || *res.PatchType != admissionv1.PatchTypeJSONPatch || res.AuditAnnotations["decision"] != "labelled" {
+		t.Fatalf("response %+v", res)
+	}
+	patch, err := jsonpatch4.DecodePatch(res.Patch)
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, err := patch.Apply([]byte(podJSON))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(string(out), `"added":"ü~/"`) {
+		t.Fatalf("patched object %s (patch %s)", out, res.Patch)
+	}
+
+	// A mutator that changes nothing sends no patch, even when it re-encodes.
+	h = NewHandler(mutating(func(_ context.Context, req *Request) ([]byte, Verdict) {
+		var m map[string]any
+		_ = json.Unmarshal(req.Object.Raw, &m)
+		b, _ := json.Marshal(m)
+		return b, Allow()
+	}), HandlerOptions{})
+	_, rev = post(t, h, "application/json", reviewBody(APIVersionV1, "u", podJSON))
+	if rev.Response.Patch != nil || rev.Response.PatchType != nil {
+		t.Fatalf("no-op mutation sent a patch: %s", rev.Response.Patch)
+	}
+}
+
+func TestChainOrderAndDenialStops(t *testing.T) {
+	var calls []string
+	mk := func(name string, v Verdict) Hook {
+		return Hook{Policy: name, Path: "/v", Type: Validating, Rules: podRule, Validator: ValidatorFunc(func(context.Context, *Request) Verdict {
+			calls = append(calls, name)
+			return v
+		})}
+	}
+	whs, err := NewWebhooks([]Hook{mk("a", Allow("from a")), mk("b", Deny("no")), mk("c", Allow())})
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, err := whs[0].Review(context.Background(), &Request{AdmissionRequest: *mustReq(t).Request})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if strings.Join(calls, ",") != "a,b" || out.Policy != "b" || out.Response.Allowed || out.Response.Warnings[0] != "from a" {
+		t.Fatalf("calls %v outcome %+v", calls, out)
+	}
+	if _, err := NewWebhooks([]Hook{mk("a", Allow()), {Policy: "m", Path: "/v", Type: Mutating, Mutator: MutatorFunc(nil)}}); err == nil {
+		t.Fatal("mixed path accepted")
+	}
+}
+
+func TestHookMatches(t *testing.T) {
+	h := Hook{Rules: []admissionregistrationv1.RuleWithOperations{
+		{Operations: []admissionregistrationv1.OperationType{"CREATE"}, Rule: admissionregistrationv1.Rule{APIGroups: []string{""}, APIVersions: []string{"v1"}, Resources: []string{"nodes"}}},
+		{Operations: []admissionregistrationv1.OperationType{"UPDATE"}, Rule: admissionregistrationv1.Rule{APIGroups: []string{""}, APIVersions: []string{"*"}, Resources: []string{"nodes/status"}}},
+	}}
+	req := func(op, res, sub string) *Request {
+		r := &Request{}
+		r.Operation, r.Resource.Version, r.Resource.Resource, r.SubResource = admissionv1.Operation(op), "v1", res, sub
+		return r
+	}
+	for _, tc := range []struct {
+		op, res, sub string
+		want         bool
+	}{
+		{"CREATE", "nodes", "", true},
+		{"UPDATE", "nodes", "", false},
+		{"UPDATE", "nodes", "status", true},
+		{"CREATE", "nodes", "status", false},
+		{"CREATE", "pods", "", false},
+	} {
+		if got := h.Matches(req(tc.op, tc.res, tc.sub)); got != tc.want {
+			t.Errorf("%s %s/%s: %v, want %v", tc.op, tc.res, tc.sub, got, tc.want)
+		}
+	}
+	if !matchResource([]string{"*"}, "pods", "pods") || matchResource([]string{"*"}, "pods", "pods/status") ||
+		!matchResource([]string{"pods/*"}, "pods", "pods/status") || !matchResource([]string{"*/status"}, "nodes", "nodes/status") ||
+		!matchResource([]string{"*/*"}, "pods", "pods/exec") {
+		t.Fatal("wildcard resource matching")
+	}
+}
+
+func mustReq(t *testing.T) *Review {
+	t.Helper()
+	r, err := DecodeReview(reviewBody(APIVersionV1, "u", podJSON))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return r
+}
