@@ -1,6 +1,7 @@
 package main
 
 import (
+	"errors"
 	"fmt"
 	"log/slog"
 	"os"
@@ -10,12 +11,14 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/kadmit/kadmit/internal/admission"
+	"github.com/kadmit/kadmit/internal/certs"
 	"github.com/kadmit/kadmit/internal/daemon"
 )
 
 func newServeCmd() *cobra.Command {
 	var o daemon.Options
 	var logFormat, logLevel string
+	var selfSignedFlag bool
 	cmd := &cobra.Command{
 		Use:   "serve",
 		Short: "Serve the admission webhooks over HTTPS",
@@ -31,7 +34,18 @@ ValidatingWebhookConfiguration (named kadmit) once it is ready to answer.`,
 			if err != nil {
 				return &exitError{2, err}
 			}
+			if !cmd.Flags().Changed("tls") {
+				switch {
+				case selfSignedFlag:
+					o.TLSMode = daemon.TLSSelfSigned
+				case o.CertDir != "":
+					o.TLSMode = daemon.TLSFiles
+				}
+			}
 			if err := daemon.Run(cmd.Context(), o, log); err != nil {
+				if errors.Is(err, daemon.ErrUsage) {
+					return &exitError{2, err}
+				}
 				return &exitError{1, err}
 			}
 			log.Info("stopped")
@@ -44,21 +58,40 @@ ValidatingWebhookConfiguration (named kadmit) once it is ready to answer.`,
 	f.StringVar(&o.MetricsAddr, "metrics-addr", ":8080", `plain-HTTP address for /metrics, /healthz and /readyz ("0" disables)`)
 	f.DurationVar(&o.ShutdownGrace, "shutdown-grace", 30*time.Second, "how long in-flight requests may take to finish after SIGTERM")
 	f.Int64Var(&o.MaxRequestBytes, "max-request-bytes", admission.DefaultMaxRequestBytes, "largest AdmissionReview body accepted (larger: HTTP 413)")
-	f.StringVar(&o.CertDir, "cert-dir", "", "directory with tls.crt and tls.key")
-	f.BoolVar(&o.SelfSigned, "self-signed", false, "issue an in-memory CA and serving certificate for --dns-name")
-	f.StringSliceVar(&o.SANs, "dns-name", nil, "SAN (DNS name or IP) of the self-signed serving certificate; repeatable")
-	f.StringVar(&o.CAFile, "ca-file", "", "write the self-signed CA (PEM) to this file")
-	f.BoolVar(&o.Register, "register", false, "write kadmit's webhook configurations once ready")
-	f.StringVar(&o.WebhookURL, "webhook-url", "", "base URL the API server calls (dev mode), e.g. https://127.0.0.1:9443")
-	f.StringVar(&o.ServiceNamespace, "service-namespace", "", "namespace of kadmit's Service (in-cluster registration)")
-	f.StringVar(&o.ServiceName, "service-name", "", "name of kadmit's Service (in-cluster registration)")
+	f.StringVar(&o.TLSMode, "tls", daemon.TLSSelfManaged, "certificate source: self-managed (a Secret kadmit rotates), files (--cert-dir, reloaded on change) or self-signed (in memory, development)")
+	f.StringVar(&o.CertDir, "cert-dir", "", "directory with tls.crt and tls.key (--tls=files)")
+	f.BoolVar(&selfSignedFlag, "self-signed", false, "shorthand for --tls=self-signed")
+	f.StringSliceVar(&o.SANs, "dns-name", nil, "extra SAN (DNS name or IP) of the serving certificate; repeatable")
+	f.StringVar(&o.CAFile, "ca-file", "", "write the self-signed CA (PEM) to this file (--tls=self-signed)")
+	f.StringVar(&o.Namespace, "namespace", envOr("POD_NAMESPACE", "kadmit-system"), "kadmit's namespace: its Secret, Lease and Service; never intercepted")
+	f.StringVar(&o.SecretName, "secret-name", "kadmit-tls", "Secret holding the CA and serving certificate (--tls=self-managed)")
+	f.StringVar(&o.ServiceName, "service-name", "kadmit", "kadmit's Service, called by the API server as <svc>.<ns>.svc")
 	f.Int32Var(&o.ServicePort, "service-port", 443, "port of kadmit's Service")
-	f.StringVar(&o.CABundleFile, "ca-bundle-file", "", "CA (PEM) to register as caBundle when serving --cert-dir")
+	f.StringVar(&o.ClusterDomain, "cluster-domain", "cluster.local", "cluster DNS domain for the <svc>.<ns>.svc.<domain> SAN")
+	f.StringVar(&o.KeyType, "key-type", string(certs.ECDSAP256), "key type: ecdsa-p256, ecdsa-p384, rsa-2048, rsa-3072 or rsa-4096")
+	f.DurationVar(&o.ServingValidity, "serving-validity", 90*24*time.Hour, "serving certificate lifetime; renewed at 2/3 of it")
+	f.DurationVar(&o.CAValidity, "ca-validity", 5*365*24*time.Hour, "CA lifetime; rotated at 2/3 of it without an unknown-authority window")
+	f.StringVar(&o.LeaseName, "lease-name", "kadmit-leader", "coordination.k8s.io Lease electing the replica that writes the Secret and caBundle")
+	f.StringVar(&o.Identity, "identity", envOr("POD_NAME", ""), "leader-election identity (default: hostname)")
+	f.DurationVar(&o.LeaseDuration, "lease-duration", 15*time.Second, "leader-election lease duration")
+	f.DurationVar(&o.RenewDeadline, "renew-deadline", 10*time.Second, "leader-election renew deadline")
+	f.DurationVar(&o.RetryPeriod, "retry-period", 2*time.Second, "leader-election retry period")
+	f.DurationVar(&o.SettleDelay, "settle-delay", 3*time.Second, "how long a new caBundle must be in place before certificates move to a new CA, and old CAs stay after")
+	f.BoolVar(&o.Register, "register", false, "write kadmit's webhook configurations once a replica is ready, and repair them when changed")
+	f.StringVar(&o.WebhookURL, "webhook-url", "", "base URL the API server calls (dev mode), e.g. https://127.0.0.1:9443; default: the Service")
+	f.StringVar(&o.CABundleFile, "ca-bundle-file", "", "CA (PEM) to register as caBundle with --tls=files")
 	f.StringVar(&o.Kubeconfig, "kubeconfig", "", "kubeconfig for --register (default: in-cluster or $KUBECONFIG)")
 	f.StringVar(&o.KubeContext, "context", "", "kubeconfig context")
 	f.StringVar(&logFormat, "log-format", "json", "log format: json or text")
 	f.StringVar(&logLevel, "log-level", "info", "log level: debug, info, warn or error")
 	return cmd
+}
+
+func envOr(key, def string) string {
+	if v := os.Getenv(key); v != "" {
+		return v
+	}
+	return def
 }
 
 func newLogger(format, level string) (*slog.Logger, error) {

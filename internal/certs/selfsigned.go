@@ -4,8 +4,6 @@ package certs
 
 import (
 	"crypto"
-	"crypto/ecdsa"
-	"crypto/elliptic"
 	"crypto/rand"
 	"crypto/tls"
 	"crypto/x509"
@@ -37,13 +35,15 @@ type SelfSignedOptions struct {
 	CAValidity, ServerValidity time.Duration
 	// Now is the issue time; zero means time.Now().
 	Now time.Time
+	// KeyType of both keys; "" means ECDSAP256.
+	KeyType KeyType
 }
 
 // ErrNoSANs is returned when a serving certificate would have no SAN.
 var ErrNoSANs = errors.New("a serving certificate needs at least one DNS name or IP SAN")
 
-// NewSelfSigned creates a fresh ECDSA P-256 CA and a serving certificate it
-// signs for the given SANs. Returns ErrNoSANs without SANs.
+// NewSelfSigned creates a fresh CA and a serving certificate it signs for the
+// given SANs, both with opts.KeyType keys. Returns ErrNoSANs without SANs.
 func NewSelfSigned(opts SelfSignedOptions) (*Bundle, error) {
 	if len(opts.DNSNames) == 0 && len(opts.IPs) == 0 {
 		return nil, ErrNoSANs
@@ -58,53 +58,63 @@ func NewSelfSigned(opts SelfSignedOptions) (*Bundle, error) {
 	if opts.ServerValidity == 0 {
 		opts.ServerValidity = 365 * 24 * time.Hour
 	}
-	caKey, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		return nil, fmt.Errorf("generate CA key: %w", err)
-	}
-	caTmpl := &x509.Certificate{
-		SerialNumber:          serial(),
-		Subject:               pkix.Name{CommonName: fmt.Sprintf("kadmit-ca@%d", now.Unix())},
-		NotBefore:             now.Add(-time.Hour), // tolerate clock skew with the API server
-		NotAfter:              now.Add(opts.CAValidity),
-		KeyUsage:              x509.KeyUsageCertSign | x509.KeyUsageDigitalSignature | x509.KeyUsageCRLSign,
-		BasicConstraintsValid: true,
-		IsCA:                  true,
-	}
-	caDER, err := x509.CreateCertificate(rand.Reader, caTmpl, caTmpl, &caKey.PublicKey, caKey)
-	if err != nil {
-		return nil, fmt.Errorf("self-sign CA: %w", err)
-	}
-	caCert, err := x509.ParseCertificate(caDER)
-	if err != nil {
-		return nil, fmt.Errorf("parse CA: %w", err)
-	}
-	serverCert, serverKey, err := IssueServing(caCert, caKey, opts.DNSNames, opts.IPs, now, opts.ServerValidity)
+	caCert, caKey, err := NewCA(now, opts.CAValidity, opts.KeyType)
 	if err != nil {
 		return nil, err
 	}
-	caKeyPEM, err := encodeKey(caKey)
+	serverCert, serverKey, err := IssueServing(caCert, caKey, opts.DNSNames, opts.IPs, now, opts.ServerValidity, opts.KeyType)
+	if err != nil {
+		return nil, err
+	}
+	caKeyPEM, err := EncodeKey(caKey)
 	if err != nil {
 		return nil, err
 	}
 	return &Bundle{
-		CACert:     pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: caDER}),
+		CACert:     EncodeCertificates(caCert),
 		CAKey:      caKeyPEM,
 		ServerCert: serverCert,
 		ServerKey:  serverKey,
 	}, nil
 }
 
-// IssueServing signs a fresh ECDSA P-256 serving certificate (ExtKeyUsage
-// serverAuth) for dnsNames and ips with the CA, valid from now-1h to
-// now+validity. It returns the PEM certificate and PEM key.
-func IssueServing(ca *x509.Certificate, caKey crypto.Signer, dnsNames []string, ips []net.IP, now time.Time, validity time.Duration) (certPEM, keyPEM []byte, err error) {
+// NewCA creates a self-signed CA certificate valid from now-1h (tolerating
+// clock skew with the API server) to now+validity, with a keyType key.
+func NewCA(now time.Time, validity time.Duration, keyType KeyType) (*x509.Certificate, crypto.Signer, error) {
+	key, err := GenerateKey(keyType)
+	if err != nil {
+		return nil, nil, fmt.Errorf("CA: %w", err)
+	}
+	tmpl := &x509.Certificate{
+		SerialNumber:          serial(),
+		Subject:               pkix.Name{CommonName: fmt.Sprintf("kadmit-ca@%d", now.Unix())},
+		NotBefore:             now.Add(-time.Hour),
+		NotAfter:              now.Add(validity),
+		KeyUsage:              x509.KeyUsageCertSign | x509.KeyUsageDigitalSignature | x509.KeyUsageCRLSign,
+		BasicConstraintsValid: true,
+		IsCA:                  true,
+	}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, key.Public(), key)
+	if err != nil {
+		return nil, nil, fmt.Errorf("self-sign CA: %w", err)
+	}
+	cert, err := x509.ParseCertificate(der)
+	if err != nil {
+		return nil, nil, fmt.Errorf("parse CA: %w", err)
+	}
+	return cert, key, nil
+}
+
+// IssueServing signs a fresh serving certificate (ExtKeyUsage serverAuth,
+// keyType key) for dnsNames and ips with the CA, valid from now-1h to
+// now+validity. It returns the PEM certificate and PEM key, or ErrNoSANs.
+func IssueServing(ca *x509.Certificate, caKey crypto.Signer, dnsNames []string, ips []net.IP, now time.Time, validity time.Duration, keyType KeyType) (certPEM, keyPEM []byte, err error) {
 	if len(dnsNames) == 0 && len(ips) == 0 {
 		return nil, nil, ErrNoSANs
 	}
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	key, err := GenerateKey(keyType)
 	if err != nil {
-		return nil, nil, fmt.Errorf("generate serving key: %w", err)
+		return nil, nil, fmt.Errorf("serving: %w", err)
 	}
 	cn := "kadmit"
 	if len(dnsNames) > 0 {
@@ -117,14 +127,14 @@ func IssueServing(ca *x509.Certificate, caKey crypto.Signer, dnsNames []string, 
 		IPAddresses:  ips,
 		NotBefore:    now.Add(-time.Hour),
 		NotAfter:     now.Add(validity),
-		KeyUsage:     x509.KeyUsageDigitalSignature,
+		KeyUsage:     x509.KeyUsageDigitalSignature | x509.KeyUsageKeyEncipherment,
 		ExtKeyUsage:  []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
 	}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, ca, &key.PublicKey, caKey)
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, ca, key.Public(), caKey)
 	if err != nil {
 		return nil, nil, fmt.Errorf("sign serving certificate: %w", err)
 	}
-	keyPEM, err = encodeKey(key)
+	keyPEM, err = EncodeKey(key)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -149,14 +159,6 @@ func ParseKeyPair(certPEM, keyPEM []byte) (*tls.Certificate, error) {
 		}
 	}
 	return &c, nil
-}
-
-func encodeKey(k *ecdsa.PrivateKey) ([]byte, error) {
-	der, err := x509.MarshalECPrivateKey(k)
-	if err != nil {
-		return nil, fmt.Errorf("marshal key: %w", err)
-	}
-	return pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: der}), nil
 }
 
 func serial() *big.Int {

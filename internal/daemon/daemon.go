@@ -1,5 +1,5 @@
 // Package daemon assembles the `kadmit serve` process: configuration,
-// serving certificate, HTTPS server and, when asked, self-registration.
+// serving certificate and its lifecycle, HTTPS server and self-registration.
 package daemon
 
 import (
@@ -8,17 +8,35 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"net/url"
 	"os"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/clientcmd"
 
+	"github.com/kadmit/kadmit/internal/admission"
 	"github.com/kadmit/kadmit/internal/certs"
 	"github.com/kadmit/kadmit/internal/config"
+	"github.com/kadmit/kadmit/internal/lifecycle"
+	"github.com/kadmit/kadmit/internal/metrics"
 	"github.com/kadmit/kadmit/internal/policy/builtin"
 	"github.com/kadmit/kadmit/internal/registration"
 	"github.com/kadmit/kadmit/internal/server"
+)
+
+// TLS modes.
+const (
+	// TLSSelfManaged: kadmit keeps its CA and serving certificate in a
+	// Secret, rotates them and injects the caBundle (the in-cluster default).
+	TLSSelfManaged = "self-managed"
+	// TLSFiles: tls.crt and tls.key in --cert-dir, reloaded on change
+	// (cert-manager, a mounted Secret).
+	TLSFiles = "files"
+	// TLSSelfSigned: an in-memory CA and certificate for development.
+	TLSSelfSigned = "self-signed"
 )
 
 // Options are `kadmit serve`'s settings.
@@ -29,23 +47,33 @@ type Options struct {
 	ShutdownGrace   time.Duration
 	MaxRequestBytes int64
 
-	// TLS: exactly one of CertDir and SelfSigned.
-	CertDir    string
-	SelfSigned bool
-	// SANs for --self-signed: DNS names and IP literals.
+	// TLSMode is TLSSelfManaged, TLSFiles or TLSSelfSigned.
+	TLSMode string
+	CertDir string
+	// SANs are extra serving-certificate names (DNS names or IP literals).
 	SANs []string
 	// CAFile receives the self-signed CA (PEM) for the caller; optional.
 	CAFile string
+	// Self-managed certificates.
+	SecretName                  string
+	ClusterDomain               string
+	KeyType                     string
+	ServingValidity, CAValidity time.Duration
+	LeaseName, Identity         string
+	LeaseDuration               time.Duration
+	RenewDeadline               time.Duration
+	RetryPeriod                 time.Duration
+	SettleDelay                 time.Duration
 
-	// Register writes kadmit's webhook configurations once the server is ready.
+	// Register writes kadmit's webhook configurations once a replica is ready.
 	Register bool
 	// WebhookURL is the base URL the API server calls in dev mode.
 	WebhookURL string
-	// Service the API server calls when WebhookURL is empty.
-	ServiceNamespace, ServiceName string
-	ServicePort                   int32
-	// CABundleFile is the CA to register with --cert-dir; the self-signed CA
-	// otherwise.
+	// Namespace is kadmit's own namespace (Secret, Lease, Service); it is
+	// always excluded from kadmit's webhooks.
+	Namespace    string
+	ServiceName  string
+	ServicePort  int32
 	CABundleFile string
 	Kubeconfig   string
 	KubeContext  string
@@ -67,18 +95,44 @@ func Run(ctx context.Context, opts Options, log *slog.Logger) error {
 	if err != nil {
 		return err
 	}
-	webhooks, err := builtin.Webhooks(cfg)
+	webhooks, err := admission.NewWebhooks(hooks)
+	if err != nil {
+		return err
+	}
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	certMetrics, err := metrics.NewCertificates(reg)
 	if err != nil {
 		return err
 	}
 
+	regOpts := registration.Options{URL: opts.WebhookURL, ServicePort: opts.ServicePort}
+	if opts.WebhookURL == "" {
+		regOpts.ServiceNamespace, regOpts.ServiceName = opts.Namespace, opts.ServiceName
+	}
+	if opts.Namespace != "" {
+		regOpts.ExcludeNamespaces = []string{opts.Namespace}
+	}
+	var cs kubernetes.Interface
+	if opts.Register || opts.TLSMode == TLSSelfManaged {
+		if cs, err = clientset(opts.Kubeconfig, opts.KubeContext); err != nil {
+			return err
+		}
+	}
+	if opts.Register {
+		if _, _, err := registration.Build(hooks, regOpts); err != nil {
+			return fmt.Errorf("%w: %w", ErrUsage, err)
+		}
+	}
+
 	holder := &certs.Holder{}
+	var srv *server.Server
+	var readyChecks []func() error
+	var start func(context.Context) error // runs once the listener is bound
 	var caBundle []byte
-	switch {
-	case opts.SelfSigned && opts.CertDir != "":
-		return fmt.Errorf("%w: --self-signed and --cert-dir are exclusive", ErrUsage)
-	case opts.SelfSigned:
-		b, err := selfSigned(opts.SANs)
+	switch opts.TLSMode {
+	case TLSSelfSigned:
+		b, err := selfSigned(opts.SANs, opts.WebhookURL)
 		if err != nil {
 			return err
 		}
@@ -87,53 +141,62 @@ func Run(ctx context.Context, opts Options, log *slog.Logger) error {
 			return err
 		}
 		holder.Set(c)
+		certMetrics.Loaded(c.Leaf, nil)
 		caBundle = b.CACert
 		if opts.CAFile != "" {
 			if err := os.WriteFile(opts.CAFile, b.CACert, 0o644); err != nil {
 				return fmt.Errorf("write CA to %s: %w", opts.CAFile, err)
 			}
 		}
-		log.Info("issued self-signed serving certificate", "sans", opts.SANs, "notAfter", c.Leaf.NotAfter, "caFile", opts.CAFile)
-	case opts.CertDir != "":
-		c, err := certs.LoadDir(opts.CertDir)
+		log.Info("issued self-signed serving certificate", "sans", c.Leaf.DNSNames, "ips", c.Leaf.IPAddresses, "notAfter", c.Leaf.NotAfter, "caFile", opts.CAFile)
+	case TLSFiles:
+		if opts.CertDir == "" {
+			return fmt.Errorf("%w: --tls=files needs --cert-dir", ErrUsage)
+		}
+		w := &certs.DirWatcher{Dir: opts.CertDir, Holder: holder, Logger: log,
+			OnReload: func(h *certs.Holder) {
+				certMetrics.Loaded(h.Current().Leaf, nil)
+				log.Info("serving certificate loaded", "dir", opts.CertDir, "sans", h.Current().Leaf.DNSNames, "notAfter", h.Current().Leaf.NotAfter)
+			},
+			OnError: func(error) { certMetrics.ReloadError() },
+		}
+		if err := w.Load(); err != nil {
+			return err
+		}
+		start = func(ctx context.Context) error { go w.Run(ctx); return nil }
+		if opts.CABundleFile != "" {
+			if caBundle, err = os.ReadFile(opts.CABundleFile); err != nil {
+				return fmt.Errorf("read CA bundle: %w", err)
+			}
+		}
+	case TLSSelfManaged:
+		spec, serverName, err := selfManagedSpec(opts)
 		if err != nil {
 			return err
 		}
-		holder.Set(c)
-		log.Info("loaded serving certificate", "dir", opts.CertDir, "sans", c.Leaf.DNSNames, "notAfter", c.Leaf.NotAfter)
-	default:
-		return fmt.Errorf("%w: choose --self-signed or --cert-dir", ErrUsage)
-	}
-	if opts.CABundleFile != "" {
-		if caBundle, err = os.ReadFile(opts.CABundleFile); err != nil {
-			return fmt.Errorf("read CA bundle: %w", err)
+		identity := opts.Identity
+		if identity == "" {
+			identity, _ = os.Hostname()
 		}
-	}
-
-	var cs kubernetes.Interface
-	var regOpts registration.Options
-	if opts.Register {
-		if len(caBundle) == 0 {
-			return fmt.Errorf("%w: --register with --cert-dir needs --ca-bundle-file", ErrUsage)
-		}
-		if cs, err = clientset(opts.Kubeconfig, opts.KubeContext); err != nil {
-			return err
-		}
-		regOpts = registration.Options{
-			URL: opts.WebhookURL, ServiceNamespace: opts.ServiceNamespace, ServiceName: opts.ServiceName,
-			ServicePort: opts.ServicePort, CABundle: caBundle,
-		}
-		if opts.ServiceNamespace != "" {
-			regOpts.ExcludeNamespaces = []string{opts.ServiceNamespace}
-		}
-		if _, _, err := registration.Build(hooks, regOpts); err != nil {
+		mgr, err := lifecycle.New(lifecycle.Options{
+			Client: cs, Namespace: opts.Namespace, SecretName: opts.SecretName, Spec: spec, ServerName: serverName,
+			Holder: holder, Register: opts.Register, Hooks: hooks, Registration: regOpts,
+			LeaseName: opts.LeaseName, Identity: identity, LeaseDuration: opts.LeaseDuration,
+			RenewDeadline: opts.RenewDeadline, RetryPeriod: opts.RetryPeriod, SettleDelay: opts.SettleDelay,
+			ListenerReady: func() error { return srv.Serving() }, Metrics: certMetrics, Logger: log,
+		})
+		if err != nil {
 			return fmt.Errorf("%w: %w", ErrUsage, err)
 		}
+		readyChecks = append(readyChecks, mgr.Ready)
+		start = mgr.Start
+	default:
+		return fmt.Errorf("%w: --tls %q: must be %s, %s or %s", ErrUsage, opts.TLSMode, TLSSelfManaged, TLSFiles, TLSSelfSigned)
 	}
 
-	srv, err := server.New(server.Options{
+	srv, err = server.New(server.Options{
 		Addr: opts.Addr, MetricsAddr: opts.MetricsAddr, Webhooks: webhooks, Certs: holder, Logger: log,
-		ShutdownGrace: opts.ShutdownGrace, MaxRequestBytes: opts.MaxRequestBytes,
+		ShutdownGrace: opts.ShutdownGrace, MaxRequestBytes: opts.MaxRequestBytes, Registry: reg, ReadyChecks: readyChecks,
 	})
 	if err != nil {
 		return err
@@ -143,10 +206,19 @@ func Run(ctx context.Context, opts Options, log *slog.Logger) error {
 	}
 	serveCtx, cancel := context.WithCancel(ctx)
 	defer cancel()
+	if start != nil {
+		if err := start(serveCtx); err != nil {
+			return err
+		}
+	}
 	done := make(chan error, 1)
 	go func() { done <- srv.Serve(serveCtx) }()
 
-	if opts.Register {
+	if opts.Register && opts.TLSMode != TLSSelfManaged {
+		if len(caBundle) == 0 {
+			cancel()
+			return errors.Join(fmt.Errorf("%w: --register with --tls=files needs --ca-bundle-file", ErrUsage), <-done)
+		}
 		// Registering before the server answers would send the API server's
 		// first calls into a closed port: with failurePolicy Fail that is an
 		// outage. Wait until ready, then write the configurations.
@@ -154,14 +226,62 @@ func Run(ctx context.Context, opts Options, log *slog.Logger) error {
 			cancel()
 			return errors.Join(err, <-done)
 		}
+		regOpts.CABundle = caBundle
 		mwc, vwc, _ := registration.Build(hooks, regOpts)
 		if err := registration.Apply(ctx, cs, mwc, vwc); err != nil {
 			cancel()
 			return errors.Join(err, <-done)
 		}
-		log.Info("registered webhook configurations", "name", "kadmit", "url", opts.WebhookURL, "service", opts.ServiceName)
+		log.Info("registered webhook configurations", "name", "kadmit", "url", opts.WebhookURL)
 	}
 	return <-done
+}
+
+// selfManagedSpec derives the serving certificate's SANs and the name the
+// API server verifies: <svc>, <svc>.<ns>, <svc>.<ns>.svc and
+// <svc>.<ns>.svc.<domain> in Service mode; the URL host in dev mode.
+func selfManagedSpec(opts Options) (certs.Spec, string, error) {
+	kt, err := certs.ParseKeyType(opts.KeyType)
+	if err != nil {
+		return certs.Spec{}, "", fmt.Errorf("%w: --key-type: %w", ErrUsage, err)
+	}
+	if opts.Namespace == "" || opts.SecretName == "" {
+		return certs.Spec{}, "", fmt.Errorf("%w: --tls=self-managed needs --namespace and --secret-name", ErrUsage)
+	}
+	if opts.ServingValidity < time.Minute || opts.CAValidity < opts.ServingValidity {
+		return certs.Spec{}, "", fmt.Errorf("%w: validities must be >= 1m with --ca-validity >= --serving-validity", ErrUsage)
+	}
+	spec := certs.Spec{KeyType: kt, ServingValidity: opts.ServingValidity, CAValidity: opts.CAValidity}
+	var serverName string
+	sans := append([]string(nil), opts.SANs...)
+	if opts.WebhookURL != "" {
+		u, err := url.Parse(opts.WebhookURL)
+		if err != nil || u.Hostname() == "" {
+			return certs.Spec{}, "", fmt.Errorf("%w: --webhook-url %q has no host", ErrUsage, opts.WebhookURL)
+		}
+		serverName = u.Hostname()
+		sans = append(sans, serverName)
+	} else {
+		if opts.ServiceName == "" {
+			return certs.Spec{}, "", fmt.Errorf("%w: --tls=self-managed needs --service-name or --webhook-url", ErrUsage)
+		}
+		svc, ns, domain := opts.ServiceName, opts.Namespace, opts.ClusterDomain
+		serverName = svc + "." + ns + ".svc"
+		sans = append(sans, svc, svc+"."+ns, serverName, serverName+"."+domain)
+	}
+	seen := map[string]bool{}
+	for _, s := range sans {
+		if seen[s] {
+			continue
+		}
+		seen[s] = true
+		if ip := net.ParseIP(s); ip != nil {
+			spec.IPs = append(spec.IPs, ip)
+		} else {
+			spec.DNSNames = append(spec.DNSNames, s)
+		}
+	}
+	return spec, serverName, nil
 }
 
 func waitReady(ctx context.Context, srv *server.Server, timeout time.Duration) error {
@@ -184,17 +304,25 @@ func waitReady(ctx context.Context, srv *server.Server, timeout time.Duration) e
 	}
 }
 
-func selfSigned(sans []string) (*certs.Bundle, error) {
+func selfSigned(sans []string, webhookURL string) (*certs.Bundle, error) {
+	if u, err := url.Parse(webhookURL); webhookURL != "" && err == nil && u.Hostname() != "" {
+		sans = append(sans, u.Hostname())
+	}
+	if len(sans) == 0 {
+		return nil, fmt.Errorf("%w: --tls=self-signed needs --dns-name or --webhook-url", ErrUsage)
+	}
 	var opts certs.SelfSignedOptions
+	seen := map[string]bool{}
 	for _, s := range sans {
+		if seen[s] {
+			continue
+		}
+		seen[s] = true
 		if ip := net.ParseIP(s); ip != nil {
 			opts.IPs = append(opts.IPs, ip)
 		} else {
 			opts.DNSNames = append(opts.DNSNames, s)
 		}
-	}
-	if len(sans) == 0 {
-		return nil, fmt.Errorf("%w: --self-signed needs at least one --dns-name", ErrUsage)
 	}
 	return certs.NewSelfSigned(opts)
 }

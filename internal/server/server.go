@@ -125,15 +125,24 @@ func (s *Server) health(mux *http.ServeMux) {
 	})
 }
 
-// Ready returns nil when the HTTPS listener serves, a valid serving
-// certificate is loaded, the server is not shutting down and every extra
-// ReadyCheck passes; otherwise the first reason it is not.
-func (s *Server) Ready() error {
+// Serving returns nil while the HTTPS listener accepts connections and the
+// server is not shutting down.
+func (s *Server) Serving() error {
 	if s.stopping.Load() {
 		return errors.New("shutting down")
 	}
 	if !s.serving.Load() {
 		return errors.New("admission listener not serving")
+	}
+	return nil
+}
+
+// Ready returns nil when the HTTPS listener serves, a valid serving
+// certificate is loaded, the server is not shutting down and every extra
+// ReadyCheck passes; otherwise the first reason it is not.
+func (s *Server) Ready() error {
+	if err := s.Serving(); err != nil {
+		return err
 	}
 	if err := s.opts.Certs.Check(time.Now()); err != nil {
 		return err

@@ -1,0 +1,328 @@
+// Package lifecycle keeps kadmit's TLS material and webhook registration
+// right in a cluster: every replica bootstraps and watches the certificate
+// Secret and swaps its serving certificate without a restart; the replica
+// holding the Lease writes the Secret (renewals, CA rotation, recovery) and
+// the caBundle of kadmit's webhook configurations.
+package lifecycle
+
+import (
+	"context"
+	"crypto/x509"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/client-go/informers"
+	"k8s.io/client-go/kubernetes"
+	listersadmissionv1 "k8s.io/client-go/listers/admissionregistration/v1"
+	listerscorev1 "k8s.io/client-go/listers/core/v1"
+	"k8s.io/client-go/tools/cache"
+
+	"github.com/kadmit/kadmit/internal/admission"
+	"github.com/kadmit/kadmit/internal/certs"
+	"github.com/kadmit/kadmit/internal/metrics"
+	"github.com/kadmit/kadmit/internal/registration"
+)
+
+// RotateAnnotation on the certificate Secret asks the leader for a rotation
+// now: "serving" re-issues the serving certificate, "ca" starts a CA rotation.
+// The leader removes it once done.
+const RotateAnnotation = "kadmit.io/rotate"
+
+// Options configure a Manager.
+type Options struct {
+	Client     kubernetes.Interface
+	Namespace  string
+	SecretName string
+	Spec       certs.Spec
+	// ServerName is the name the API server verifies: <svc>.<ns>.svc, or the
+	// URL host in dev mode.
+	ServerName string
+	Holder     *certs.Holder
+	// Register, when set, makes the leader write kadmit's webhook
+	// configurations with the Secret's CA bundle as caBundle.
+	Register     bool
+	Hooks        []admission.Hook
+	Registration registration.Options
+	// LeaseName and Identity configure leader election; LeaseDuration,
+	// RenewDeadline and RetryPeriod default to 15s, 10s and 2s.
+	LeaseName                                 string
+	Identity                                  string
+	LeaseDuration, RenewDeadline, RetryPeriod time.Duration
+	// ListenerReady reports whether this replica's HTTPS listener serves.
+	ListenerReady func() error
+	// SettleDelay is how long a caBundle must have been in every
+	// configuration before serving certificates move to a new CA, and how
+	// long old CAs stay trusted after the last replica moved, covering the
+	// API server's and the replicas' informer lag; default 3s.
+	SettleDelay time.Duration
+	Metrics     *metrics.Certificates
+	Logger      *slog.Logger
+	// Now is the clock; default time.Now.
+	Now func() time.Time
+}
+
+// Manager runs the TLS lifecycle of one replica.
+type Manager struct {
+	o          Options
+	log        *slog.Logger
+	secrets    listerscorev1.SecretLister
+	mutating   listersadmissionv1.MutatingWebhookConfigurationLister
+	validating listersadmissionv1.ValidatingWebhookConfigurationLister
+	kick       chan struct{}
+	leading    atomic.Bool
+
+	mu       sync.Mutex
+	last     *certs.Material // newest valid material seen, to restore a deleted Secret
+	bundleAt map[string]time.Time
+	movedAt  time.Time
+	synced   atomic.Bool
+}
+
+// New checks opts and builds a Manager; Start runs it.
+func New(opts Options) (*Manager, error) {
+	if opts.Client == nil || opts.Namespace == "" || opts.SecretName == "" || opts.Holder == nil || opts.ServerName == "" {
+		return nil, errors.New("lifecycle: client, namespace, secret name, server name and holder are required")
+	}
+	if opts.Now == nil {
+		opts.Now = time.Now
+	}
+	if opts.Logger == nil {
+		opts.Logger = slog.Default()
+	}
+	if opts.SettleDelay <= 0 {
+		opts.SettleDelay = 3 * time.Second
+	}
+	if opts.LeaseName == "" {
+		opts.LeaseName = opts.SecretName + "-leader"
+	}
+	if opts.LeaseDuration <= 0 {
+		opts.LeaseDuration = 15 * time.Second
+	}
+	if opts.RenewDeadline <= 0 {
+		opts.RenewDeadline = 10 * time.Second
+	}
+	if opts.RetryPeriod <= 0 {
+		opts.RetryPeriod = 2 * time.Second
+	}
+	if opts.Registration.Name == "" {
+		opts.Registration.Name = "kadmit"
+	}
+	return &Manager{o: opts, log: opts.Logger.With("component", "tls-lifecycle"), kick: make(chan struct{}, 1), bundleAt: map[string]time.Time{}}, nil
+}
+
+// Start bootstraps the Secret (Create, or read what another replica created),
+// starts the informers, loads the serving certificate and starts leader
+// election in the background. It returns once a certificate is served or ctx
+// ends; the background work stops with ctx.
+func (m *Manager) Start(ctx context.Context) error {
+	if err := m.bootstrap(ctx); err != nil {
+		return err
+	}
+	secretInf := informers.NewSharedInformerFactoryWithOptions(m.o.Client, 10*time.Minute,
+		informers.WithNamespace(m.o.Namespace),
+		informers.WithTweakListOptions(func(lo *metav1.ListOptions) {
+			lo.FieldSelector = fields.OneTermEqualSelector("metadata.name", m.o.SecretName).String()
+		}))
+	cfgInf := informers.NewSharedInformerFactoryWithOptions(m.o.Client, 10*time.Minute,
+		informers.WithTweakListOptions(func(lo *metav1.ListOptions) {
+			lo.FieldSelector = fields.OneTermEqualSelector("metadata.name", m.o.Registration.Name).String()
+		}))
+	si := secretInf.Core().V1().Secrets()
+	mi := cfgInf.Admissionregistration().V1().MutatingWebhookConfigurations()
+	vi := cfgInf.Admissionregistration().V1().ValidatingWebhookConfigurations()
+	m.secrets, m.mutating, m.validating = si.Lister(), mi.Lister(), vi.Lister()
+	onChange := cache.ResourceEventHandlerFuncs{
+		AddFunc:    func(any) { m.onEvent() },
+		UpdateFunc: func(any, any) { m.onEvent() },
+		DeleteFunc: func(any) { m.onEvent() },
+	}
+	for _, inf := range []cache.SharedIndexInformer{si.Informer(), mi.Informer(), vi.Informer()} {
+		if _, err := inf.AddEventHandler(onChange); err != nil {
+			return fmt.Errorf("lifecycle: add event handler: %w", err)
+		}
+	}
+	secretInf.Start(ctx.Done())
+	cfgInf.Start(ctx.Done())
+	for typ, ok := range secretInf.WaitForCacheSync(ctx.Done()) {
+		if !ok {
+			return fmt.Errorf("lifecycle: %v informer did not sync", typ)
+		}
+	}
+	for typ, ok := range cfgInf.WaitForCacheSync(ctx.Done()) {
+		if !ok {
+			return fmt.Errorf("lifecycle: %v informer did not sync", typ)
+		}
+	}
+	m.synced.Store(true)
+	m.load()
+	if m.o.Holder.Current() == nil {
+		return fmt.Errorf("lifecycle: Secret %s/%s holds no usable certificate", m.o.Namespace, m.o.SecretName)
+	}
+	go m.elect(ctx)
+	return nil
+}
+
+// bootstrap makes sure the Secret exists. Every replica may race here: the
+// first Create wins and the others read the winner's material, so two CAs
+// never fight.
+func (m *Manager) bootstrap(ctx context.Context) error {
+	secrets := m.o.Client.CoreV1().Secrets(m.o.Namespace)
+	s, err := secrets.Get(ctx, m.o.SecretName, metav1.GetOptions{})
+	if err == nil {
+		if _, perr := certs.ParseSecretData(s.Data); perr != nil {
+			m.log.Warn("certificate Secret is unusable; waiting for the leader to repair it", "secret", m.o.SecretName, "error", perr)
+		}
+		return nil
+	}
+	if !apierrors.IsNotFound(err) {
+		return fmt.Errorf("lifecycle: get Secret %s/%s: %w", m.o.Namespace, m.o.SecretName, err)
+	}
+	mat, err := certs.NewMaterial(m.o.Spec, m.o.Now())
+	if err != nil {
+		return fmt.Errorf("lifecycle: %w", err)
+	}
+	_, err = secrets.Create(ctx, m.newSecret(mat), metav1.CreateOptions{FieldManager: registration.FieldManager})
+	switch {
+	case err == nil:
+		m.log.Info("created certificate Secret", "secret", m.o.SecretName, "ca", mat.Bundle[0].Subject.CommonName)
+		m.count("ca")
+		m.count("serving")
+	case apierrors.IsAlreadyExists(err):
+		m.log.Info("certificate Secret created by another replica; using it", "secret", m.o.SecretName)
+	default:
+		return fmt.Errorf("lifecycle: create Secret %s/%s: %w", m.o.Namespace, m.o.SecretName, err)
+	}
+	return nil
+}
+
+func (m *Manager) newSecret(mat *certs.Material) *corev1.Secret {
+	return &corev1.Secret{
+		ObjectMeta: metav1.ObjectMeta{Name: m.o.SecretName, Namespace: m.o.Namespace,
+			Labels: map[string]string{"app.kubernetes.io/managed-by": "kadmit"}},
+		Type: corev1.SecretTypeTLS,
+		Data: mat.SecretData(),
+	}
+}
+
+func (m *Manager) onEvent() {
+	m.load()
+	m.trigger()
+}
+
+func (m *Manager) trigger() {
+	select {
+	case m.kick <- struct{}{}:
+	default:
+	}
+}
+
+// load swaps in the Secret's serving certificate when it changed. A missing
+// or corrupt Secret keeps the current certificate: serving on is better than
+// failing every admission while the leader repairs it.
+func (m *Manager) load() {
+	if m.secrets == nil {
+		return
+	}
+	s, err := m.secrets.Secrets(m.o.Namespace).Get(m.o.SecretName)
+	if err != nil {
+		return
+	}
+	mat, err := certs.ParseSecretData(s.Data)
+	if err != nil {
+		m.log.Error("certificate Secret is unusable; keeping the current certificate", "error", err)
+		m.o.Metrics.ReloadError()
+		return
+	}
+	m.mu.Lock()
+	m.last = mat
+	m.mu.Unlock()
+	cur := m.o.Holder.Current()
+	if cur != nil && cur.Leaf != nil && cur.Leaf.Equal(mat.Serving.Leaf) {
+		return
+	}
+	m.o.Holder.Set(mat.Serving)
+	m.o.Metrics.Loaded(mat.Serving.Leaf, mat.Bundle[0])
+	m.log.Info("serving certificate loaded", "serial", mat.Serving.Leaf.SerialNumber.Text(16),
+		"issuer", mat.Serving.Leaf.Issuer.CommonName, "notAfter", mat.Serving.Leaf.NotAfter, "renewAt", certs.RenewAt(mat.Serving.Leaf))
+}
+
+// Ready is the readiness condition "the API server can call me": the served
+// certificate is valid now, not within the last tenth of its lifetime, and
+// verifies for ServerName against the caBundle of every kadmit webhook (or,
+// before any configuration exists, against the Secret's bundle).
+func (m *Manager) Ready() error {
+	if !m.synced.Load() {
+		return errors.New("certificate informers not synced")
+	}
+	cur := m.o.Holder.Current()
+	if cur == nil || cur.Leaf == nil {
+		return certs.ErrNoCertificate
+	}
+	leaf, now := cur.Leaf, m.o.Now()
+	if err := m.o.Holder.Check(now); err != nil {
+		return err
+	}
+	if margin := leaf.NotAfter.Sub(leaf.NotBefore) / 10; now.After(leaf.NotAfter.Add(-margin)) {
+		return fmt.Errorf("serving certificate expires at %s, within the last tenth of its lifetime", leaf.NotAfter.UTC().Format(time.RFC3339))
+	}
+	bundles := m.liveBundles()
+	if len(bundles) == 0 {
+		m.mu.Lock()
+		last := m.last
+		m.mu.Unlock()
+		if last == nil {
+			return nil
+		}
+		bundles = map[string][]byte{"Secret " + m.o.SecretName: last.BundlePEM()}
+	}
+	for where, b := range bundles {
+		if err := certs.Verify(leaf, b, m.o.ServerName, now); err != nil {
+			return fmt.Errorf("served certificate does not verify against the caBundle of %s for %s: %w", where, m.o.ServerName, err)
+		}
+	}
+	return nil
+}
+
+// liveBundles returns each kadmit webhook's caBundle, keyed by
+// "<Kind>/<webhook>", from the informer caches.
+func (m *Manager) liveBundles() map[string][]byte {
+	out := map[string][]byte{}
+	if mwc, err := m.mutating.Get(m.o.Registration.Name); err == nil {
+		for _, w := range mwc.Webhooks {
+			out["MutatingWebhookConfiguration/"+w.Name] = w.ClientConfig.CABundle
+		}
+	}
+	if vwc, err := m.validating.Get(m.o.Registration.Name); err == nil {
+		for _, w := range vwc.Webhooks {
+			out["ValidatingWebhookConfiguration/"+w.Name] = w.ClientConfig.CABundle
+		}
+	}
+	return out
+}
+
+// IsLeader reports whether this replica writes the Secret and caBundle.
+func (m *Manager) IsLeader() bool { return m.leading.Load() }
+
+func (m *Manager) count(kind string) { m.o.Metrics.Rotated(kind) }
+
+// containsCert reports whether bundlePEM holds ca.
+func containsCert(bundlePEM []byte, ca *x509.Certificate) bool {
+	cs, err := certs.ParseCertificates(bundlePEM)
+	if err != nil {
+		return false
+	}
+	for _, c := range cs {
+		if c.Equal(ca) {
+			return true
+		}
+	}
+	return false
+}
