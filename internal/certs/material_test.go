@@ -1,0 +1,126 @@
+package certs
+
+import (
+	"errors"
+	"net"
+	"testing"
+	"time"
+)
+
+var spec = Spec{
+	DNSNames:        []string{"kadmit", "kadmit.ns", "kadmit.ns.svc", "kadmit.ns.svc.cluster.local"},
+	IPs:             []net.IP{net.ParseIP("198.18.0.2")},
+	ServingValidity: 90 * time.Minute,
+	CAValidity:      900 * time.Minute,
+}
+
+func TestMaterialRoundTripAndVerify(t *testing.T) {
+	now := time.Now()
+	m, err := NewMaterial(spec, now)
+	if err != nil {
+		t.Fatal(err)
+	}
+	back, err := ParseSecretData(m.SecretData())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !back.Equal(m) || back.Check(spec, now) != DueNothing {
+		t.Fatalf("round trip changed the material or it is not current: %v", back.Check(spec, now))
+	}
+	if err := Verify(back.Serving.Leaf, back.BundlePEM(), "kadmit.ns.svc", now); err != nil {
+		t.Fatalf("serving certificate does not verify for the Service name: %v", err)
+	}
+	if err := Verify(back.Serving.Leaf, back.BundlePEM(), "kueue-webhook-service.ns.svc", now); err == nil {
+		t.Fatal("verified for a name not in the SANs")
+	}
+}
+
+func TestParseSecretDataRejects(t *testing.T) {
+	m, _ := NewMaterial(spec, time.Now())
+	other, _ := NewMaterial(spec, time.Now())
+	for name, mutate := range map[string]func(map[string][]byte){
+		"missing ca.key":    func(d map[string][]byte) { delete(d, SecretCAPrivateKey) },
+		"garbage tls.crt":   func(d map[string][]byte) { d[SecretCertKey] = []byte("nope") },
+		"foreign CA key":    func(d map[string][]byte) { d[SecretCAPrivateKey] = other.SecretData()[SecretCAPrivateKey] },
+		"mismatched tlskey": func(d map[string][]byte) { d[SecretKeyKey] = other.SecretData()[SecretKeyKey] },
+	} {
+		d := m.SecretData()
+		mutate(d)
+		if _, err := ParseSecretData(d); !errors.Is(err, ErrIncomplete) {
+			t.Errorf("%s: err = %v, want ErrIncomplete", name, err)
+		}
+	}
+}
+
+func TestCheckRenewalPoints(t *testing.T) {
+	now := time.Now()
+	m, _ := NewMaterial(spec, now)
+	// Certificates start an hour early for clock skew: 2/3 of (90m+1h) is 100m
+	// after NotBefore, i.e. 40m from now.
+	if got := m.Check(spec, now.Add(39*time.Minute)); got != DueNothing {
+		t.Fatalf("before 2/3: %q", got)
+	}
+	if got := m.Check(spec, now.Add(41*time.Minute)); got != DueServing {
+		t.Fatalf("after 2/3 of the serving lifetime: %q", got)
+	}
+	if got := m.Check(spec, now.Add(600*time.Minute)); got != DueCA {
+		t.Fatalf("after 2/3 of the CA lifetime: %q", got)
+	}
+	moreSANs := spec
+	moreSANs.DNSNames = append([]string{"extra"}, spec.DNSNames...)
+	if got := m.Check(moreSANs, now); got != DueServing {
+		t.Fatalf("SANs changed: %q", got)
+	}
+	rsa := spec
+	rsa.KeyType = RSA2048
+	if got := m.Check(rsa, now); got != DueServing {
+		t.Fatalf("key type changed: %q", got)
+	}
+}
+
+// TestCARotationSteps walks the three steps and checks that at every step the
+// certificate being served verifies against the bundle the API server would
+// hold, which is what makes the rotation free of unknown-authority errors.
+func TestCARotationSteps(t *testing.T) {
+	now := time.Now()
+	m0, _ := NewMaterial(spec, now)
+
+	m1, err := m0.WithNewCA(spec, now)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(m1.Bundle) != 2 || m1.ServedBySigningCA() || m1.Check(spec, now) != DueReissueFromNewCA {
+		t.Fatalf("step 1: bundle %d, served by signing CA %v, due %q", len(m1.Bundle), m1.ServedBySigningCA(), m1.Check(spec, now))
+	}
+	// Replicas still serve m0's certificate; the bundle now holds both CAs.
+	if err := Verify(m0.Serving.Leaf, m1.BundlePEM(), "kadmit.ns.svc", now); err != nil {
+		t.Fatalf("old certificate against the extended bundle: %v", err)
+	}
+
+	m2, err := m1.WithServing(spec, now)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !m2.ServedBySigningCA() || m2.Check(spec, now) != DueDropOldCAs {
+		t.Fatalf("step 2: due %q", m2.Check(spec, now))
+	}
+	for _, leaf := range []*Material{m0, m2} {
+		if err := Verify(leaf.Serving.Leaf, m2.BundlePEM(), "kadmit.ns.svc", now); err != nil {
+			t.Fatalf("old or new certificate against the extended bundle: %v", err)
+		}
+	}
+
+	m3 := m2.WithoutOldCAs()
+	if len(m3.Bundle) != 1 || m3.Check(spec, now) != DueNothing {
+		t.Fatalf("step 3: bundle %d due %q", len(m3.Bundle), m3.Check(spec, now))
+	}
+	if err := Verify(m2.Serving.Leaf, m3.BundlePEM(), "kadmit.ns.svc", now); err != nil {
+		t.Fatalf("new certificate against the final bundle: %v", err)
+	}
+	if err := Verify(m0.Serving.Leaf, m3.BundlePEM(), "kadmit.ns.svc", now); err == nil {
+		t.Fatal("old certificate still verifies after the old CA left the bundle")
+	}
+	if _, err := ParseSecretData(m1.SecretData()); err != nil {
+		t.Fatalf("mid-rotation Secret does not parse: %v", err)
+	}
+}
