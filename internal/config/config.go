@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"os"
 
+	kjson "sigs.k8s.io/json"
 	"sigs.k8s.io/yaml"
 
 	"github.com/kadmit/kadmit/internal/policy/lifespan"
@@ -78,13 +79,22 @@ func LoadFile(path string) (*Configuration, error) {
 }
 
 // Parse decodes YAML or JSON strictly (unknown or duplicate fields are
-// errors) over the seed defaults and validates the result. Errors wrap
-// ErrInvalid and name the field, e.g. "policies.lifespan.max: must be >= 0".
+// errors, and field names are case-sensitive as in Kubernetes objects) over
+// the seed defaults and validates the result. apiVersion and kind must be
+// present. Errors wrap ErrInvalid and name the field, e.g.
+// "policies.lifespan.max: must be >= 0".
 func Parse(data []byte) (*Configuration, error) {
 	if len(bytes.TrimSpace(data)) == 0 {
 		return nil, fmt.Errorf("%w: the file is empty", ErrInvalid)
 	}
+	// YAMLToJSONStrict refuses duplicate keys; JSON is valid YAML.
+	js, err := yaml.YAMLToJSONStrict(data)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrInvalid, err)
+	}
 	c := Default()
+	// The envelope has no default: a file must say what it is.
+	c.APIVersion, c.Kind = "", ""
 	// Replace maps whole instead of merging keys into the defaults, so a
 	// file that lists only memory does not silently keep the cpu default.
 	var probe struct {
@@ -92,13 +102,19 @@ func Parse(data []byte) (*Configuration, error) {
 			NodeOvercommit map[string]json.RawMessage `json:"nodeOvercommit"`
 		} `json:"policies"`
 	}
-	if err := yaml.Unmarshal(data, &probe); err == nil {
+	if err := kjson.UnmarshalCaseSensitivePreserveInts(js, &probe); err == nil {
 		if _, ok := probe.Policies.NodeOvercommit["ratios"]; ok {
 			c.Policies.NodeOvercommit.Ratios = nil
 		}
 	}
-	if err := yaml.UnmarshalStrict(data, c); err != nil {
+	// sigs.k8s.io/json matches field names case-sensitively, unlike
+	// encoding/json, so "podname" is an unknown field, not podName.
+	strictErrs, err := kjson.UnmarshalStrict(js, c, kjson.DisallowDuplicateFields, kjson.DisallowUnknownFields)
+	if err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrInvalid, err)
+	}
+	if len(strictErrs) > 0 {
+		return nil, fmt.Errorf("%w: %w", ErrInvalid, strictErrs[0])
 	}
 	if err := c.Validate(); err != nil {
 		return nil, err

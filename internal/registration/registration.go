@@ -74,6 +74,9 @@ func Build(hooks []admission.Hook, opts Options) (*admissionregistrationv1.Mutat
 	equivalent := admissionregistrationv1.Equivalent
 	reinvoke := admissionregistrationv1.IfNeededReinvocationPolicy
 	for _, h := range hooks {
+		if h.Type != admission.Mutating && h.Type != admission.Validating {
+			return nil, nil, fmt.Errorf("policy %s: hook on %s has unknown type %q", h.Policy, h.Path, h.Type)
+		}
 		name := h.Policy + ".kadmit.io"
 		if names[h.Type][name] {
 			name = h.Policy + "-" + strings.Trim(strings.ReplaceAll(h.Path, "/", "-"), "-") + ".kadmit.io"

@@ -98,7 +98,11 @@ func readFile(path string) ([]Document, error) {
 func decodeAll(source string, r io.Reader) ([]Document, error) {
 	dec := utilyaml.NewYAMLOrJSONDecoder(r, 4096)
 	var out []Document
-	for i := 0; ; i++ {
+	for {
+		// Errors name the document by the index it would have had, the
+		// same numbering as Document.Index (empty documents skipped, List
+		// items counted individually), so "(document N)" means one thing.
+		i := len(out)
 		var raw json.RawMessage
 		if err := dec.Decode(&raw); err != nil {
 			if errors.Is(err, io.EOF) {
@@ -118,7 +122,7 @@ func decodeAll(source string, r io.Reader) ([]Document, error) {
 			for _, item := range list.Items {
 				b, err := item.MarshalJSON()
 				if err != nil {
-					return nil, fmt.Errorf("%w: %s (document %d): %w", ErrInput, source, i, err)
+					return nil, fmt.Errorf("%w: %s (document %d): %w", ErrInput, source, len(out), err)
 				}
 				out = append(out, Document{Source: source, Index: len(out), Object: b})
 			}
@@ -140,16 +144,19 @@ type Options struct {
 }
 
 // Result is the outcome for one object; its JSON form is one line of
-// `kadmit review -o json`.
+// `kadmit review -o json`. Every documented key (apiVersion, kind, namespace,
+// name, allowed, code, message, warnings, patch, object) is always present, so
+// scripts can rely on them: namespace and message may be "", warnings and
+// patch [].
 type Result struct {
 	APIVersion string                `json:"apiVersion"`
 	Kind       string                `json:"kind"`
-	Namespace  string                `json:"namespace,omitempty"`
+	Namespace  string                `json:"namespace"`
 	Name       string                `json:"name"`
 	Allowed    bool                  `json:"allowed"`
 	Code       int32                 `json:"code"`
-	Message    string                `json:"message,omitempty"`
-	Warnings   []string              `json:"warnings,omitempty"`
+	Message    string                `json:"message"`
+	Warnings   []string              `json:"warnings"`
 	Patch      []jsonpatch.Operation `json:"patch"`
 	Object     json.RawMessage       `json:"object"`
 	// Webhooks lists the paths that matched, in call order.
@@ -196,7 +203,7 @@ func Run(ctx context.Context, webhooks []*admission.Webhook, doc Document, opts 
 		}
 	}
 
-	res := &Result{APIVersion: u.GetAPIVersion(), Kind: gvk.Kind, Namespace: u.GetNamespace(), Name: u.GetName(), Allowed: true, Code: 200, Patch: []jsonpatch.Operation{}}
+	res := &Result{APIVersion: u.GetAPIVersion(), Kind: gvk.Kind, Namespace: u.GetNamespace(), Name: u.GetName(), Allowed: true, Code: 200, Warnings: []string{}, Patch: []jsonpatch.Operation{}}
 	original := req.Object.Raw
 	// Mutating webhooks first, each seeing the previous one's output, then
 	// validating webhooks on the final object, as the API server does.

@@ -220,7 +220,12 @@ func (s *Server) Serve(ctx context.Context) error {
 		err = fmt.Errorf("in-flight requests outlived the %s grace period: %w", s.opts.ShutdownGrace, err)
 	}
 	if s.plain != nil {
-		_ = s.plain.Shutdown(shutCtx)
+		// When the admission drain used up the grace period, shutCtx is
+		// already done and Shutdown leaves active connections open: close
+		// them so nothing is served after Serve returns.
+		if s.plain.Shutdown(shutCtx) != nil {
+			_ = s.plain.Close()
+		}
 	}
 	s.serving.Store(false)
 	return errors.Join(serveErr, err)
