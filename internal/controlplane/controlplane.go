@@ -117,7 +117,7 @@ func FindBinaries(dir string) (string, error) {
 		if err != nil {
 			reason = err.Error()
 		}
-		return "", fmt.Errorf("%w: %s (%s); run `make controlplane` (hack/controlplane.sh) to build %s and etcd into %s, or set %s",
+		return "", fmt.Errorf("%w: %s (%s); run `make controlplane` (hack/controlplane.sh) to build kube-apiserver %s and etcd into %s, or set %s",
 			ErrBinariesMissing, p, reason, KubeVersion, dir, EnvDir)
 	}
 	return dir, nil
@@ -165,8 +165,6 @@ func Start(ctx context.Context, opts Options) (*ControlPlane, error) {
 	// envtest already disables it by default; saying so here keeps pod
 	// creation working should that default ever change.
 	api.Configure().Set("disable-admission-plugins", "ServiceAccount")
-	// Only loopback: the tests and the demo must not reach beyond this host.
-	api.Configure().Set("advertise-address", "127.0.0.1")
 
 	etcd := &envtest.Etcd{
 		Out: opts.Output,

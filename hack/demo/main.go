@@ -1,0 +1,540 @@
+// Command demo shows kadmit at work against a real API server in about a
+// minute: it starts kube-apiserver and etcd on loopback, runs `kadmit serve`
+// with a self-signed certificate and --register, applies the manifests in
+// examples/seed/ and prints, for each step, what was expected next to what the
+// API server answered.
+//
+//	make controlplane                    # once: builds kube-apiserver and etcd
+//	go run ./hack/demo [--kadmit PATH]   # or: make demo
+//
+// It exits 0 when every outcome matched and 1 otherwise, and stops kadmit and
+// the control plane on every path out, Ctrl-C included.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"text/tabwriter"
+	"time"
+
+	"github.com/go-logr/logr"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
+	"sigs.k8s.io/yaml"
+
+	"github.com/kadmit/kadmit/internal/controlplane"
+	"github.com/kadmit/kadmit/internal/controlplane/kadmitproc"
+)
+
+type options struct {
+	kadmit      string
+	addr        string
+	metricsAddr string
+	seedDir     string
+	cpDir       string
+	timeout     time.Duration
+	verbose     bool
+}
+
+func main() {
+	var o options
+	flag.StringVar(&o.kadmit, "kadmit", "", "kadmit binary to run (default: build ./cmd/kadmit into a temporary directory)")
+	flag.StringVar(&o.addr, "addr", "127.0.0.1:9443", "kadmit's HTTPS admission address; a free port is used if it is busy")
+	flag.StringVar(&o.metricsAddr, "metrics-addr", "127.0.0.1:8080", "kadmit's plain-HTTP metrics and health address; a free port is used if it is busy")
+	flag.StringVar(&o.seedDir, "seed", "", "directory of the seed manifests (default: examples/seed in the repository)")
+	flag.StringVar(&o.cpDir, "controlplane-dir", "", "directory with kube-apiserver and etcd (default: $"+controlplane.EnvDir+" or the `make controlplane` cache)")
+	flag.DurationVar(&o.timeout, "timeout", 5*time.Minute, "give up after this long")
+	flag.BoolVar(&o.verbose, "v", false, "also print kadmit's full log")
+	flag.Parse()
+	// envtest logs through controller-runtime's global logger, which nags
+	// with a stack trace on stderr when left unset; the demo has its own output.
+	ctrllog.SetLogger(logr.Discard())
+	os.Exit(run(o))
+}
+
+// run returns the exit code; it is separate from main so deferred clean-up
+// runs before os.Exit.
+func run(o options) int {
+	// Ctrl-C cancels ctx; every wait below watches it, and the deferred
+	// stops below still run. The API server and etcd sit in their own process
+	// group, so the terminal's Ctrl-C does not reach them directly.
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	ctx, cancel := context.WithTimeout(ctx, o.timeout)
+	defer cancel()
+
+	out := os.Stdout
+	say := func(format string, args ...any) { fmt.Fprintf(out, format+"\n", args...) }
+
+	root, err := kadmitproc.RepoRoot()
+	if err != nil && (o.seedDir == "" || o.kadmit == "") {
+		say("demo: %v (run it from the kadmit repository, or pass --seed and --kadmit)", err)
+		return 1
+	}
+	if o.seedDir == "" {
+		o.seedDir = filepath.Join(root, "examples", "seed")
+	}
+	tmp, err := os.MkdirTemp("", "kadmit-demo-")
+	if err != nil {
+		say("demo: temporary directory: %v", err)
+		return 1
+	}
+	defer os.RemoveAll(tmp)
+
+	if o.kadmit == "" {
+		say("Building kadmit (go build ./cmd/kadmit) ...")
+		o.kadmit = filepath.Join(tmp, "kadmit")
+		if err := kadmitproc.Build(ctx, root, o.kadmit); err != nil {
+			say("demo: %v", err)
+			return 1
+		}
+	}
+
+	say("Starting a control plane: kube-apiserver %s and etcd on 127.0.0.1 ...", controlplane.KubeVersion)
+	cpLog, err := os.Create(filepath.Join(tmp, "controlplane.log"))
+	if err != nil {
+		say("demo: %v", err)
+		return 1
+	}
+	started := time.Now()
+	cp, err := controlplane.Start(ctx, controlplane.Options{Dir: o.cpDir, Output: cpLog})
+	if err != nil {
+		say("demo: %v", err)
+		return 1
+	}
+	defer func() {
+		say("Stopping the control plane ...")
+		if err := cp.Stop(); err != nil {
+			say("demo: %v", err)
+		}
+	}()
+	say("  API server ready at %s (%s)", cp.Config.Host, time.Since(started).Round(100*time.Millisecond))
+
+	kubeconfig := filepath.Join(tmp, "kubeconfig")
+	if err := cp.WriteKubeconfig(kubeconfig); err != nil {
+		say("demo: %v", err)
+		return 1
+	}
+	addr, err := pickAddr(o.addr)
+	if err != nil {
+		say("demo: %v", err)
+		return 1
+	}
+	metricsAddr, err := pickAddr(o.metricsAddr)
+	if err != nil {
+		say("demo: %v", err)
+		return 1
+	}
+	if addr != o.addr || metricsAddr != o.metricsAddr {
+		say("  (%s or %s is busy; using %s and %s)", o.addr, o.metricsAddr, addr, metricsAddr)
+	}
+
+	var kadmitLog io.Writer
+	if o.verbose {
+		kadmitLog = os.Stderr
+	}
+	k, err := kadmitproc.Start(kadmitproc.Options{
+		Binary:      o.kadmit,
+		Addr:        addr,
+		MetricsAddr: metricsAddr,
+		CAFile:      filepath.Join(tmp, "ca.crt"),
+		Kubeconfig:  kubeconfig,
+		Log:         kadmitLog,
+	})
+	if err != nil {
+		say("demo: %v", err)
+		return 1
+	}
+	defer func() {
+		code, took, err := k.Terminate(35 * time.Second)
+		switch {
+		case err != nil:
+			say("demo: %v", err)
+		default:
+			say("Stopped kadmit with SIGTERM: exit code %d after %s.", code, took.Round(time.Millisecond))
+		}
+	}()
+	say("Starting kadmit:\n  %s", strings.Join(k.Args, " "))
+
+	waitCtx, waitCancel := context.WithTimeout(ctx, 90*time.Second)
+	defer waitCancel()
+	if err := k.WaitReady(waitCtx); err != nil {
+		say("demo: %v", err)
+		return 1
+	}
+	say("  kadmit is ready (GET http://%s/readyz answered 200)", metricsAddr)
+	if _, _, err := k.WaitRegistered(waitCtx, cp.Client); err != nil {
+		say("demo: %v", err)
+		return 1
+	}
+	say("  kadmit registered MutatingWebhookConfiguration %q and ValidatingWebhookConfiguration %q", kadmitproc.ConfigName, kadmitproc.ConfigName)
+	if err := k.WaitEffective(waitCtx, cp.Client, metav1.NamespaceDefault); err != nil {
+		say("demo: %v", err)
+		return 1
+	}
+	say("  the API server now calls kadmit (checked with dry-run pods)\n")
+
+	say("kadmit's policies, as the seed profile configures them:")
+	say("  pod-name         denies pods whose name contains \"offensive\"")
+	say("  lifespan         gives each pod tolerations for the acme.com/lifespan-remaining=<days> node taint:")
+	say("                   one per day from its acme.com/lifespan-requested label up to 14, or Exists without the label")
+	say("  node-overcommit  doubles a node's allocatable CPU and keeps what the kubelet reserved, on every status")
+	say("                   update the kubelet posts, without compounding")
+	say("")
+	say("Applying the manifests in %s:\n", o.seedDir)
+	// A client of our own so that API server warnings (which carry kadmit's
+	// warnings) are collected for the report rather than logged to stderr.
+	warnings := &warningLog{}
+	cfg := rest.CopyConfig(cp.Config)
+	cfg.WarningHandler = warnings
+	client, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		say("demo: %v", err)
+		return 1
+	}
+	d := &demo{ctx: ctx, client: client, seedDir: o.seedDir}
+	rows := d.steps()
+
+	tw := tabwriter.NewWriter(out, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "STEP\tEXPECTED\tAPI SERVER ANSWERED\tRESULT")
+	failed := 0
+	for i, r := range rows {
+		verdict := "MATCH"
+		if !r.match {
+			verdict = "MISMATCH"
+			failed++
+		}
+		fmt.Fprintf(tw, "%d. %s\t%s\t%s\t%s\n", i+1, r.step, r.expected, oneLine(r.got, 72), verdict)
+	}
+	_ = tw.Flush()
+
+	// The start-up probes are dry-runs of our own; leave them out.
+	var decisions []kadmitproc.Decision
+	probes := 0
+	for _, dec := range k.Decisions() {
+		if strings.HasSuffix(dec.Object, "/"+kadmitproc.ProbePodName) || strings.HasSuffix(dec.Object, "/kadmit-probe") {
+			probes++
+			continue
+		}
+		decisions = append(decisions, dec)
+	}
+	say("\nWhat kadmit logged: one JSON line per decision (%d for the steps above, %d for the start-up probes).", len(decisions), probes)
+	say("Condensed: webhook path, operation, kind, object, decision, time kadmit took:")
+	for _, dec := range decisions[max(0, len(decisions)-14):] {
+		verdict := "allowed"
+		if !dec.Allowed {
+			verdict = fmt.Sprintf("DENIED %d %s", dec.Code, oneLine(dec.Message, 70))
+		} else if dec.Patched {
+			verdict = "allowed, patched"
+		}
+		say("  %-19s %-6s %-6s %-26s %-17s %s", dec.Webhook, dec.Operation, dec.Kind, dec.Object, verdict, dec.LatencyString())
+	}
+	for _, l := range k.Logs() {
+		if strings.Contains(l, `"admission decision"`) && strings.Contains(l, `"object":"default/offensive-pod"`) && strings.Contains(l, `"allowed":false`) {
+			say("The denial of offensive-pod as kadmit logged it (latency in nanoseconds):\n  %s", l)
+			break
+		}
+	}
+	if len(warnings.list()) > 0 {
+		say("\nWarnings kadmit sent back through the API server:")
+		for _, w := range warnings.list() {
+			say("  %s", w)
+		}
+	}
+	say("")
+
+	if ctx.Err() != nil {
+		say("demo: interrupted or timed out: %v", context.Cause(ctx))
+		return 1
+	}
+	if failed > 0 {
+		say("%d of %d outcomes did not match.", failed, len(rows))
+		return 1
+	}
+	say("All %d outcomes matched.", len(rows))
+	return 0
+}
+
+// warningLog collects the Warning headers the API server returns.
+type warningLog struct {
+	mu   sync.Mutex
+	msgs []string
+}
+
+func (w *warningLog) HandleWarningHeader(_ int, _ string, text string) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.msgs = append(w.msgs, text)
+}
+
+func (w *warningLog) list() []string {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return append([]string(nil), w.msgs...)
+}
+
+// pickAddr returns want when it can be listened on, else a free loopback port.
+func pickAddr(want string) (string, error) {
+	if kadmitproc.AddrFree(want) {
+		return want, nil
+	}
+	return kadmitproc.FreeAddr()
+}
+
+type row struct {
+	step, expected, got string
+	match               bool
+}
+
+type demo struct {
+	ctx     context.Context
+	client  kubernetes.Interface
+	seedDir string
+}
+
+// apiTimeout bounds each API call of a step.
+const apiTimeout = 30 * time.Second
+
+const (
+	lifespanKey   = "acme.com/lifespan-remaining"
+	annotationRaw = "kadmit.io/raw-allocatable"
+)
+
+func (d *demo) steps() []row {
+	return []row{
+		d.offensivePod(),
+		d.lifespanThree(),
+		d.plainPod(),
+		d.nodeCreate(),
+		d.nodeStatusUpdates(4),
+		d.badRatioNode(),
+	}
+}
+
+func (d *demo) load(name string, into any) error {
+	data, err := os.ReadFile(filepath.Join(d.seedDir, name))
+	if err != nil {
+		return fmt.Errorf("read seed manifest: %w", err)
+	}
+	if err := yaml.UnmarshalStrict(data, into); err != nil {
+		return fmt.Errorf("decode %s: %w", name, err)
+	}
+	return nil
+}
+
+func (d *demo) call() (context.Context, context.CancelFunc) {
+	return context.WithTimeout(d.ctx, apiTimeout)
+}
+
+// rejected builds the row of a step that expects the API server to refuse.
+func rejected(step, expected, want string, err error) row {
+	r := row{step: step, expected: expected}
+	switch {
+	case err == nil:
+		r.got = "admitted and stored"
+	default:
+		r.got = fmt.Sprintf("%d: %s", statusCode(err), webhookDenial.ReplaceAllString(err.Error(), "$1 denied: "))
+		r.match = strings.Contains(err.Error(), want)
+	}
+	return r
+}
+
+func (d *demo) createPod(file string) (*corev1.Pod, error) {
+	var pod corev1.Pod
+	if err := d.load(file, &pod); err != nil {
+		return nil, err
+	}
+	ctx, cancel := d.call()
+	defer cancel()
+	if pod.Namespace == "" {
+		pod.Namespace = metav1.NamespaceDefault
+	}
+	if _, err := d.client.CoreV1().Pods(pod.Namespace).Create(ctx, &pod, metav1.CreateOptions{}); err != nil {
+		return nil, err
+	}
+	// What etcd holds, not the create response.
+	return d.client.CoreV1().Pods(pod.Namespace).Get(ctx, pod.Name, metav1.GetOptions{})
+}
+
+func (d *demo) offensivePod() row {
+	const want = `pod name contains "offensive"`
+	_, err := d.createPod("offensive-pod.yaml")
+	return rejected("create pod offensive-pod", "denied: "+want, want, err)
+}
+
+func (d *demo) lifespanThree() row {
+	r := row{step: "create pod lifespan-three (asks for 3 days)", expected: "12 tolerations, values 3..14"}
+	pod, err := d.createPod("lifespan-three.yaml")
+	if err != nil {
+		r.got = "error: " + err.Error()
+		return r
+	}
+	var vals []string
+	r.match = true
+	for _, t := range pod.Spec.Tolerations {
+		if t.Key != lifespanKey {
+			continue // e.g. the API server's not-ready/unreachable defaults
+		}
+		vals = append(vals, t.Value)
+		if t.Operator != corev1.TolerationOpEqual || t.Effect != corev1.TaintEffectNoSchedule {
+			r.match = false
+		}
+	}
+	r.got = fmt.Sprintf("%d tolerations, values %s", len(vals), strings.Join(vals, ","))
+	if len(vals) != 12 {
+		r.match = false
+	}
+	for i, v := range vals {
+		if v != strconv.Itoa(3+i) {
+			r.match = false
+		}
+	}
+	return r
+}
+
+func (d *demo) plainPod() row {
+	r := row{step: "create pod plain-pod (no lifespan label)", expected: "one toleration, operator Exists"}
+	pod, err := d.createPod("plain-pod.yaml")
+	if err != nil {
+		r.got = "error: " + err.Error()
+		return r
+	}
+	var got []string
+	for _, t := range pod.Spec.Tolerations {
+		if t.Key == lifespanKey {
+			got = append(got, fmt.Sprintf("%s %s", t.Operator, t.Effect))
+		}
+	}
+	r.got = fmt.Sprintf("%d toleration(s): %s", len(got), strings.Join(got, "; "))
+	if len(got) == 0 {
+		r.got = "no " + lifespanKey + " toleration"
+	}
+	r.match = len(got) == 1 && got[0] == "Exists NoSchedule"
+	return r
+}
+
+// nodeCPU reports the stored node's cpu allocatable and capacity and whether
+// they are the amplified 7 and 7500m.
+func nodeCPU(n *corev1.Node) (string, bool) {
+	a, c := n.Status.Allocatable[corev1.ResourceCPU], n.Status.Capacity[corev1.ResourceCPU]
+	ok := a.Cmp(resource.MustParse("7")) == 0 && c.Cmp(resource.MustParse("7500m")) == 0
+	return fmt.Sprintf("%s/%s", a.String(), c.String()), ok
+}
+
+func (d *demo) nodeCreate() row {
+	r := row{step: "create node demo-node (cpu 3500m/4)", expected: "cpu allocatable/capacity 7/7500m"}
+	var node corev1.Node
+	if err := d.load("node.yaml", &node); err != nil {
+		r.got = "error: " + err.Error()
+		return r
+	}
+	ctx, cancel := d.call()
+	defer cancel()
+	if _, err := d.client.CoreV1().Nodes().Create(ctx, &node, metav1.CreateOptions{}); err != nil {
+		r.got = "error: " + err.Error()
+		return r
+	}
+	stored, err := d.client.CoreV1().Nodes().Get(ctx, node.Name, metav1.GetOptions{})
+	if err != nil {
+		r.got = "error: " + err.Error()
+		return r
+	}
+	r.got, r.match = nodeCPU(stored)
+	return r
+}
+
+// nodeStatusUpdates posts node-status.yaml n times as a kubelet does: a PUT
+// of nodes/status with its raw numbers on the latest resourceVersion. kadmit
+// must amplify them afresh each time, not compound its earlier result.
+func (d *demo) nodeStatusUpdates(n int) row {
+	r := row{
+		step:     fmt.Sprintf("kubelet posts raw status (3500m/4) %d times", n),
+		expected: "still 7/7500m after each",
+	}
+	var status corev1.Node
+	if err := d.load("node-status.yaml", &status); err != nil {
+		r.got = "error: " + err.Error()
+		return r
+	}
+	nodes := d.client.CoreV1().Nodes()
+	var seen []string
+	r.match = true
+	for i := 1; i <= n; i++ {
+		ctx, cancel := d.call()
+		latest, err := nodes.Get(ctx, status.Name, metav1.GetOptions{})
+		if err == nil {
+			latest.Status = *status.Status.DeepCopy()
+			_, err = nodes.UpdateStatus(ctx, latest, metav1.UpdateOptions{})
+		}
+		var stored *corev1.Node
+		if err == nil {
+			stored, err = nodes.Get(ctx, status.Name, metav1.GetOptions{})
+		}
+		cancel()
+		if err != nil {
+			r.got = fmt.Sprintf("update %d: error: %v", i, err)
+			r.match = false
+			return r
+		}
+		a, c := stored.Status.Allocatable[corev1.ResourceCPU], stored.Status.Capacity[corev1.ResourceCPU]
+		seen = append(seen, a.String()+"/"+c.String())
+		if _, ok := nodeCPU(stored); !ok {
+			r.match = false
+		}
+		if _, ok := stored.Annotations[annotationRaw]; !ok {
+			r.match = false
+			seen[len(seen)-1] += " (no " + annotationRaw + ")"
+		}
+	}
+	r.got = strings.Join(seen, ", ")
+	return r
+}
+
+func (d *demo) badRatioNode() row {
+	const want = "kadmit.io/overcommit-ratio"
+	var node corev1.Node
+	if err := d.load("bad-ratio-node.yaml", &node); err != nil {
+		return row{step: "create node demo-node-bad-ratio", got: "error: " + err.Error()}
+	}
+	ctx, cancel := d.call()
+	defer cancel()
+	_, err := d.client.CoreV1().Nodes().Create(ctx, &node, metav1.CreateOptions{})
+	return rejected("create node demo-node-bad-ratio (ratio 0.5)", "denied, naming "+want, want, err)
+}
+
+// webhookDenial matches the API server's preamble to a webhook's message, to
+// shorten it in the table.
+var webhookDenial = regexp.MustCompile(`admission webhook "([^"]+)" denied the request: `)
+
+func statusCode(err error) int32 {
+	var s apierrors.APIStatus
+	if errors.As(err, &s) {
+		return s.Status().Code
+	}
+	return 0
+}
+
+// oneLine keeps a table cell on one line and at most n runes.
+func oneLine(s string, n int) string {
+	s = strings.Join(strings.Fields(s), " ")
+	if r := []rune(s); len(r) > n {
+		return string(r[:n-1]) + "…"
+	}
+	return s
+}

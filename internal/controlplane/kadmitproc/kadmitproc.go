@@ -1,0 +1,501 @@
+// Package kadmitproc builds the kadmit binary and runs `kadmit serve` as a
+// child process against a control plane, for the end-to-end tests and the
+// demo. It exists so both drive kadmit exactly as an operator would: through
+// its command line, its readiness endpoint and the webhook configurations it
+// registers, never through its Go packages.
+package kadmitproc
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+)
+
+// ConfigName is the name of the MutatingWebhookConfiguration and the
+// ValidatingWebhookConfiguration `kadmit serve --register` writes.
+const ConfigName = "kadmit"
+
+// pollInterval paces every wait in this package: short enough that tests do
+// not idle, long enough not to hammer the API server.
+const pollInterval = 100 * time.Millisecond
+
+// maxLogLines bounds the log lines kept in memory; older ones are dropped.
+const maxLogLines = 20000
+
+// RepoRoot walks up from the working directory to the directory holding
+// go.mod, since `go test` runs in the package directory and `go run` wherever
+// the user stands.
+func RepoRoot() (string, error) {
+	dir, err := os.Getwd()
+	if err != nil {
+		return "", fmt.Errorf("kadmitproc: working directory: %w", err)
+	}
+	for {
+		if _, err := os.Stat(filepath.Join(dir, "go.mod")); err == nil {
+			return dir, nil
+		}
+		parent := filepath.Dir(dir)
+		if parent == dir {
+			return "", errors.New("kadmitproc: no go.mod in the working directory or any parent")
+		}
+		dir = parent
+	}
+}
+
+// Build compiles ./cmd/kadmit of the module at repoRoot into out. The
+// compiler's output is part of the error so a broken build explains itself.
+func Build(ctx context.Context, repoRoot, out string) error {
+	cmd := exec.CommandContext(ctx, "go", "build", "-o", out, "./cmd/kadmit")
+	cmd.Dir = repoRoot
+	var buf bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &buf, &buf
+	if err := cmd.Run(); err != nil {
+		return fmt.Errorf("kadmitproc: go build ./cmd/kadmit: %w\n%s", err, strings.TrimSpace(buf.String()))
+	}
+	return nil
+}
+
+// FreeAddr returns "127.0.0.1:<port>" for a port the kernel reports free.
+// Another process may take it before kadmit binds; callers accept that race.
+func FreeAddr() (string, error) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return "", fmt.Errorf("kadmitproc: find a free loopback port: %w", err)
+	}
+	defer ln.Close()
+	return ln.Addr().String(), nil
+}
+
+// AddrFree reports whether addr (host:port) can be listened on right now.
+func AddrFree(addr string) bool {
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return false
+	}
+	_ = ln.Close()
+	return true
+}
+
+// Options describe one `kadmit serve` process.
+type Options struct {
+	// Binary is the kadmit executable; required.
+	Binary string
+	// Addr is the HTTPS admission address (--addr), e.g. 127.0.0.1:9443; required.
+	Addr string
+	// MetricsAddr is the plain-HTTP metrics and health address
+	// (--metrics-addr); required, since readiness is read from it.
+	MetricsAddr string
+	// CAFile receives the self-signed CA (--ca-file); required.
+	CAFile string
+	// Kubeconfig, when set, turns on --register with --webhook-url
+	// https://<Addr> and --kubeconfig Kubeconfig.
+	Kubeconfig string
+	// ShutdownGrace, when positive, is passed as --shutdown-grace.
+	ShutdownGrace time.Duration
+	// ExtraArgs are appended to the command line.
+	ExtraArgs []string
+	// Log, when set, receives a copy of everything kadmit writes.
+	Log io.Writer
+}
+
+// Process is a running `kadmit serve`.
+type Process struct {
+	// Args is the full command line, for messages.
+	Args []string
+	// WebhookURL is https://<Addr>, the base of the registered URLs.
+	WebhookURL string
+
+	opts   Options
+	cmd    *exec.Cmd
+	logs   *lineBuffer
+	exited chan struct{}
+	state  *os.ProcessState
+}
+
+// Start runs `kadmit serve --self-signed --dns-name 127.0.0.1 --ca-file ...
+// --addr ... --metrics-addr ... --log-format json` (plus the --register flags
+// when opts.Kubeconfig is set). It returns once the process is started, not
+// ready: call WaitReady. The process is not tied to ctx, so that the caller
+// decides how it ends (Terminate); on Linux it receives SIGTERM should the
+// caller die first.
+func Start(opts Options) (*Process, error) {
+	if opts.Binary == "" || opts.Addr == "" || opts.MetricsAddr == "" || opts.CAFile == "" {
+		return nil, errors.New("kadmitproc: Binary, Addr, MetricsAddr and CAFile are required")
+	}
+	webhookURL := "https://" + opts.Addr
+	args := []string{"serve",
+		"--self-signed", "--dns-name", "127.0.0.1", "--ca-file", opts.CAFile,
+		"--addr", opts.Addr, "--metrics-addr", opts.MetricsAddr,
+		"--log-format", "json",
+	}
+	if opts.Kubeconfig != "" {
+		args = append(args, "--register", "--webhook-url", webhookURL, "--kubeconfig", opts.Kubeconfig)
+	}
+	if opts.ShutdownGrace > 0 {
+		args = append(args, "--shutdown-grace", opts.ShutdownGrace.String())
+	}
+	args = append(args, opts.ExtraArgs...)
+
+	logs := &lineBuffer{tee: opts.Log}
+	cmd := exec.Command(opts.Binary, args...)
+	cmd.Stdout, cmd.Stderr = logs, logs
+	setParentDeathSignal(cmd)
+	if err := cmd.Start(); err != nil {
+		return nil, fmt.Errorf("kadmitproc: start %s: %w", opts.Binary, err)
+	}
+	p := &Process{
+		Args:       append([]string{opts.Binary}, args...),
+		WebhookURL: webhookURL,
+		opts:       opts,
+		cmd:        cmd,
+		logs:       logs,
+		exited:     make(chan struct{}),
+	}
+	go func() {
+		_ = cmd.Wait()
+		p.state = cmd.ProcessState
+		logs.flush()
+		close(p.exited)
+	}()
+	return p, nil
+}
+
+// PID is the process id.
+func (p *Process) PID() int { return p.cmd.Process.Pid }
+
+// Exited is closed once the process has ended.
+func (p *Process) Exited() <-chan struct{} { return p.exited }
+
+// ExitCode is the exit status once Exited is closed: -1 when a signal killed
+// the process, and also -1 while it is still running.
+func (p *Process) ExitCode() int {
+	select {
+	case <-p.exited:
+		return p.state.ExitCode()
+	default:
+		return -1
+	}
+}
+
+// WaitReady polls http://<MetricsAddr>/readyz until it answers 200. It fails
+// when ctx ends or the process exits first; the error carries kadmit's last
+// log lines.
+func (p *Process) WaitReady(ctx context.Context) error {
+	url := "http://" + p.opts.MetricsAddr + "/readyz"
+	hc := &http.Client{Timeout: 2 * time.Second}
+	var last string
+	for {
+		req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+		if err != nil {
+			return fmt.Errorf("kadmitproc: readiness request: %w", err)
+		}
+		resp, err := hc.Do(req)
+		if err == nil {
+			body, _ := io.ReadAll(io.LimitReader(resp.Body, 4096))
+			_ = resp.Body.Close()
+			if resp.StatusCode == http.StatusOK {
+				return nil
+			}
+			last = fmt.Sprintf("HTTP %d: %s", resp.StatusCode, strings.TrimSpace(string(body)))
+		} else {
+			last = err.Error()
+		}
+		if err := p.sleep(ctx); err != nil {
+			return fmt.Errorf("kadmitproc: %s not ready (last answer: %s): %w", url, last, err)
+		}
+	}
+}
+
+// WaitRegistered polls until the MutatingWebhookConfiguration and the
+// ValidatingWebhookConfiguration named "kadmit" exist, each webhook with a
+// caBundle and a URL under p.WebhookURL, and returns them. It fails when ctx
+// ends or the process exits first.
+func (p *Process) WaitRegistered(ctx context.Context, client kubernetes.Interface) (*admissionregistrationv1.MutatingWebhookConfiguration, *admissionregistrationv1.ValidatingWebhookConfiguration, error) {
+	var last error
+	for {
+		m, v, err := p.registration(ctx, client)
+		if err == nil {
+			return m, v, nil
+		}
+		last = err
+		if err := p.sleep(ctx); err != nil {
+			return nil, nil, fmt.Errorf("kadmitproc: webhook configurations %q not registered (last: %v): %w", ConfigName, last, err)
+		}
+	}
+}
+
+func (p *Process) registration(ctx context.Context, client kubernetes.Interface) (*admissionregistrationv1.MutatingWebhookConfiguration, *admissionregistrationv1.ValidatingWebhookConfiguration, error) {
+	reg := client.AdmissionregistrationV1()
+	m, err := reg.MutatingWebhookConfigurations().Get(ctx, ConfigName, metav1.GetOptions{})
+	if err != nil {
+		return nil, nil, fmt.Errorf("get MutatingWebhookConfiguration: %w", err)
+	}
+	v, err := reg.ValidatingWebhookConfigurations().Get(ctx, ConfigName, metav1.GetOptions{})
+	if err != nil {
+		return nil, nil, fmt.Errorf("get ValidatingWebhookConfiguration: %w", err)
+	}
+	var configs []admissionregistrationv1.WebhookClientConfig
+	for _, w := range m.Webhooks {
+		configs = append(configs, w.ClientConfig)
+	}
+	for _, w := range v.Webhooks {
+		configs = append(configs, w.ClientConfig)
+	}
+	if len(configs) == 0 {
+		return nil, nil, errors.New("configurations have no webhooks")
+	}
+	for _, c := range configs {
+		if c.URL == nil || !strings.HasPrefix(*c.URL, p.WebhookURL+"/") {
+			return nil, nil, fmt.Errorf("a webhook's clientConfig.url is %v, want it under %s", deref(c.URL), p.WebhookURL)
+		}
+		if len(c.CABundle) == 0 {
+			return nil, nil, fmt.Errorf("webhook %s has no caBundle", *c.URL)
+		}
+	}
+	return m, v, nil
+}
+
+// ProbePodName is the name WaitEffective dry-runs; it contains "offensive" so
+// that kadmit's pod-name webhook denies it.
+const ProbePodName = "kadmit-probe-offensive"
+
+// WaitEffective waits until the API server actually calls kadmit's webhooks,
+// which lags registration by a few seconds while its informers catch up. It
+// dry-runs (nothing is stored) the creation of a pod in namespace: one named
+// ProbePodName until the validating pod-name webhook denies it, and one
+// plain pod until the mutating lifespan webhook adds its toleration.
+func (p *Process) WaitEffective(ctx context.Context, client kubernetes.Interface, namespace string) error {
+	pods := client.CoreV1().Pods(namespace)
+	dry := metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}}
+	var last string
+	for {
+		_, err := pods.Create(ctx, probePod(ProbePodName), dry)
+		// The pod's own name shows up in unrelated errors too; only the
+		// policy's message proves the webhook answered.
+		validating := err != nil && strings.Contains(err.Error(), `pod name contains "offensive"`)
+		if err == nil {
+			last = "pod-name webhook: offensive probe pod was admitted"
+		} else if !validating {
+			last = "pod-name webhook: " + err.Error()
+		}
+		if validating {
+			got, err := pods.Create(ctx, probePod("kadmit-probe"), dry)
+			switch {
+			case err != nil:
+				last = "lifespan webhook: " + err.Error()
+			case hasTolerationKey(got.Spec.Tolerations, "acme.com/lifespan-remaining"):
+				return nil
+			default:
+				last = "lifespan webhook: probe pod got no acme.com/lifespan-remaining toleration"
+			}
+		}
+		if err := p.sleep(ctx); err != nil {
+			return fmt.Errorf("kadmitproc: webhooks not in effect (last: %s): %w", last, err)
+		}
+	}
+}
+
+func probePod(name string) *corev1.Pod {
+	return &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: name},
+		Spec: corev1.PodSpec{Containers: []corev1.Container{{
+			Name: "pause", Image: "registry.k8s.io/pause:3.10",
+		}}},
+	}
+}
+
+func hasTolerationKey(ts []corev1.Toleration, key string) bool {
+	for _, t := range ts {
+		if t.Key == key {
+			return true
+		}
+	}
+	return false
+}
+
+// sleep waits one poll interval; it fails with ctx's error when ctx ends and
+// with ErrExited when the process has ended, since waiting longer is futile.
+func (p *Process) sleep(ctx context.Context) error {
+	t := time.NewTimer(pollInterval)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return fmt.Errorf("%w; kadmit's last log lines:\n%s", ctx.Err(), p.Tail(15))
+	case <-p.exited:
+		return fmt.Errorf("%w with code %d; kadmit's last log lines:\n%s", ErrExited, p.ExitCode(), p.Tail(15))
+	case <-t.C:
+		return nil
+	}
+}
+
+// ErrExited reports that kadmit ended while something waited on it.
+var ErrExited = errors.New("kadmit exited")
+
+// Terminate sends SIGTERM, as a kubelet does, and waits up to timeout for the
+// process to end; past that it sends SIGKILL and reports the timeout. It
+// returns the exit code (-1 when killed by a signal) and how long the exit
+// took. Calling it on an ended process just returns its code.
+func (p *Process) Terminate(timeout time.Duration) (int, time.Duration, error) {
+	start := time.Now()
+	select {
+	case <-p.exited:
+		return p.ExitCode(), 0, nil
+	default:
+	}
+	if err := p.cmd.Process.Signal(syscall.SIGTERM); err != nil && !errors.Is(err, os.ErrProcessDone) {
+		return -1, 0, fmt.Errorf("kadmitproc: SIGTERM pid %d: %w", p.PID(), err)
+	}
+	t := time.NewTimer(timeout)
+	defer t.Stop()
+	select {
+	case <-p.exited:
+		return p.ExitCode(), time.Since(start), nil
+	case <-t.C:
+	}
+	_ = p.cmd.Process.Kill()
+	select {
+	case <-p.exited:
+	case <-time.After(5 * time.Second):
+		// Only an unkillable (D-state) process gets here; report it rather
+		// than hang the caller.
+		return -1, time.Since(start), fmt.Errorf("kadmitproc: pid %d survived SIGKILL", p.PID())
+	}
+	return p.ExitCode(), time.Since(start), fmt.Errorf("kadmitproc: pid %d did not exit within %s of SIGTERM; killed", p.PID(), timeout)
+}
+
+// Logs returns every line kadmit has written so far (up to the last 20000).
+func (p *Process) Logs() []string { return p.logs.snapshot() }
+
+// Tail returns kadmit's last n log lines joined by newlines.
+func (p *Process) Tail(n int) string {
+	lines := p.logs.snapshot()
+	if len(lines) > n {
+		lines = lines[len(lines)-n:]
+	}
+	return strings.Join(lines, "\n")
+}
+
+// Decision is one "admission decision" log line of kadmit's JSON log.
+type Decision struct {
+	Time      string `json:"time"`
+	Webhook   string `json:"webhook"` // the path, e.g. /validate-pod
+	UID       string `json:"uid"`
+	Kind      string `json:"kind"`
+	Object    string `json:"object"` // namespace/name or name
+	Operation string `json:"operation"`
+	Allowed   bool   `json:"allowed"`
+	Policy    string `json:"policy"`
+	Code      int    `json:"code"`
+	Message   string `json:"message"`
+	Patched   bool   `json:"patched"`
+	// Latency is kept raw: slog's JSON handler writes a duration as
+	// nanoseconds, its text handler as a string.
+	Latency json.RawMessage `json:"latency"`
+}
+
+// LatencyString renders Latency for people.
+func (d Decision) LatencyString() string {
+	var ns int64
+	if err := json.Unmarshal(d.Latency, &ns); err == nil {
+		return time.Duration(ns).Round(10 * time.Microsecond).String()
+	}
+	var s string
+	if err := json.Unmarshal(d.Latency, &s); err == nil {
+		return s
+	}
+	return string(d.Latency)
+}
+
+// Decisions parses the "admission decision" lines logged so far; other lines
+// are skipped.
+func (p *Process) Decisions() []Decision {
+	var out []Decision
+	for _, l := range p.logs.snapshot() {
+		if !strings.Contains(l, `"admission decision"`) {
+			continue
+		}
+		var d struct {
+			Msg string `json:"msg"`
+			Decision
+		}
+		if err := json.Unmarshal([]byte(l), &d); err != nil || d.Msg != "admission decision" {
+			continue
+		}
+		out = append(out, d.Decision)
+	}
+	return out
+}
+
+// lineBuffer collects a process's output as lines, keeping the most recent
+// maxLogLines, and copies it to tee.
+type lineBuffer struct {
+	mu      sync.Mutex
+	tee     io.Writer
+	partial []byte
+	lines   []string
+}
+
+func (b *lineBuffer) Write(data []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.tee != nil {
+		// A failing copy must not block or kill kadmit's output pipe.
+		_, _ = b.tee.Write(data)
+	}
+	b.partial = append(b.partial, data...)
+	for {
+		i := bytes.IndexByte(b.partial, '\n')
+		if i < 0 {
+			break
+		}
+		b.add(string(b.partial[:i]))
+		b.partial = b.partial[i+1:]
+	}
+	return len(data), nil
+}
+
+func (b *lineBuffer) add(line string) {
+	b.lines = append(b.lines, line)
+	if len(b.lines) > maxLogLines {
+		b.lines = append([]string(nil), b.lines[len(b.lines)-maxLogLines:]...)
+	}
+}
+
+func (b *lineBuffer) flush() {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if len(b.partial) > 0 {
+		b.add(string(b.partial))
+		b.partial = nil
+	}
+}
+
+func (b *lineBuffer) snapshot() []string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return append([]string(nil), b.lines...)
+}
+
+func deref(s *string) string {
+	if s == nil {
+		return "<nil>"
+	}
+	return *s
+}

@@ -1,0 +1,50 @@
+package kadmitproc
+
+import (
+	"fmt"
+	"strings"
+	"testing"
+)
+
+func TestLineBufferSplitsAcrossWrites(t *testing.T) {
+	var tee strings.Builder
+	b := &lineBuffer{tee: &tee}
+	for _, chunk := range []string{"one\ntw", "o\n", "thr", "ee"} {
+		if _, err := b.Write([]byte(chunk)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	b.flush()
+	if got := strings.Join(b.snapshot(), "|"); got != "one|two|three" {
+		t.Fatalf("lines = %q; want one|two|three", got)
+	}
+	if tee.String() != "one\ntwo\nthree" {
+		t.Fatalf("tee = %q", tee.String())
+	}
+}
+
+func TestLineBufferKeepsTheLatest(t *testing.T) {
+	b := &lineBuffer{}
+	for i := range maxLogLines + 10 {
+		fmt.Fprintf(b, "%d\n", i)
+	}
+	lines := b.snapshot()
+	if len(lines) != maxLogLines || lines[0] != "10" {
+		t.Fatalf("kept %d lines starting at %q; want %d starting at 10", len(lines), lines[0], maxLogLines)
+	}
+}
+
+func TestDecisions(t *testing.T) {
+	p := &Process{logs: &lineBuffer{}}
+	fmt.Fprintln(p.logs, `{"time":"t","level":"INFO","msg":"serving admission webhooks"}`)
+	fmt.Fprintln(p.logs, `{"time":"t","level":"INFO","msg":"admission decision","webhook":"/validate-pod","uid":"u","kind":"Pod","object":"default/offensive-pod","operation":"CREATE","http":200,"latency":160000,"allowed":false,"policy":"pod-name","code":403,"message":"pod name contains \"offensive\""}`)
+	fmt.Fprintln(p.logs, `not json mentioning "admission decision"`)
+	ds := p.Decisions()
+	if len(ds) != 1 {
+		t.Fatalf("got %d decisions; want 1: %+v", len(ds), ds)
+	}
+	d := ds[0]
+	if d.Webhook != "/validate-pod" || d.Object != "default/offensive-pod" || d.Allowed || d.Code != 403 || d.LatencyString() != "160µs" {
+		t.Fatalf("decision = %+v (latency %s)", d, d.LatencyString())
+	}
+}
