@@ -55,12 +55,12 @@ func TestParseSecretDataRejects(t *testing.T) {
 func TestCheckRenewalPoints(t *testing.T) {
 	now := time.Now()
 	m, _ := NewMaterial(spec, now)
-	// Certificates start an hour early for clock skew: 2/3 of (90m+1h) is 100m
-	// after NotBefore, i.e. 40m from now.
-	if got := m.Check(spec, now.Add(39*time.Minute)); got != DueNothing {
+	// Certificates start 5 minutes early for clock skew: 2/3 of (90m+5m) is
+	// 63m20s after NotBefore, i.e. 58m20s from now.
+	if got := m.Check(spec, now.Add(58*time.Minute)); got != DueNothing {
 		t.Fatalf("before 2/3: %q", got)
 	}
-	if got := m.Check(spec, now.Add(41*time.Minute)); got != DueServing {
+	if got := m.Check(spec, now.Add(59*time.Minute)); got != DueServing {
 		t.Fatalf("after 2/3 of the serving lifetime: %q", got)
 	}
 	if got := m.Check(spec, now.Add(600*time.Minute)); got != DueCA {

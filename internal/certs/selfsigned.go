@@ -78,8 +78,16 @@ func NewSelfSigned(opts SelfSignedOptions) (*Bundle, error) {
 	}, nil
 }
 
-// NewCA creates a self-signed CA certificate valid from now-1h (tolerating
-// clock skew with the API server) to now+validity, with a keyType key.
+// backdate is how far NotBefore lies in the past, so an API server whose clock
+// runs a little behind still accepts a fresh certificate: 5 minutes, or a
+// tenth of a short lifetime.
+func backdate(validity time.Duration) time.Duration {
+	return min(5*time.Minute, validity/10)
+}
+
+// NewCA creates a self-signed CA certificate valid from now-backdate
+// (tolerating clock skew with the API server) to now+validity, with a keyType
+// key.
 func NewCA(now time.Time, validity time.Duration, keyType KeyType) (*x509.Certificate, crypto.Signer, error) {
 	key, err := GenerateKey(keyType)
 	if err != nil {
@@ -88,7 +96,7 @@ func NewCA(now time.Time, validity time.Duration, keyType KeyType) (*x509.Certif
 	tmpl := &x509.Certificate{
 		SerialNumber:          serial(),
 		Subject:               pkix.Name{CommonName: fmt.Sprintf("kadmit-ca@%d", now.Unix())},
-		NotBefore:             now.Add(-time.Hour),
+		NotBefore:             now.Add(-backdate(validity)),
 		NotAfter:              now.Add(validity),
 		KeyUsage:              x509.KeyUsageCertSign | x509.KeyUsageDigitalSignature | x509.KeyUsageCRLSign,
 		BasicConstraintsValid: true,
@@ -106,7 +114,7 @@ func NewCA(now time.Time, validity time.Duration, keyType KeyType) (*x509.Certif
 }
 
 // IssueServing signs a fresh serving certificate (ExtKeyUsage serverAuth,
-// keyType key) for dnsNames and ips with the CA, valid from now-1h to
+// keyType key) for dnsNames and ips with the CA, valid from now-backdate to
 // now+validity. It returns the PEM certificate and PEM key, or ErrNoSANs.
 func IssueServing(ca *x509.Certificate, caKey crypto.Signer, dnsNames []string, ips []net.IP, now time.Time, validity time.Duration, keyType KeyType) (certPEM, keyPEM []byte, err error) {
 	if len(dnsNames) == 0 && len(ips) == 0 {
@@ -125,7 +133,7 @@ func IssueServing(ca *x509.Certificate, caKey crypto.Signer, dnsNames []string, 
 		Subject:      pkix.Name{CommonName: cn},
 		DNSNames:     dnsNames,
 		IPAddresses:  ips,
-		NotBefore:    now.Add(-time.Hour),
+		NotBefore:    now.Add(-backdate(validity)),
 		NotAfter:     now.Add(validity),
 		KeyUsage:     x509.KeyUsageDigitalSignature | x509.KeyUsageKeyEncipherment,
 		ExtKeyUsage:  []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},

@@ -81,10 +81,10 @@ func TestNewSelfSignedValidity(t *testing.T) {
 		t.Fatal(err)
 	}
 	ca, leaf := parseCert(t, b.CACert), parseCert(t, b.ServerCert)
-	if !leaf.NotBefore.Equal(now.Add(-time.Hour)) || !leaf.NotAfter.Equal(now.Add(48*time.Hour)) {
+	if !leaf.NotBefore.Equal(now.Add(-5*time.Minute)) || !leaf.NotAfter.Equal(now.Add(48*time.Hour)) {
 		t.Errorf("leaf valid %s..%s", leaf.NotBefore, leaf.NotAfter)
 	}
-	if !ca.NotBefore.Equal(now.Add(-time.Hour)) || !ca.NotAfter.Equal(now.Add(96*time.Hour)) {
+	if !ca.NotBefore.Equal(now.Add(-5*time.Minute)) || !ca.NotAfter.Equal(now.Add(96*time.Hour)) {
 		t.Errorf("CA valid %s..%s", ca.NotBefore, ca.NotAfter)
 	}
 	// Defaults: 1 year for the leaf, 10 years for the CA.

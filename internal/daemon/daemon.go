@@ -15,7 +15,9 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
+	"k8s.io/klog/v2"
 
 	"github.com/kadmit/kadmit/internal/admission"
 	"github.com/kadmit/kadmit/internal/certs"
@@ -84,6 +86,9 @@ var ErrUsage = errors.New("usage")
 
 // Run serves until ctx is cancelled and returns nil after a clean drain.
 func Run(ctx context.Context, opts Options, log *slog.Logger) error {
+	// client-go (leader election, informers) logs through klog: keep one
+	// log stream in one format.
+	klog.SetSlogLogger(log)
 	cfg := config.Default()
 	if opts.ConfigFile != "" {
 		var err error
@@ -91,7 +96,20 @@ func Run(ctx context.Context, opts Options, log *slog.Logger) error {
 			return err
 		}
 	}
-	hooks, err := builtin.Hooks(cfg)
+	// Policies that read cluster state (LocalQueues, ElasticQuotas, pods,
+	// namespaces) get informer caches, synced before the server answers a
+	// single review; they stop with ctx.
+	var cluster *builtin.Cluster
+	if builtin.NeedsCluster(cfg) {
+		rc, err := restConfig(opts.Kubeconfig, opts.KubeContext)
+		if err != nil {
+			return err
+		}
+		if cluster, err = builtin.StartCluster(ctx, rc, cfg, log); err != nil {
+			return err
+		}
+	}
+	hooks, err := builtin.Hooks(cfg, cluster)
 	if err != nil {
 		return err
 	}
@@ -328,6 +346,20 @@ func selfSigned(sans []string, webhookURL string) (*certs.Bundle, error) {
 }
 
 func clientset(kubeconfig, kubeContext string) (kubernetes.Interface, error) {
+	rc, err := restConfig(kubeconfig, kubeContext)
+	if err != nil {
+		return nil, err
+	}
+	cs, err := kubernetes.NewForConfig(rc)
+	if err != nil {
+		return nil, fmt.Errorf("build client: %w", err)
+	}
+	return cs, nil
+}
+
+// restConfig loads --kubeconfig (default rules: $KUBECONFIG, ~/.kube/config,
+// in-cluster) with user agent kadmit.
+func restConfig(kubeconfig, kubeContext string) (*rest.Config, error) {
 	rules := clientcmd.NewDefaultClientConfigLoadingRules()
 	if kubeconfig != "" {
 		rules.ExplicitPath = kubeconfig
@@ -337,9 +369,5 @@ func clientset(kubeconfig, kubeContext string) (kubernetes.Interface, error) {
 		return nil, fmt.Errorf("load kubeconfig: %w", err)
 	}
 	rc.UserAgent = "kadmit"
-	cs, err := kubernetes.NewForConfig(rc)
-	if err != nil {
-		return nil, fmt.Errorf("build client: %w", err)
-	}
-	return cs, nil
+	return rc, nil
 }

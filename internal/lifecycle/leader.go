@@ -1,12 +1,14 @@
 package lifecycle
 
 import (
+	"bytes"
 	"context"
 	"crypto/tls"
 	"crypto/x509"
 	"errors"
 	"fmt"
 	"net"
+	"sort"
 	"strconv"
 	"time"
 
@@ -214,7 +216,28 @@ func (m *Manager) inject(ctx context.Context, mat *certs.Material) error {
 		m.log.Info("not registering webhooks yet", "reason", why)
 		return nil
 	}
+	if stale := m.staleBundles(opts.CABundle); len(stale) > 0 {
+		m.log.Info("injecting caBundle", "webhooks", stale, "cas", len(mat.Bundle))
+	}
 	return registration.Apply(ctx, m.o.Client, mwc, vwc)
+}
+
+// staleBundles names the webhooks whose cached caBundle differs from want,
+// or "all" when no configuration exists yet; for the log only, since applying
+// an unchanged configuration is a no-op for the API server.
+func (m *Manager) staleBundles(want []byte) []string {
+	live := m.liveBundles()
+	if len(live) == 0 {
+		return []string{"all"}
+	}
+	var out []string
+	for name, b := range live {
+		if !bytes.Equal(b, want) {
+			out = append(out, name)
+		}
+	}
+	sort.Strings(out)
+	return out
 }
 
 // servable reports whether the API server, once the configurations exist,
