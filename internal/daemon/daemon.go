@@ -96,20 +96,7 @@ func Run(ctx context.Context, opts Options, log *slog.Logger) error {
 			return err
 		}
 	}
-	// Policies that read cluster state (LocalQueues, ElasticQuotas, pods,
-	// namespaces) get informer caches, synced before the server answers a
-	// single review; they stop with ctx.
-	var cluster *builtin.Cluster
-	if builtin.NeedsCluster(cfg) {
-		rc, err := restConfig(opts.Kubeconfig, opts.KubeContext)
-		if err != nil {
-			return err
-		}
-		if cluster, err = builtin.StartCluster(ctx, rc, cfg, log); err != nil {
-			return err
-		}
-	}
-	hooks, err := builtin.Hooks(cfg, cluster)
+	hooks, err := builtin.Hooks(cfg)
 	if err != nil {
 		return err
 	}
