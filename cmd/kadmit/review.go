@@ -41,7 +41,7 @@ or input errors.`,
 					return &exitError{2, err}
 				}
 			}
-			webhooks, err := builtin.Webhooks(cfg)
+			webhooks, err := builtin.Webhooks(cfg, nil) // offline: no cluster caches
 			if err != nil {
 				return &exitError{2, err}
 			}

@@ -9,12 +9,18 @@ import (
 	"fmt"
 	"os"
 
+	corev1 "k8s.io/api/core/v1"
 	kjson "sigs.k8s.io/json"
 	"sigs.k8s.io/yaml"
 
+	"github.com/kadmit/kadmit/internal/policy/colocation"
+	"github.com/kadmit/kadmit/internal/policy/elasticquota"
+	"github.com/kadmit/kadmit/internal/policy/jobqueue"
+	"github.com/kadmit/kadmit/internal/policy/kadmitconfig"
 	"github.com/kadmit/kadmit/internal/policy/lifespan"
 	"github.com/kadmit/kadmit/internal/policy/nodeovercommit"
 	"github.com/kadmit/kadmit/internal/policy/podname"
+	"github.com/kadmit/kadmit/internal/policy/resourceflavor"
 )
 
 // The accepted apiVersion and kind of a configuration file.
@@ -49,10 +55,18 @@ type Policies struct {
 	PodName        podname.Config        `json:"podName"`
 	Lifespan       lifespan.Config       `json:"lifespan"`
 	NodeOvercommit nodeovercommit.Config `json:"nodeOvercommit"`
+	// The scheduling-system policies; disabled in the seed profile.
+	JobQueue       jobqueue.Config       `json:"jobQueue"`
+	ResourceFlavor resourceflavor.Config `json:"resourceFlavor"`
+	ElasticQuota   elasticquota.Config   `json:"elasticQuota"`
+	Colocation     colocation.Config     `json:"colocation"`
+	KadmitConfig   kadmitconfig.Config   `json:"kadmitConfig"`
 }
 
-// Default returns the seed profile: every built-in policy enabled with its
-// documented defaults.
+// Default returns the seed profile: pod-name, lifespan and node-overcommit
+// enabled with their documented defaults; the scheduling-system policies
+// (jobQueue, resourceFlavor, elasticQuota, colocation, kadmitConfig) present
+// with their defaults but disabled.
 func Default() *Configuration {
 	return &Configuration{
 		APIVersion: APIVersion,
@@ -61,6 +75,11 @@ func Default() *Configuration {
 			PodName:        podname.DefaultConfig(),
 			Lifespan:       lifespan.DefaultConfig(),
 			NodeOvercommit: nodeovercommit.DefaultConfig(),
+			JobQueue:       jobqueue.DefaultConfig(),
+			ResourceFlavor: resourceflavor.DefaultConfig(),
+			ElasticQuota:   elasticquota.DefaultConfig(),
+			Colocation:     colocation.DefaultConfig(),
+			KadmitConfig:   kadmitconfig.DefaultConfig(),
 		},
 	}
 }
@@ -74,6 +93,23 @@ func LoadFile(path string) (*Configuration, error) {
 	c, err := Parse(data)
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", path, err)
+	}
+	return c, nil
+}
+
+// FromConfigMap parses data[key] of cm with Parse. Errors are prefixed
+// "ConfigMap <namespace>/<name> data[<key>]: ", as LoadFile prefixes the
+// file name, so the kadmit-config webhook's denial and a server that loads
+// the same text print the same error.
+func FromConfigMap(cm *corev1.ConfigMap, key string) (*Configuration, error) {
+	where := fmt.Sprintf("ConfigMap %s/%s data[%s]", cm.Namespace, cm.Name, key)
+	data, ok := cm.Data[key]
+	if !ok {
+		return nil, fmt.Errorf("%s: %w: the key is missing", where, ErrInvalid)
+	}
+	c, err := Parse([]byte(data))
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", where, err)
 	}
 	return c, nil
 }
@@ -138,6 +174,11 @@ func (c *Configuration) Validate() error {
 		{"podName", c.Policies.PodName.Validate()},
 		{"lifespan", c.Policies.Lifespan.Validate()},
 		{"nodeOvercommit", c.Policies.NodeOvercommit.Validate()},
+		{"jobQueue", c.Policies.JobQueue.Validate()},
+		{"resourceFlavor", c.Policies.ResourceFlavor.Validate()},
+		{"elasticQuota", c.Policies.ElasticQuota.Validate()},
+		{"colocation", c.Policies.Colocation.Validate()},
+		{"kadmitConfig", c.Policies.KadmitConfig.Validate()},
 	} {
 		if p.err != nil {
 			return fmt.Errorf("%w: policies.%s.%w", ErrInvalid, p.field, p.err)

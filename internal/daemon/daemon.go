@@ -96,7 +96,20 @@ func Run(ctx context.Context, opts Options, log *slog.Logger) error {
 			return err
 		}
 	}
-	hooks, err := builtin.Hooks(cfg)
+	// Policies that read cluster state (LocalQueues, ElasticQuotas, pods,
+	// namespaces) get informer caches, synced before the server answers a
+	// single review; they stop with ctx.
+	var cluster *builtin.Cluster
+	if builtin.NeedsCluster(cfg) {
+		rc, err := restConfig(opts.Kubeconfig, opts.KubeContext)
+		if err != nil {
+			return err
+		}
+		if cluster, err = builtin.StartCluster(ctx, rc, cfg, log); err != nil {
+			return err
+		}
+	}
+	hooks, err := builtin.Hooks(cfg, cluster)
 	if err != nil {
 		return err
 	}

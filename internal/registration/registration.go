@@ -67,33 +67,41 @@ func Build(hooks []admission.Hook, opts Options) (*admissionregistrationv1.Mutat
 	if opts.TimeoutSeconds == 0 {
 		opts.TimeoutSeconds = DefaultTimeoutSeconds
 	}
+	// One webhook per path: a path runs every hook on it, so two webhooks
+	// on one path would make the API server call it twice per request.
+	webhooks, err := admission.NewWebhooks(hooks)
+	if err != nil {
+		return nil, nil, err
+	}
 	var mwc *admissionregistrationv1.MutatingWebhookConfiguration
 	var vwc *admissionregistrationv1.ValidatingWebhookConfiguration
 	names := map[admission.Type]map[string]bool{admission.Mutating: {}, admission.Validating: {}}
 	sideEffects := admissionregistrationv1.SideEffectClassNone
 	equivalent := admissionregistrationv1.Equivalent
 	reinvoke := admissionregistrationv1.IfNeededReinvocationPolicy
-	for _, h := range hooks {
-		if h.Type != admission.Mutating && h.Type != admission.Validating {
-			return nil, nil, fmt.Errorf("policy %s: hook on %s has unknown type %q", h.Policy, h.Path, h.Type)
+	for _, wh := range webhooks {
+		name, rules, fp := webhookName(wh), []admissionregistrationv1.RuleWithOperations(nil), admissionregistrationv1.Ignore
+		for _, h := range wh.Hooks {
+			rules = append(rules, h.Rules...)
+			// The strictest failurePolicy on the path wins: a Fail policy must
+			// not be skipped because another policy shares its path.
+			if h.FailurePolicy != admissionregistrationv1.Ignore {
+				fp = admissionregistrationv1.Fail
+			}
 		}
-		name := h.Policy + ".kadmit.io"
-		if names[h.Type][name] {
-			name = h.Policy + "-" + strings.Trim(strings.ReplaceAll(h.Path, "/", "-"), "-") + ".kadmit.io"
+		if names[wh.Type][name] {
+			// The same policy on a second path of the same type.
+			name = strings.TrimSuffix(name, ".kadmit.io") + "-" + strings.ReplaceAll(strings.Trim(wh.Path, "/"), "/", "-") + ".kadmit.io"
 		}
-		names[h.Type][name] = true
-		fp := h.FailurePolicy
-		if fp == "" {
-			fp = admissionregistrationv1.Fail
-		}
-		cc := clientConfig(opts, h.Path)
+		names[wh.Type][name] = true
+		cc := clientConfig(opts, wh.Path)
 		nsSel := namespaceSelector(opts.ExcludeNamespaces)
 		var conds []admissionregistrationv1.MatchCondition
-		if touchesPods(h.Rules) {
+		if touchesPods(rules) {
 			conds = []admissionregistrationv1.MatchCondition{{Name: "skip-mirror-pods", Expression: mirrorPodCondition}}
 		}
 		timeout := opts.TimeoutSeconds
-		switch h.Type {
+		switch wh.Type {
 		case admission.Mutating:
 			if mwc == nil {
 				mwc = &admissionregistrationv1.MutatingWebhookConfiguration{
@@ -102,7 +110,7 @@ func Build(hooks []admission.Hook, opts Options) (*admissionregistrationv1.Mutat
 				}
 			}
 			mwc.Webhooks = append(mwc.Webhooks, admissionregistrationv1.MutatingWebhook{
-				Name: name, ClientConfig: cc, Rules: h.Rules, FailurePolicy: &fp, MatchPolicy: &equivalent,
+				Name: name, ClientConfig: cc, Rules: rules, FailurePolicy: &fp, MatchPolicy: &equivalent,
 				NamespaceSelector: nsSel, ObjectSelector: &metav1.LabelSelector{}, SideEffects: &sideEffects,
 				TimeoutSeconds: &timeout, AdmissionReviewVersions: []string{"v1", "v1beta1"},
 				ReinvocationPolicy: &reinvoke, MatchConditions: conds,
@@ -115,7 +123,7 @@ func Build(hooks []admission.Hook, opts Options) (*admissionregistrationv1.Mutat
 				}
 			}
 			vwc.Webhooks = append(vwc.Webhooks, admissionregistrationv1.ValidatingWebhook{
-				Name: name, ClientConfig: cc, Rules: h.Rules, FailurePolicy: &fp, MatchPolicy: &equivalent,
+				Name: name, ClientConfig: cc, Rules: rules, FailurePolicy: &fp, MatchPolicy: &equivalent,
 				NamespaceSelector: nsSel, ObjectSelector: &metav1.LabelSelector{}, SideEffects: &sideEffects,
 				TimeoutSeconds: &timeout, AdmissionReviewVersions: []string{"v1", "v1beta1"},
 				MatchConditions: conds,
@@ -149,6 +157,18 @@ func Apply(ctx context.Context, cs kubernetes.Interface, mwc *admissionregistrat
 		}
 	}
 	return nil
+}
+
+// webhookName is "<policy>.kadmit.io" when one policy serves the path, else
+// the path's name, e.g. "validate-pod.kadmit.io".
+func webhookName(wh *admission.Webhook) string {
+	policy := wh.Hooks[0].Policy
+	for _, h := range wh.Hooks[1:] {
+		if h.Policy != policy {
+			return strings.ReplaceAll(strings.Trim(wh.Path, "/"), "/", "-") + ".kadmit.io"
+		}
+	}
+	return policy + ".kadmit.io"
 }
 
 func objectMeta(name string) metav1.ObjectMeta {

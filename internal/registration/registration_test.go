@@ -293,3 +293,24 @@ func TestApply(t *testing.T) {
 		t.Fatalf("err = %v", err)
 	}
 }
+
+func TestBuildSharedPathIsOneWebhook(t *testing.T) {
+	hooks := testHooks()
+	quota := hooks[0]
+	quota.Policy, quota.FailurePolicy = "elastic-quota", admissionregistrationv1.Ignore
+	quota.Rules = []admissionregistrationv1.RuleWithOperations{{
+		Operations: []admissionregistrationv1.OperationType{admissionregistrationv1.Update},
+		Rule:       admissionregistrationv1.Rule{APIGroups: []string{""}, APIVersions: []string{"v1"}, Resources: []string{"pods"}},
+	}}
+	_, vwc, err := Build([]admission.Hook{hooks[0], quota}, Options{URL: "https://127.0.0.1:1"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(vwc.Webhooks) != 1 {
+		t.Fatalf("%d webhooks for one path: the API server would call it twice", len(vwc.Webhooks))
+	}
+	w := vwc.Webhooks[0]
+	if w.Name != "validate-pod.kadmit.io" || len(w.Rules) != len(hooks[0].Rules)+1 || *w.FailurePolicy != admissionregistrationv1.Fail {
+		t.Fatalf("webhook %s rules %d failurePolicy %s", w.Name, len(w.Rules), *w.FailurePolicy)
+	}
+}

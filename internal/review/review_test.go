@@ -195,7 +195,7 @@ func TestReadBadYAML(t *testing.T) {
 
 func seedWebhooks(t *testing.T) []*admission.Webhook {
 	t.Helper()
-	whs, err := builtin.Webhooks(config.Default())
+	whs, err := builtin.Webhooks(config.Default(), nil)
 	if err != nil {
 		t.Fatal(err)
 	}

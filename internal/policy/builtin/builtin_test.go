@@ -26,7 +26,7 @@ func keys(hooks []admission.Hook) []hookKey {
 }
 
 func TestSeedHooks(t *testing.T) {
-	hooks, err := Hooks(config.Default())
+	hooks, err := Hooks(config.Default(), nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -45,7 +45,7 @@ func TestSeedHooks(t *testing.T) {
 		}
 	}
 
-	whs, err := Webhooks(config.Default())
+	whs, err := Webhooks(config.Default(), nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -71,7 +71,7 @@ func TestDisabledPolicyHasNoHooks(t *testing.T) {
 	} {
 		cfg := config.Default()
 		tc.disable(cfg)
-		hooks, err := Hooks(cfg)
+		hooks, err := Hooks(cfg, nil)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -88,13 +88,13 @@ func TestDisabledPolicyHasNoHooks(t *testing.T) {
 	cfg.Policies.PodName.Enabled = false
 	cfg.Policies.Lifespan.Enabled = false
 	cfg.Policies.NodeOvercommit.Enabled = false
-	hooks, err := Hooks(cfg)
+	hooks, err := Hooks(cfg, nil)
 	if err != nil || len(hooks) != 0 {
 		t.Fatalf("all disabled: %v, %+v", err, keys(hooks))
 	}
 	// A disabled policy is not built, so its invalid settings do not matter.
 	cfg.Policies.Lifespan.Max = -1
-	if _, err := Hooks(cfg); err != nil {
+	if _, err := Hooks(cfg, nil); err != nil {
 		t.Fatalf("disabled invalid policy: %v", err)
 	}
 }
@@ -104,7 +104,7 @@ func TestFailurePolicyOverride(t *testing.T) {
 	cfg := config.Default()
 	cfg.Policies.PodName.FailurePolicy = &ignore
 	cfg.Policies.NodeOvercommit.FailurePolicy = &fail
-	hooks, err := Hooks(cfg)
+	hooks, err := Hooks(cfg, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -124,13 +124,13 @@ func TestFailurePolicyOverride(t *testing.T) {
 func TestInvalidPolicyNamed(t *testing.T) {
 	cfg := config.Default()
 	cfg.Policies.Lifespan.Max = -1
-	_, err := Hooks(cfg)
+	_, err := Hooks(cfg, nil)
 	if err == nil || !strings.HasPrefix(err.Error(), "policy lifespan: max: ") {
 		t.Fatalf("err = %v", err)
 	}
 	cfg = config.Default()
 	cfg.Policies.NodeOvercommit.Ratios = nil
-	if _, err := Webhooks(cfg); err == nil || !strings.HasPrefix(err.Error(), "policy node-overcommit: ratios: ") {
+	if _, err := Webhooks(cfg, nil); err == nil || !strings.HasPrefix(err.Error(), "policy node-overcommit: ratios: ") {
 		t.Fatalf("err = %v", err)
 	}
 }
