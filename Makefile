@@ -33,8 +33,19 @@ e2e: controlplane ## end-to-end tests against the real kube-apiserver and etcd
 fuzz: ## a short run of each fuzz target
 	$(GO) test -run '^$$' -fuzz '^FuzzDecodeReview$$' -fuzztime $(FUZZTIME) ./internal/admission
 	$(GO) test -run '^$$' -fuzz '^FuzzServeHTTP$$' -fuzztime $(FUZZTIME) ./internal/admission
+	$(GO) test -run '^$$' -fuzz '^FuzzScanValid$$' -fuzztime $(FUZZTIME) ./internal/admission
 
 test: vet unit e2e fuzz ## everything CI runs
 
 clean:
 	rm -rf $(BIN)
+
+# make bench: Go benchmarks of the handler path, then kadmit side by side with
+# a controller-runtime webhook and a bare TLS server (bench/, docs/performance.md).
+BENCH_DURATION ?= 10s
+BENCH_WORK ?= $(BIN)/bench
+.PHONY: bench
+bench: build ## compare kadmit with controller-runtime and a bare TLS server; BENCH_DURATION per run
+	$(GO) test -run '^$$' -bench . -benchmem -benchtime 2s ./internal/admission
+	cd bench/reference && $(GO) build -o $(abspath $(BIN))/bench-reference . && $(GO) build -o $(abspath $(BIN))/bench-run ./cmd/benchrun
+	$(BIN)/bench-run -kadmit $(BIN)/kadmit -reference $(BIN)/bench-reference -node internal/admission/testdata/node.json -duration $(BENCH_DURATION) -work $(BENCH_WORK)

@@ -84,6 +84,20 @@ func NewWebhooks(hooks []Hook) ([]*Webhook, error) {
 // The first denial ends the chain; warnings and audit annotations accumulate.
 // A panicking policy yields a *PanicError and no outcome.
 func (w *Webhook) Review(ctx context.Context, req *Request) (out Outcome, err error) {
+	return w.review(ctx, req, false)
+}
+
+// review is Review; with patchOnly, a webhook whose only hook is a
+// PatchMutator gets its patch from MutatePatch instead of Mutate and a diff,
+// and the Outcome's Object is then nil (the HTTP handler never reads it).
+func (w *Webhook) review(ctx context.Context, req *Request, patchOnly bool) (out Outcome, err error) {
+	if patchOnly && w.Type == Mutating && len(w.Hooks) == 1 {
+		if pm, ok := w.Hooks[0].Mutator.(PatchMutator); ok {
+			if out, ok, err := w.reviewPatch(ctx, req, pm); ok || err != nil {
+				return out, err
+			}
+		}
+	}
 	resp := &admissionv1.AdmissionResponse{UID: req.UID, Allowed: true}
 	out = Outcome{Response: resp, Object: req.Object.Raw}
 	cur := *req
@@ -159,6 +173,64 @@ func (w *Webhook) Review(ctx context.Context, req *Request) (out Outcome, err er
 	resp.Patch, resp.PatchType = patch, &pt
 	out.Patch = ops
 	return out, nil
+}
+
+// reviewPatch is review for a webhook whose single hook is pm: the same
+// response as the chain gives, with pm's operations as the patch. ok is false
+// when pm declined; the caller then runs the chain.
+func (w *Webhook) reviewPatch(ctx context.Context, req *Request, pm PatchMutator) (_ Outcome, ok bool, _ error) {
+	h := &w.Hooks[0]
+	resp := &admissionv1.AdmissionResponse{UID: req.UID, Allowed: true}
+	out := Outcome{Response: resp}
+	if !h.Matches(req) {
+		out.Object = req.Object.Raw
+		return out, true, nil
+	}
+	out.Matched = 1
+	var ops []jsonpatch.Operation
+	var v Verdict
+	if err := callPolicy(h.Policy, func() { ops, v, ok = pm.MutatePatch(ctx, req) }); err != nil {
+		return Outcome{}, false, err
+	}
+	if !ok {
+		return Outcome{}, false, nil
+	}
+	resp.Warnings = append([]string(nil), v.Warnings...)
+	for k, val := range v.AuditAnnotations {
+		if !validAuditKey(k) {
+			resp.Warnings = append(resp.Warnings, fmt.Sprintf("kadmit: policy %s: dropped invalid audit annotation key %q", h.Policy, k))
+			continue
+		}
+		if resp.AuditAnnotations == nil {
+			resp.AuditAnnotations = map[string]string{}
+		}
+		resp.AuditAnnotations[k] = val
+	}
+	resp.Warnings = sanitizeWarnings(resp.Warnings)
+	if !v.Allowed {
+		resp.Allowed = false
+		resp.Result = &metav1.Status{Status: metav1.StatusFailure, Code: v.Code, Reason: v.Reason, Message: v.Message}
+		if resp.Result.Code == 0 {
+			resp.Result.Code = 403
+		}
+		if resp.Result.Message == "" {
+			resp.Result.Message = fmt.Sprintf("denied by kadmit policy %s", h.Policy)
+		}
+		out.Policy = h.Policy
+		return out, true, nil
+	}
+	if len(ops) == 0 {
+		out.Object = req.Object.Raw
+		return out, true, nil
+	}
+	patch, err := json.Marshal(ops)
+	if err != nil {
+		return Outcome{}, false, fmt.Errorf("encode JSONPatch for %s: %w", w.Path, err)
+	}
+	pt := admissionv1.PatchTypeJSONPatch
+	resp.Patch, resp.PatchType = patch, &pt
+	out.Patch = ops
+	return out, true, nil
 }
 
 func callPolicy(policy string, f func()) (err error) {

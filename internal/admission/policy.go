@@ -3,6 +3,8 @@ package admission
 import (
 	"context"
 
+	"gomodules.xyz/jsonpatch/v2"
+
 	admissionv1 "k8s.io/api/admission/v1"
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 )
@@ -25,6 +27,21 @@ type Validator interface {
 // (reinvocationPolicy IfNeeded).
 type Mutator interface {
 	Mutate(ctx context.Context, req *Request) (mutated []byte, v Verdict)
+}
+
+// PatchMutator is a Mutator that can also state its change as a JSONPatch.
+// MutatePatch returns the operations that turn req.Object.Raw into the object
+// Mutate would return (nil when Mutate would return nil) and the same
+// verdict. The handler uses it when the mutator is the only hook on its path:
+// the response patch is then built from what the policy changed, and the whole
+// object is neither re-encoded nor diffed. With several mutators on a path the
+// chain calls Mutate and diffs, since each must see the previous one's output.
+// MutatePatch returns ok false, and nothing else, when it cannot state the
+// change exactly as a patch (say, the object spells a field it edits in an
+// unusual way); the chain then calls Mutate and diffs.
+type PatchMutator interface {
+	Mutator
+	MutatePatch(ctx context.Context, req *Request) (ops []jsonpatch.Operation, v Verdict, ok bool)
 }
 
 // ValidatorFunc adapts a function to Validator.
@@ -66,6 +83,11 @@ type Hook struct {
 	Rules []admissionregistrationv1.RuleWithOperations
 	// FailurePolicy is the default failurePolicy when kadmit registers the hook.
 	FailurePolicy admissionregistrationv1.FailurePolicyType
+	// Namespaces, when set, limits the registered webhook to exactly these
+	// namespaces instead of "every namespace but kadmit's own, kube-system
+	// and kadmit.io/ignore=true": for a policy that guards objects in
+	// kadmit's own namespace, such as its configuration ConfigMap.
+	Namespaces []string
 
 	Validator Validator
 	Mutator   Mutator

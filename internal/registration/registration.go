@@ -96,6 +96,11 @@ func Build(hooks []admission.Hook, opts Options) (*admissionregistrationv1.Mutat
 		names[wh.Type][name] = true
 		cc := clientConfig(opts, wh.Path)
 		nsSel := namespaceSelector(opts.ExcludeNamespaces)
+		if only := onlyNamespaces(wh); len(only) > 0 {
+			nsSel = &metav1.LabelSelector{MatchExpressions: []metav1.LabelSelectorRequirement{
+				{Key: "kubernetes.io/metadata.name", Operator: metav1.LabelSelectorOpIn, Values: only},
+			}}
+		}
 		var conds []admissionregistrationv1.MatchCondition
 		if touchesPods(rules) {
 			conds = []admissionregistrationv1.MatchCondition{{Name: "skip-mirror-pods", Expression: mirrorPodCondition}}
@@ -197,6 +202,19 @@ func namespaceSelector(exclude []string) *metav1.LabelSelector {
 		{Key: "kubernetes.io/metadata.name", Operator: metav1.LabelSelectorOpNotIn, Values: dedupe(names)},
 		{Key: IgnoreLabel, Operator: metav1.LabelSelectorOpNotIn, Values: []string{"true"}},
 	}}
+}
+
+// onlyNamespaces is the union of the hooks' Namespaces when every hook on the
+// path sets them; one hook without them needs the default selector.
+func onlyNamespaces(wh *admission.Webhook) []string {
+	var out []string
+	for _, h := range wh.Hooks {
+		if len(h.Namespaces) == 0 {
+			return nil
+		}
+		out = append(out, h.Namespaces...)
+	}
+	return dedupe(out)
 }
 
 func touchesPods(rules []admissionregistrationv1.RuleWithOperations) bool {

@@ -10,6 +10,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"sort"
 	"sync/atomic"
 	"time"
 
@@ -58,6 +59,9 @@ type Server struct {
 	plainLn  net.Listener
 	serving  atomic.Bool
 	stopping atomic.Bool
+	// routes maps each admission path to its handler; swapped whole by
+	// SetWebhooks so a config reload never serves half a policy set.
+	routes atomic.Pointer[map[string]http.Handler]
 }
 
 // New validates opts and builds the server; call Listen, then Serve.
@@ -87,11 +91,9 @@ func New(opts Options) (*Server, error) {
 	}
 	s := &Server{opts: opts, log: opts.Logger, metrics: m}
 
+	s.SetWebhooks(opts.Webhooks)
 	mux := http.NewServeMux()
-	for _, wh := range opts.Webhooks {
-		h := admission.NewHandler(wh, admission.HandlerOptions{MaxRequestBytes: opts.MaxRequestBytes, Observe: s.observe})
-		mux.Handle(wh.Path, m.InFlight(wh.Path, h))
-	}
+	mux.HandleFunc("/", s.route)
 	s.health(mux)
 	s.https = &http.Server{
 		Handler: mux,
@@ -110,6 +112,27 @@ func New(opts Options) (*Server, error) {
 		s.plain = &http.Server{Handler: pm, ReadHeaderTimeout: 10 * time.Second}
 	}
 	return s, nil
+}
+
+// SetWebhooks replaces the served webhooks atomically: requests already in
+// flight finish on the old set, new ones get the new set. Paths no longer
+// served answer 404.
+func (s *Server) SetWebhooks(webhooks []*admission.Webhook) {
+	routes := make(map[string]http.Handler, len(webhooks))
+	for _, wh := range webhooks {
+		h := admission.NewHandler(wh, admission.HandlerOptions{MaxRequestBytes: s.opts.MaxRequestBytes, Observe: s.observe})
+		routes[wh.Path] = s.metrics.InFlight(wh.Path, h)
+	}
+	s.routes.Store(&routes)
+}
+
+func (s *Server) route(w http.ResponseWriter, r *http.Request) {
+	h, ok := (*s.routes.Load())[r.URL.Path]
+	if !ok {
+		http.Error(w, fmt.Sprintf("no webhook is served on %s", r.URL.Path), http.StatusNotFound)
+		return
+	}
+	h.ServeHTTP(w, r)
 }
 
 func (s *Server) health(mux *http.ServeMux) {
@@ -232,10 +255,12 @@ func (s *Server) Serve(ctx context.Context) error {
 }
 
 func (s *Server) paths() []string {
-	out := make([]string, 0, len(s.opts.Webhooks))
-	for _, wh := range s.opts.Webhooks {
-		out = append(out, wh.Path)
+	routes := *s.routes.Load()
+	out := make([]string, 0, len(routes))
+	for p := range routes {
+		out = append(out, p)
 	}
+	sort.Strings(out)
 	return out
 }
 

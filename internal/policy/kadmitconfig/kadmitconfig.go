@@ -106,7 +106,10 @@ func (p *Policy) Hooks() []admission.Hook {
 			Rule:       admissionregistrationv1.Rule{APIGroups: []string{""}, APIVersions: []string{"v1"}, Resources: []string{"configmaps"}},
 		}},
 		FailurePolicy: fp,
-		Validator:     admission.ValidatorFunc(p.Validate),
+		// The ConfigMap usually lives in kadmit's own namespace, which every
+		// other webhook excludes; this one watches that namespace alone.
+		Namespaces: []string{p.cfg.Namespace},
+		Validator:  admission.ValidatorFunc(p.Validate),
 	}}
 }
 

@@ -13,6 +13,7 @@ import (
 	"fmt"
 	"strconv"
 
+	"gomodules.xyz/jsonpatch/v2"
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	corev1 "k8s.io/api/core/v1"
 
@@ -182,32 +183,104 @@ func parseRequested(v string, maxDays int) (int, error) {
 // like `label acme.com/lifespan-requested must be an integer in [0, 14], got
 // "15"`; a body that is not a pod JSON also gets 400.
 func (p *Policy) Mutate(_ context.Context, req *admission.Request) ([]byte, admission.Verdict) {
-	var pod corev1.Pod
-	if err := json.Unmarshal(req.Object.Raw, &pod); err != nil {
-		return nil, admission.Invalid("%s: cannot parse the pod: %v", Name, err)
-	}
-	var requested *string
-	if v, ok := pod.Labels[LabelRequested]; ok {
-		requested = &v
-	}
-	want, err := Tolerations(requested, p.cfg.Max)
-	if err != nil {
-		return nil, admission.Invalid("%s", err.Error())
-	}
-	var missing []corev1.Toleration
-	for _, t := range want {
-		if !hasToleration(pod.Spec.Tolerations, t) {
-			missing = append(missing, t)
-		}
-	}
+	_, _, missing, v := p.plan(req)
 	if len(missing) == 0 {
-		return nil, admission.Allow()
+		return nil, v
 	}
 	out, err := appendTolerations(req.Object.Raw, missing)
 	if err != nil {
 		return nil, admission.Invalid("%s: cannot edit the pod: %v", Name, err)
 	}
-	return out, admission.Allow()
+	return out, v
+}
+
+// MutatePatch is Mutate stated as a JSONPatch against req.Object.Raw, for
+// when lifespan is the only mutator on its path: one "add
+// /spec/tolerations/-" per missing toleration when the pod has tolerations,
+// else one "add" of the whole list (of /spec when the pod has no spec
+// object). It never decodes or re-encodes the rest of the pod.
+//
+// It declines (ok false) when the pod spells metadata, labels, spec or
+// tolerations other than exactly so, or twice: the API server never sends
+// that, and a patch by exact name could then miss what the decode read.
+func (p *Policy) MutatePatch(_ context.Context, req *admission.Request) (_ []jsonpatch.Operation, _ admission.Verdict, ok bool) {
+	pod, canonical, missing, v := p.plan(req)
+	if len(missing) == 0 {
+		return nil, v, true
+	}
+	if !canonical {
+		return nil, admission.Verdict{}, false
+	}
+	values := make([]any, len(missing))
+	for i, t := range missing {
+		values[i] = tolerationJSON(t)
+	}
+	switch {
+	case pod.Spec == nil:
+		return []jsonpatch.Operation{{Operation: "add", Path: "/spec", Value: map[string]any{"tolerations": values}}}, v, true
+	case len(pod.Spec.Tolerations) == 0:
+		return []jsonpatch.Operation{{Operation: "add", Path: "/spec/tolerations", Value: values}}, v, true
+	}
+	ops := make([]jsonpatch.Operation, len(values))
+	for i, val := range values {
+		ops[i] = jsonpatch.Operation{Operation: "add", Path: "/spec/tolerations/-", Value: val}
+	}
+	return ops, v, true
+}
+
+// podFields is the part of a pod lifespan reads, with corev1's types so that
+// a wrongly typed label or toleration is still a 400. Spec is nil when the
+// pod has no spec or a null one.
+type podFields struct {
+	Metadata struct {
+		Labels map[string]string `json:"labels"`
+	} `json:"metadata"`
+	Spec *struct {
+		Tolerations []corev1.Toleration `json:"tolerations"`
+	} `json:"spec"`
+}
+
+var podFieldsKeep = admission.Keep{"metadata": {"labels": nil}, "spec": {"tolerations": nil}}
+
+// plan decodes what lifespan reads from the pod and returns it, whether it
+// was spelled canonically (see admission.DecodeFields), the tolerations it
+// lacks, in order, and the verdict; a verdict that denies comes with no
+// tolerations.
+func (p *Policy) plan(req *admission.Request) (podFields, bool, []corev1.Toleration, admission.Verdict) {
+	var pod podFields
+	canonical, err := admission.DecodeFields(req.Object.Raw, podFieldsKeep, &pod)
+	if err != nil {
+		return pod, false, nil, admission.Invalid("%s: cannot parse the pod: %v", Name, err)
+	}
+	var requested *string
+	if v, ok := pod.Metadata.Labels[LabelRequested]; ok {
+		requested = &v
+	}
+	want, err := Tolerations(requested, p.cfg.Max)
+	if err != nil {
+		return pod, false, nil, admission.Invalid("%s", err.Error())
+	}
+	var have []corev1.Toleration
+	if pod.Spec != nil {
+		have = pod.Spec.Tolerations
+	}
+	var missing []corev1.Toleration
+	for _, t := range want {
+		if !hasToleration(have, t) {
+			missing = append(missing, t)
+		}
+	}
+	return pod, canonical, missing, admission.Allow()
+}
+
+// tolerationJSON is the JSON form of an added toleration, as in
+// appendTolerations.
+func tolerationJSON(t corev1.Toleration) map[string]any {
+	m := map[string]any{"key": t.Key, "operator": string(t.Operator), "effect": string(t.Effect)}
+	if t.Value != "" {
+		m["value"] = t.Value
+	}
+	return m
 }
 
 // hasToleration reports whether have holds t, comparing the fields that decide
@@ -253,11 +326,7 @@ func appendTolerations(raw []byte, add []corev1.Toleration) ([]byte, error) {
 		return nil, fmt.Errorf("spec.tolerations is a %T, not an array", spec["tolerations"])
 	}
 	for _, t := range add {
-		m := map[string]any{"key": t.Key, "operator": string(t.Operator), "effect": string(t.Effect)}
-		if t.Value != "" {
-			m["value"] = t.Value
-		}
-		tols = append(tols, m)
+		tols = append(tols, tolerationJSON(t))
 	}
 	spec["tolerations"] = tols
 	var buf bytes.Buffer

@@ -9,6 +9,7 @@ import (
 	"maps"
 	"strings"
 
+	"gomodules.xyz/jsonpatch/v2"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 
@@ -83,13 +84,113 @@ func sameQuantities(a, b map[corev1.ResourceName]resource.Quantity) bool {
 // raw and amplified again, until the kubelet's next status post (which carries
 // real raw values) repairs the node.
 func (p *Policy) Mutate(_ context.Context, req *admission.Request) ([]byte, admission.Verdict) {
-	var node corev1.Node
-	if err := json.Unmarshal(req.Object.Raw, &node); err != nil {
+	pl, v := p.plan(req)
+	if pl == nil {
+		return nil, v
+	}
+	obj, err := decodeGeneric(req.Object.Raw)
+	if err != nil {
+		return nil, admission.Invalid("%s: cannot parse the node: %v", Name, err)
+	}
+	if pl.rewrite {
+		annotations, err := childObject(obj, "metadata", "annotations")
+		if err != nil {
+			return nil, admission.Invalid("%s: cannot edit the node: %v", Name, err)
+		}
+		if pl.newRaw == nil {
+			delete(annotations, AnnotationRaw)
+		} else {
+			annotations[AnnotationRaw] = *pl.newRaw
+		}
+	}
+	for _, c := range pl.changes {
+		for field, q := range map[string]resource.Quantity{"allocatable": c.allocatable, "capacity": c.capacity} {
+			m, err := childObject(obj, "status", field)
+			if err != nil {
+				return nil, admission.Invalid("%s: cannot edit the node: %v", Name, err)
+			}
+			m[string(c.name)] = q.String()
+		}
+	}
+	out, err := encodeGeneric(obj)
+	if err != nil {
+		return nil, admission.Errored(0, fmt.Errorf("%s: %w", Name, err)).WithWarnings(pl.warnings...)
+	}
+	return out, v
+}
+
+// MutatePatch is Mutate stated as a JSONPatch against req.Object.Raw, for
+// when node-overcommit is the only mutator on its path: one operation for
+// the raw-values annotation and one per amplified quantity, without decoding
+// or re-encoding the rest of the node (its images, conditions...). It
+// declines (ok false) when the node spells metadata, annotations, status,
+// allocatable or capacity other than exactly so, or twice.
+func (p *Policy) MutatePatch(_ context.Context, req *admission.Request) (_ []jsonpatch.Operation, _ admission.Verdict, ok bool) {
+	pl, v := p.plan(req)
+	if pl == nil {
+		return nil, v, true
+	}
+	if !pl.canonical {
+		return nil, admission.Verdict{}, false
+	}
+	var ops []jsonpatch.Operation
+	if pl.rewrite {
+		key := "/metadata/annotations/" + escapePointer(AnnotationRaw)
+		switch {
+		case pl.newRaw == nil: // rewrite without raw values means the annotation is there
+			ops = append(ops, jsonpatch.Operation{Operation: "remove", Path: key})
+		case pl.node.Metadata != nil && pl.node.Metadata.Annotations != nil:
+			ops = append(ops, jsonpatch.Operation{Operation: "add", Path: key, Value: *pl.newRaw})
+		case pl.node.Metadata != nil:
+			ops = append(ops, jsonpatch.Operation{Operation: "add", Path: "/metadata/annotations", Value: map[string]any{AnnotationRaw: *pl.newRaw}})
+		default:
+			ops = append(ops, jsonpatch.Operation{Operation: "add", Path: "/metadata", Value: map[string]any{"annotations": map[string]any{AnnotationRaw: *pl.newRaw}}})
+		}
+	}
+	// A change exists only for a resource present in both maps, so both
+	// are objects in the node and each quantity is set in place.
+	for _, c := range pl.changes {
+		name := escapePointer(string(c.name))
+		ops = append(ops,
+			jsonpatch.Operation{Operation: "add", Path: "/status/allocatable/" + name, Value: c.allocatable.String()},
+			jsonpatch.Operation{Operation: "add", Path: "/status/capacity/" + name, Value: c.capacity.String()})
+	}
+	return ops, v, true
+}
+
+// escapePointer escapes a key for a JSON pointer (RFC 6901): "~" as "~0",
+// "/" as "~1".
+func escapePointer(key string) string {
+	return strings.NewReplacer("~", "~0", "/", "~1").Replace(key)
+}
+
+type change struct {
+	name                  corev1.ResourceName
+	capacity, allocatable resource.Quantity
+}
+
+// mutation is what Mutate changes on one node.
+type mutation struct {
+	node      nodeFields
+	canonical bool
+	rewrite   bool    // the raw-values annotation changes
+	newRaw    *string // its new value; nil removes it
+	changes   []change
+	warnings  []string
+}
+
+// plan decodes what Mutate reads and returns the change to make, or nil and
+// the final verdict when nothing changes or the node is refused.
+func (p *Policy) plan(req *admission.Request) (*mutation, admission.Verdict) {
+	var node nodeFields
+	canonical, err := admission.DecodeFields(req.Object.Raw, nodeFieldsKeep, &node)
+	if err != nil {
 		return nil, admission.Invalid("%s: cannot parse the node: %v", Name, err)
 	}
 	var warnings []string
 	ratios := p.ratios
-	if v, ok := node.Annotations[AnnotationRatio]; ok {
+	annotations := node.annotations()
+	if v, ok := annotations[AnnotationRatio]; ok {
 		override, err := p.ParseOverride(v)
 		if err != nil {
 			warnings = append(warnings, fmt.Sprintf("annotation %s ignored: %v", AnnotationRatio, err))
@@ -103,7 +204,7 @@ func (p *Policy) Mutate(_ context.Context, req *admission.Request) ([]byte, admi
 		}
 	}
 
-	rawText, hadRaw := node.Annotations[AnnotationRaw]
+	rawText, hadRaw := annotations[AnnotationRaw]
 	var recorded *rawQuantities
 	if hadRaw {
 		r, err := parseRawValues(rawText)
@@ -115,10 +216,6 @@ func (p *Policy) Mutate(_ context.Context, req *admission.Request) ([]byte, admi
 	}
 
 	raw := rawQuantities{allocatable: map[corev1.ResourceName]resource.Quantity{}, capacity: map[corev1.ResourceName]resource.Quantity{}}
-	type change struct {
-		name                  corev1.ResourceName
-		capacity, allocatable resource.Quantity
-	}
 	var changes []change
 	for _, name := range p.resources {
 		inAlloc, okA := node.Status.Allocatable[name]
@@ -171,36 +268,33 @@ func (p *Policy) Mutate(_ context.Context, req *admission.Request) ([]byte, admi
 	if len(changes) == 0 && !rewrite {
 		return nil, admission.Allow(warnings...)
 	}
+	return &mutation{node: node, canonical: canonical, rewrite: rewrite, newRaw: newRaw, changes: changes, warnings: warnings}, admission.Allow(warnings...)
+}
 
-	obj, err := decodeGeneric(req.Object.Raw)
-	if err != nil {
-		return nil, admission.Invalid("%s: cannot parse the node: %v", Name, err)
+// nodeFields is the part of a node Mutate reads, with corev1's types so that
+// wrongly typed annotations or quantities are still a 400; decoding only it
+// skips the node's images, conditions and the rest.
+type nodeFields struct {
+	// Metadata is nil when the node has none (or null).
+	Metadata *struct {
+		Annotations map[string]string `json:"annotations"`
+	} `json:"metadata"`
+	Status struct {
+		Capacity    corev1.ResourceList `json:"capacity"`
+		Allocatable corev1.ResourceList `json:"allocatable"`
+	} `json:"status"`
+}
+
+func (n *nodeFields) annotations() map[string]string {
+	if n.Metadata == nil {
+		return nil
 	}
-	if rewrite {
-		annotations, err := childObject(obj, "metadata", "annotations")
-		if err != nil {
-			return nil, admission.Invalid("%s: cannot edit the node: %v", Name, err)
-		}
-		if newRaw == nil {
-			delete(annotations, AnnotationRaw)
-		} else {
-			annotations[AnnotationRaw] = *newRaw
-		}
-	}
-	for _, c := range changes {
-		for field, q := range map[string]resource.Quantity{"allocatable": c.allocatable, "capacity": c.capacity} {
-			m, err := childObject(obj, "status", field)
-			if err != nil {
-				return nil, admission.Invalid("%s: cannot edit the node: %v", Name, err)
-			}
-			m[string(c.name)] = q.String()
-		}
-	}
-	out, err := encodeGeneric(obj)
-	if err != nil {
-		return nil, admission.Errored(0, fmt.Errorf("%s: %w", Name, err)).WithWarnings(warnings...)
-	}
-	return out, admission.Allow(warnings...)
+	return n.Metadata.Annotations
+}
+
+var nodeFieldsKeep = admission.Keep{
+	"metadata": {"annotations": nil},
+	"status":   {"capacity": nil, "allocatable": nil},
 }
 
 func encodeRawValues(r rawQuantities) (string, error) {

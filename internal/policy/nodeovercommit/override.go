@@ -58,11 +58,11 @@ func (p *Policy) ParseOverride(value string) (map[corev1.ResourceName]*inf.Dec, 
 // node controller, kubelet heartbeats) until someone fixes the annotation.
 // Resources named by the annotation but not configured draw a warning.
 func (p *Policy) Validate(_ context.Context, req *admission.Request) admission.Verdict {
-	var node corev1.Node
-	if err := json.Unmarshal(req.Object.Raw, &node); err != nil {
+	var node nodeAnnotations
+	if _, err := admission.DecodeFields(req.Object.Raw, nodeAnnotationsKeep, &node); err != nil {
 		return admission.Invalid("%s: cannot parse the node: %v", Name, err)
 	}
-	value, ok := node.Annotations[AnnotationRatio]
+	value, ok := node.Metadata.Annotations[AnnotationRatio]
 	if !ok {
 		return admission.Allow()
 	}
@@ -85,17 +85,22 @@ func (p *Policy) Validate(_ context.Context, req *admission.Request) admission.V
 // oldRatioAnnotation returns the override annotation of the request's old
 // object; ok is false when there is none or the old object cannot be read.
 func oldRatioAnnotation(req *admission.Request) (value string, ok bool) {
-	var old struct {
-		Metadata struct {
-			Annotations map[string]string `json:"annotations"`
-		} `json:"metadata"`
-	}
+	var old nodeAnnotations
 	if len(req.OldObject.Raw) == 0 || json.Unmarshal(req.OldObject.Raw, &old) != nil {
 		return "", false
 	}
 	value, ok = old.Metadata.Annotations[AnnotationRatio]
 	return value, ok
 }
+
+// nodeAnnotations is the part of a node Validate reads.
+type nodeAnnotations struct {
+	Metadata struct {
+		Annotations map[string]string `json:"annotations"`
+	} `json:"metadata"`
+}
+
+var nodeAnnotationsKeep = admission.Keep{"metadata": {"annotations": nil}}
 
 func sortedKeys[V any](m map[corev1.ResourceName]V) []corev1.ResourceName {
 	keys := make([]corev1.ResourceName, 0, len(m))

@@ -1,0 +1,199 @@
+package admission_test
+
+// Benchmarks of the HTTP handler path per built-in policy, on the objects
+// `kadmit bench` sends: run with
+//
+//	go test -run '^$' -bench . -benchmem ./internal/admission
+//
+// They measure the handler without TLS, the network or logging, so they show
+// what kadmit itself adds per request (decode, policy, patch, encode).
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"testing"
+
+	admissionv1 "k8s.io/api/admission/v1"
+	authenticationv1 "k8s.io/api/authentication/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"sigs.k8s.io/yaml"
+
+	"github.com/kadmit/kadmit/internal/admission"
+	"github.com/kadmit/kadmit/internal/bench"
+	"github.com/kadmit/kadmit/internal/policy/lifespan"
+	"github.com/kadmit/kadmit/internal/policy/nodeovercommit"
+	"github.com/kadmit/kadmit/internal/policy/podname"
+)
+
+// benchPodJSON is bench.DefaultPod() as JSON (about 4.6 KB).
+func benchPodJSON(tb testing.TB) []byte {
+	tb.Helper()
+	b, err := yaml.YAMLToJSON(bench.DefaultPod())
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return b
+}
+
+// benchNodeJSON is testdata/node.json compacted (about 3.6 KB): a kubelet's
+// node with raw capacity and allocatable, as sent on CREATE.
+func benchNodeJSON(tb testing.TB) []byte {
+	tb.Helper()
+	b, err := os.ReadFile("testdata/node.json")
+	if err != nil {
+		tb.Fatal(err)
+	}
+	var buf bytes.Buffer
+	if err := json.Compact(&buf, b); err != nil {
+		tb.Fatal(err)
+	}
+	return buf.Bytes()
+}
+
+// reviewFor wraps object in an AdmissionReview v1 CREATE request for
+// resource (e.g. "pods") as the API server sends it.
+func reviewFor(tb testing.TB, kind, resource string, object []byte) []byte {
+	tb.Helper()
+	gvk := metav1.GroupVersionKind{Version: "v1", Kind: kind}
+	gvr := metav1.GroupVersionResource{Version: "v1", Resource: resource}
+	req := &admissionv1.AdmissionRequest{
+		UID: "705ab4f5-6393-11e8-b7cc-42010a800002", Kind: gvk, Resource: gvr, RequestKind: &gvk, RequestResource: &gvr,
+		Name: "x", Namespace: "shop", Operation: admissionv1.Create,
+		UserInfo: authenticationv1.UserInfo{Username: "system:serviceaccount:kube-system:replicaset-controller",
+			Groups: []string{"system:serviceaccounts", "system:serviceaccounts:kube-system", "system:authenticated"}},
+		Object:  runtime.RawExtension{Raw: object},
+		Options: runtime.RawExtension{Raw: []byte(`{"kind":"CreateOptions","apiVersion":"meta.k8s.io/v1"}`)},
+	}
+	b, err := json.Marshal(admission.Review{APIVersion: admission.APIVersionV1, Kind: admission.ReviewKind, Request: req})
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return b
+}
+
+// seedWebhooks returns the seed profile's webhooks by path.
+func seedWebhooks(tb testing.TB) map[string]*admission.Webhook {
+	tb.Helper()
+	pn, err := podname.New(podname.DefaultConfig())
+	if err != nil {
+		tb.Fatal(err)
+	}
+	ls, err := lifespan.New(lifespan.DefaultConfig())
+	if err != nil {
+		tb.Fatal(err)
+	}
+	no, err := nodeovercommit.New(nodeovercommit.DefaultConfig())
+	if err != nil {
+		tb.Fatal(err)
+	}
+	hooks := append(append(pn.Hooks(), ls.Hooks()...), no.Hooks()...)
+	whs, err := admission.NewWebhooks(hooks)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	out := map[string]*admission.Webhook{}
+	for _, wh := range whs {
+		out[wh.Path] = wh
+	}
+	return out
+}
+
+type benchCase struct {
+	path string
+	body []byte
+}
+
+// serve posts each case once per iteration and fails on anything but an
+// allowed 200 answer, so a broken fast path cannot look fast.
+func serve(b *testing.B, cases []benchCase) {
+	whs := seedWebhooks(b)
+	handlers := make([]http.Handler, len(cases))
+	var size int64
+	for i, c := range cases {
+		handlers[i] = admission.NewHandler(whs[c.path], admission.HandlerOptions{})
+		size += int64(len(c.body))
+	}
+	b.SetBytes(size)
+	b.ReportAllocs()
+	rd := bytes.NewReader(nil)
+	w := &benchWriter{header: http.Header{}}
+	for b.Loop() {
+		for i, c := range cases {
+			rd.Reset(c.body)
+			r := httptest.NewRequestWithContext(context.Background(), http.MethodPost, c.path+"?timeout=10s", rd)
+			r.Header.Set("Content-Type", "application/json")
+			w.reset()
+			handlers[i].ServeHTTP(w, r)
+			if w.code != http.StatusOK || !bytes.Contains(w.body.Bytes(), []byte(`"allowed":true`)) {
+				b.Fatalf("%s: %d %s", c.path, w.code, w.body.String())
+			}
+		}
+	}
+}
+
+// benchWriter is a reusable http.ResponseWriter, so the benchmark does not
+// count a recorder's allocations as the handler's.
+type benchWriter struct {
+	header http.Header
+	code   int
+	body   bytes.Buffer
+}
+
+func (w *benchWriter) reset() {
+	clear(w.header)
+	w.code = 0
+	w.body.Reset()
+}
+
+func (w *benchWriter) Header() http.Header { return w.header }
+
+func (w *benchWriter) WriteHeader(code int) {
+	if w.code == 0 {
+		w.code = code
+	}
+}
+
+func (w *benchWriter) Write(p []byte) (int, error) {
+	w.WriteHeader(http.StatusOK)
+	return w.body.Write(p)
+}
+
+func BenchmarkServeHTTP_ValidatePod(b *testing.B) {
+	serve(b, []benchCase{{podname.Path, reviewFor(b, "Pod", "pods", benchPodJSON(b))}})
+}
+
+func BenchmarkServeHTTP_MutatePod(b *testing.B) {
+	serve(b, []benchCase{{lifespan.Path, reviewFor(b, "Pod", "pods", benchPodJSON(b))}})
+}
+
+func BenchmarkServeHTTP_MutateNodeStatus(b *testing.B) {
+	serve(b, []benchCase{{nodeovercommit.MutatePath, reviewFor(b, "Node", "nodes", benchNodeJSON(b))}})
+}
+
+// BenchmarkServeHTTP_AllPolicies sends, per iteration, the pod to both pod
+// paths and the node to both node paths of the seed profile: 4 requests.
+func BenchmarkServeHTTP_AllPolicies(b *testing.B) {
+	pod := reviewFor(b, "Pod", "pods", benchPodJSON(b))
+	node := reviewFor(b, "Node", "nodes", benchNodeJSON(b))
+	serve(b, []benchCase{
+		{podname.Path, pod}, {lifespan.Path, pod},
+		{nodeovercommit.MutatePath, node}, {nodeovercommit.ValidatePath, node},
+	})
+}
+
+// BenchmarkDecodeReview is the envelope decode alone, on the pod review.
+func BenchmarkDecodeReview(b *testing.B) {
+	body := reviewFor(b, "Pod", "pods", benchPodJSON(b))
+	b.SetBytes(int64(len(body)))
+	b.ReportAllocs()
+	for b.Loop() {
+		if _, err := admission.DecodeReview(body); err != nil {
+			b.Fatal(err)
+		}
+	}
+}

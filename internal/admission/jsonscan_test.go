@@ -1,0 +1,100 @@
+package admission
+
+import (
+	"encoding/json"
+	"reflect"
+	"strings"
+	"testing"
+)
+
+var scanSeeds = []string{
+	`{}`, `[]`, `null`, `true`, `false`, `0`, `-0`, `1.5e-3`, `-12E+2`, `"a\"b\\c\/\b\f\n\r\t\u00e9"`,
+	` {"a" : [1, 2, {"b": null}] } `, `{"a":1,}`, `[1,]`, `01`, `1.`, `.5`, `-`, `1e`, `"\x"`, `"\u12"`,
+	"\"\x01\"", "\"é\xff\"", `{"a" 1}`, `{1:2}`, `[1 2]`, `tru`, `nul`, `{"a":1}x`, ``, ` `, `"abc`,
+	`{"metadata":{"name":"p","Name":"q","generateName":"g"},"spec":{"containers":[{"name":"c"}]}}`,
+	`{"metadata":{"name":42}}`, `{"metadata":[1]}`, `{"meta\u0064ata":{"name":"esc"}}`, `{"METADATA":{"NAME":"up"}}`,
+	strings.Repeat("[", 10000) + strings.Repeat("]", 10000), strings.Repeat("[", 10001) + strings.Repeat("]", 10001),
+	strings.Repeat(`{"a":`, 10000) + "1" + strings.Repeat("}", 10000), strings.Repeat(`{"a":`, 10001) + "1" + strings.Repeat("}", 10001),
+}
+
+// FuzzScanValid checks the fast scanner against encoding/json: the same
+// documents are valid, and decoding a Prune result into a struct of the kept
+// fields gives what decoding the whole document gives.
+func FuzzScanValid(f *testing.F) {
+	for _, s := range scanSeeds {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, d []byte) {
+		checkScan(t, d)
+	})
+}
+
+func TestScanSeeds(t *testing.T) {
+	for _, s := range scanSeeds {
+		checkScan(t, []byte(s))
+	}
+}
+
+type prunedNames struct {
+	Metadata struct {
+		Name         string `json:"name"`
+		GenerateName string `json:"generateName"`
+	} `json:"metadata"`
+}
+
+func checkScan(t *testing.T, d []byte) {
+	t.Helper()
+	if got, want := validJSON(d), json.Valid(d); got != want {
+		t.Fatalf("validJSON(%q) = %v, json.Valid = %v", trunc(d), got, want)
+	}
+	var full, part prunedNames
+	errFull := json.Unmarshal(d, &full)
+	_, errPart := DecodeFields(d, Keep{"metadata": {"name": nil, "generateName": nil}}, &part)
+	if (errFull == nil) != (errPart == nil) || full != part {
+		t.Fatalf("%q: whole decode %+v, %v; pruned decode %+v, %v", trunc(d), full, errFull, part, errPart)
+	}
+	if errFull != nil && errFull.Error() != errPart.Error() {
+		t.Fatalf("%q: error %q, pruned %q", trunc(d), errFull, errPart)
+	}
+}
+
+func trunc(d []byte) string {
+	if len(d) > 80 {
+		return string(d[:80]) + "..."
+	}
+	return string(d)
+}
+
+// TestDecodeReviewFastMatchesUnmarshal checks the envelope fast path gives
+// json.Unmarshal's Review, or declines.
+func TestDecodeReviewFastMatchesUnmarshal(t *testing.T) {
+	bodies := []string{
+		string(reviewBody(APIVersionV1, "u1", podJSON)),
+		string(reviewBody(APIVersionV1beta1, "u1", `null`)),
+		string(reviewBody(APIVersionV1, "u1", `"a string"`)),
+		`{"apiVersion":"admission.k8s.io/v1","kind":"AdmissionReview","request":{"uid":"u","oldObject":{"a":1},"object":{"b":[2]}}}`,
+		`{"apiVersion":"admission.k8s.io/v1","kind":"AdmissionReview","request":{"uid":"u","object":{"b":1},"oldObject":null}}`,
+		`{"apiVersion":"admission.k8s.io/v1","kind":"AdmissionReview","request":{"uid":"u","Object":{"b":1}}}`,
+		`{"apiVersion":"admission.k8s.io/v1","kind":"AdmissionReview","request":{"uid":"u","object":{"b":1},"object":null}}`,
+		`{"apiVersion":"admission.k8s.io/v1","kind":"AdmissionReview","Request":{"uid":"u","object":{}}}`,
+		`{"apiVersion":"admission.k8s.io/v1","kind":"AdmissionReview","request":{"uid":"u","obj\u0065ct":{"x":1}}}`,
+		`{"apiVersion":"admission.k8s.io/v1","kind":"AdmissionReview","request":null}`,
+		`{"apiVersion":"admission.k8s.io/v1","kind":"AdmissionReview","request":{"uid":"u","object":{"x":1}},"request":{"uid":"v"}}`,
+		` { "apiVersion" : "admission.k8s.io/v1" , "request" : { "object" : { "x" : [ 1 , 2 ] } , "uid" : "u" } , "kind":"AdmissionReview" } `,
+		`{"apiVersion":"admission.k8s.io/v1","kind":"AdmissionReview","request":{"uid":"u","object":{"x":1},"dryRun":"yes"}}`,
+	}
+	for _, b := range bodies {
+		var fast, slow Review
+		ok := decodeReviewFast([]byte(b), &fast)
+		err := json.Unmarshal([]byte(b), &slow)
+		if !ok {
+			continue
+		}
+		if err != nil {
+			t.Fatalf("%s: fast path accepted what json.Unmarshal refuses: %v", b, err)
+		}
+		if !reflect.DeepEqual(fast, slow) {
+			t.Fatalf("%s:\nfast %+v\nslow %+v", b, fast.Request, slow.Request)
+		}
+	}
+}
