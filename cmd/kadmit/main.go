@@ -31,7 +31,7 @@ func main() {
 		SilenceUsage:  true,
 		SilenceErrors: true,
 	}
-	root.AddCommand(newServeCmd(), newReviewCmd(), newBenchCmd(), newVersionCmd())
+	root.AddCommand(newServeCmd(), newReviewCmd(), newBenchCmd(), newDoctorCmd(), newVersionCmd())
 	err := root.ExecuteContext(ctx)
 	if err == nil {
 		return

@@ -63,6 +63,10 @@ type Options struct {
 	// Output, when set, receives the stdout and stderr of both processes;
 	// nil discards them.
 	Output io.Writer
+	// APIServerFlags are extra kube-apiserver flags, without the leading
+	// dashes, e.g. {"enable-aggregator-routing": "true", "advertise-address":
+	// "198.18.0.1"}. They are set after, and so override, the defaults.
+	APIServerFlags map[string]string
 }
 
 // ControlPlane is a running etcd and kube-apiserver on 127.0.0.1. Its fields
@@ -165,6 +169,9 @@ func Start(ctx context.Context, opts Options) (*ControlPlane, error) {
 	// envtest already disables it by default; saying so here keeps pod
 	// creation working should that default ever change.
 	api.Configure().Set("disable-admission-plugins", "ServiceAccount")
+	for k, v := range opts.APIServerFlags {
+		api.Configure().Set(k, v)
+	}
 
 	etcd := &envtest.Etcd{
 		Out: opts.Output,

@@ -111,6 +111,12 @@ type Options struct {
 	ShutdownGrace time.Duration
 	// ExtraArgs are appended to the command line.
 	ExtraArgs []string
+	// Args, when set, is the whole command line after the binary (e.g.
+	// "serve", "--tls=self-managed", ...), replacing the one Start derives:
+	// CAFile, Kubeconfig, ShutdownGrace and ExtraArgs are then ignored. Addr
+	// and MetricsAddr are still required and must match the --addr and
+	// --metrics-addr in Args, since WebhookURL and WaitReady use them.
+	Args []string
 	// Log, when set, receives a copy of everything kadmit writes.
 	Log io.Writer
 }
@@ -131,27 +137,30 @@ type Process struct {
 
 // Start runs `kadmit serve --self-signed --dns-name 127.0.0.1 --ca-file ...
 // --addr ... --metrics-addr ... --log-format json` (plus the --register flags
-// when opts.Kubeconfig is set). It returns once the process is started, not
+// when opts.Kubeconfig is set), or `kadmit <opts.Args>` when Args is set. It returns once the process is started, not
 // ready: call WaitReady. The process is not tied to ctx, so that the caller
 // decides how it ends (Terminate); on Linux it receives SIGTERM should the
 // caller die first.
 func Start(opts Options) (*Process, error) {
-	if opts.Binary == "" || opts.Addr == "" || opts.MetricsAddr == "" || opts.CAFile == "" {
-		return nil, errors.New("kadmitproc: Binary, Addr, MetricsAddr and CAFile are required")
+	if opts.Binary == "" || opts.Addr == "" || opts.MetricsAddr == "" || (opts.CAFile == "" && opts.Args == nil) {
+		return nil, errors.New("kadmitproc: Binary, Addr, MetricsAddr and CAFile (or Args) are required")
 	}
 	webhookURL := "https://" + opts.Addr
-	args := []string{"serve",
-		"--self-signed", "--dns-name", "127.0.0.1", "--ca-file", opts.CAFile,
-		"--addr", opts.Addr, "--metrics-addr", opts.MetricsAddr,
-		"--log-format", "json",
+	args := opts.Args
+	if args == nil {
+		args = []string{"serve",
+			"--self-signed", "--dns-name", "127.0.0.1", "--ca-file", opts.CAFile,
+			"--addr", opts.Addr, "--metrics-addr", opts.MetricsAddr,
+			"--log-format", "json",
+		}
+		if opts.Kubeconfig != "" {
+			args = append(args, "--register", "--webhook-url", webhookURL, "--kubeconfig", opts.Kubeconfig)
+		}
+		if opts.ShutdownGrace > 0 {
+			args = append(args, "--shutdown-grace", opts.ShutdownGrace.String())
+		}
+		args = append(args, opts.ExtraArgs...)
 	}
-	if opts.Kubeconfig != "" {
-		args = append(args, "--register", "--webhook-url", webhookURL, "--kubeconfig", opts.Kubeconfig)
-	}
-	if opts.ShutdownGrace > 0 {
-		args = append(args, "--shutdown-grace", opts.ShutdownGrace.String())
-	}
-	args = append(args, opts.ExtraArgs...)
 
 	logs := &lineBuffer{tee: opts.Log}
 	cmd := exec.Command(opts.Binary, args...)
@@ -378,6 +387,26 @@ func (p *Process) Terminate(timeout time.Duration) (int, time.Duration, error) {
 		return -1, time.Since(start), fmt.Errorf("kadmitproc: pid %d survived SIGKILL", p.PID())
 	}
 	return p.ExitCode(), time.Since(start), fmt.Errorf("kadmitproc: pid %d did not exit within %s of SIGTERM; killed", p.PID(), timeout)
+}
+
+// Kill sends SIGKILL, as when a node or container dies without warning, and
+// waits up to 5s for the process to end. Calling it on an ended process is a
+// no-op.
+func (p *Process) Kill() error {
+	select {
+	case <-p.exited:
+		return nil
+	default:
+	}
+	if err := p.cmd.Process.Kill(); err != nil && !errors.Is(err, os.ErrProcessDone) {
+		return fmt.Errorf("kadmitproc: SIGKILL pid %d: %w", p.PID(), err)
+	}
+	select {
+	case <-p.exited:
+		return nil
+	case <-time.After(5 * time.Second):
+		return fmt.Errorf("kadmitproc: pid %d survived SIGKILL", p.PID())
+	}
 }
 
 // Logs returns every line kadmit has written so far (up to the last 20000).

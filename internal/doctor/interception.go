@@ -1,0 +1,449 @@
+package doctor
+
+import (
+	"context"
+	"fmt"
+	"sort"
+	"strings"
+	"time"
+
+	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
+)
+
+// clusterScoped are well-known cluster-scoped resources; a rule naming only
+// these cannot intercept anything in a namespace.
+var clusterScoped = map[string]bool{
+	"nodes": true, "namespaces": true, "persistentvolumes": true, "clusterroles": true, "clusterrolebindings": true,
+	"customresourcedefinitions": true, "storageclasses": true, "priorityclasses": true, "certificatesigningrequests": true,
+	"validatingwebhookconfigurations": true, "mutatingwebhookconfigurations": true, "validatingadmissionpolicies": true,
+	"validatingadmissionpolicybindings": true, "csinodes": true, "csidrivers": true, "runtimeclasses": true,
+	"ingressclasses": true, "volumeattachments": true, "apiservices": true, "tokenreviews": true, "subjectaccessreviews": true,
+	"selfsubjectaccessreviews": true, "selfsubjectrulesreviews": true, "flowschemas": true, "prioritylevelconfigurations": true,
+}
+
+// mayInterceptNamespaced reports whether some rule can select a namespaced
+// resource.
+func mayInterceptNamespaced(rules []admissionregistrationv1.RuleWithOperations) bool {
+	for _, r := range rules {
+		if r.Scope != nil && *r.Scope == admissionregistrationv1.ClusterScope {
+			continue
+		}
+		for _, res := range r.Resources {
+			base, _, _ := strings.Cut(res, "/")
+			if !clusterScoped[base] {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// matchNote qualifies interception findings when matchConditions exist.
+func matchNote(w *Webhook) string {
+	if w.MatchConditions == 0 {
+		return ""
+	}
+	return fmt.Sprintf(" (%d matchConditions were not evaluated: CEL; if they exclude these objects, this finding does not apply)", w.MatchConditions)
+}
+
+// checkInterception runs check 5 for a Fail webhook.
+func (r *run) checkInterception(w *Webhook) []Finding {
+	if !w.Fail() {
+		return nil
+	}
+	var out []Finding
+	own := r.backends[w.ServiceKey()]
+	if own != nil && own.NamespaceExists {
+		if obj, ok := r.firstIntercepted(w, own); ok {
+			fix, labelled := NamespaceExclusion(w.NamespaceSelector, own.Namespace, own.NamespaceLabels, backendLabelHints(own))
+			if !labelled {
+				fix = excludeNamespacePatch(w, own.Namespace)
+			}
+			fix += fmt.Sprintf("   # until then, to unblock a stuck install: kubectl delete %s %s (and re-apply it once the pods run)", w.resourceKind(), w.Configuration)
+			out = append(out, Finding{ID: IDSelfInterception, Severity: SeverityError,
+				What: fmt.Sprintf("The webhook intercepts %s (%s), which serves it: namespace %s matches its namespaceSelector %s%s.",
+					obj.Describe, obj.Request, own.Namespace, selectorString(w.NamespaceSelector), matchNote(w)),
+				Why: fmt.Sprintf("failurePolicy is Fail: while no pod of Service %s/%s answers (first install, restart, node drain), the API server cannot call the webhook and rejects the creation of the very pods that would answer it (\"failed calling webhook ... connection refused\" in the ReplicaSet's events): a bootstrap deadlock.", own.Namespace, own.Name),
+				Fix: fix,
+			})
+		}
+	}
+
+	if mayInterceptNamespaced(w.Rules) {
+		if ks, ok := r.interceptsNamespace(w, "kube-system"); ok {
+			out = append(out, Finding{ID: IDInterceptsKubeSystem, Severity: SeverityWarning,
+				What: fmt.Sprintf("The webhook intercepts objects in kube-system (namespaceSelector %s matches it)%s.", selectorString(w.NamespaceSelector), matchNote(w)),
+				Why:  "While the webhook is down, control-plane add-ons in kube-system (CoreDNS, kube-proxy, CNI) cannot be created or updated, and the webhook's own pods may need them to start.",
+				Fix:  ks,
+			})
+		}
+	}
+	for _, op := range []string{"UPDATE", "CREATE"} {
+		req := Request{Version: "v1", Resource: "nodes", Operation: opType(op)}
+		reqStatus := req
+		reqStatus.Subresource = "status"
+		if (RuleMatches(w.Rules, req) || RuleMatches(w.Rules, reqStatus)) && selectorMatchesEmpty(w.ObjectSelector) {
+			out = append(out, Finding{ID: IDInterceptsNodes, Severity: SeverityWarning,
+				What: fmt.Sprintf("The webhook intercepts %s of nodes with failurePolicy Fail.", op),
+				Why:  "While the webhook is down, kubelets cannot register or update their Node objects: nodes go NotReady and their pods get evicted.",
+				Fix:  jsonPatchCommand(w, []map[string]any{{"op": "replace", "path": fmt.Sprintf("/webhooks/%d/failurePolicy", w.Index), "value": "Ignore"}}),
+			})
+			break
+		}
+	}
+	leaseReq := Request{Group: "coordination.k8s.io", Version: "v1", Resource: "leases", Operation: "UPDATE", Namespaced: true}
+	if RuleMatches(w.Rules, leaseReq) {
+		if fix, ok := r.interceptsNamespace(w, "kube-node-lease"); ok {
+			out = append(out, Finding{ID: IDInterceptsNodeLeases, Severity: SeverityWarning,
+				What: fmt.Sprintf("The webhook intercepts Lease updates in kube-node-lease (namespaceSelector %s)%s.", selectorString(w.NamespaceSelector), matchNote(w)),
+				Why:  "Node heartbeats are Lease updates in kube-node-lease: while the webhook is down (or slow) every node looks dead to the control plane.",
+				Fix:  fix,
+			})
+		}
+	}
+
+	// Other webhooks' backends: w blocks their restart while w is down; if
+	// one of them blocks w's restart too, neither can recover.
+	var keys []string
+	for k := range r.backends {
+		if k != w.ServiceKey() {
+			keys = append(keys, k)
+		}
+	}
+	sort.Strings(keys)
+	for _, k := range keys {
+		b := r.backends[k]
+		if !b.NamespaceExists {
+			continue
+		}
+		obj, ok := r.firstIntercepted(w, b)
+		if !ok {
+			continue
+		}
+		others := r.webhooksOf(k)
+		cycle := ""
+		if own != nil {
+			for _, o := range others {
+				if !o.Fail() {
+					continue
+				}
+				if back, ok := r.firstIntercepted(o, own); ok {
+					cycle = fmt.Sprintf("%s (%s) in turn intercepts %s", o.Name, o.Configuration, back.Describe)
+					break
+				}
+			}
+		}
+		var names []string
+		for _, o := range others {
+			names = append(names, o.Name)
+		}
+		fix, labelled := NamespaceExclusion(w.NamespaceSelector, b.Namespace, b.NamespaceLabels, nil)
+		if !labelled {
+			fix = excludeNamespacePatch(w, b.Namespace)
+		}
+		f := Finding{ID: IDInterceptsOtherHook, Severity: SeverityWarning,
+			What: fmt.Sprintf("The webhook intercepts %s (%s), which serves webhook(s) %s via Service %s%s.", obj.Describe, obj.Request, strings.Join(names, ", "), k, matchNote(w)),
+			Why:  "While this webhook is down, those webhooks' pods cannot be recreated.",
+			Fix:  fix,
+		}
+		if cycle != "" {
+			f.Severity = SeverityError
+			f.What += " " + cycle + ": a cycle."
+			f.Why = "Each webhook's pods need the other webhook to be admitted: once both are down (cluster restart, outage) neither can ever start again."
+		}
+		out = append(out, f)
+	}
+	return out
+}
+
+// webhooksOf lists the webhooks whose Service is key, sorted by name.
+func (r *run) webhooksOf(key string) []*Webhook {
+	var out []*Webhook
+	seen := map[string]bool{}
+	for _, w := range r.all {
+		if w.ServiceKey() == key && !seen[w.Name] {
+			seen[w.Name] = true
+			out = append(out, w)
+		}
+	}
+	sort.Slice(out, func(a, b int) bool { return out[a].Name < out[b].Name })
+	return out
+}
+
+// firstIntercepted returns the first of b's objects w intercepts.
+func (r *run) firstIntercepted(w *Webhook, b *backend) (Object, bool) {
+	for _, o := range b.objects() {
+		if ok, err := w.Intercepts(o); err == nil && ok {
+			return o, true
+		}
+	}
+	return Object{}, false
+}
+
+// interceptsNamespace reports whether w's namespaceSelector matches ns (its
+// labels if it exists, else the labels the API server would give it) and
+// its objectSelector matches unlabelled objects; it returns the fix.
+func (r *run) interceptsNamespace(w *Webhook, ns string) (string, bool) {
+	nsl := namespaceLabels(ns, r.namespaces[ns])
+	ok, err := SelectorMatches(w.NamespaceSelector, nsl)
+	if err != nil || !ok || !selectorMatchesEmpty(w.ObjectSelector) {
+		return "", false
+	}
+	fix, labelled := NamespaceExclusion(w.NamespaceSelector, ns, r.namespaces[ns], nil)
+	if !labelled {
+		fix = excludeNamespacePatch(w, ns)
+	}
+	return fix, true
+}
+
+// selectorMatchesEmpty reports whether an objectSelector matches objects
+// without labels: the stand-in for "arbitrary objects" such as node Leases
+// or kube-system add-ons, whose labels doctor cannot know.
+func selectorMatchesEmpty(sel *metav1.LabelSelector) bool {
+	ok, err := SelectorMatches(sel, nil)
+	return err == nil && ok
+}
+
+// selectorString renders a selector for messages; the empty selector, which
+// metav1.FormatLabelSelector shows as "<none>", matches everything.
+func selectorString(sel *metav1.LabelSelector) string {
+	if sel == nil || (len(sel.MatchLabels) == 0 && len(sel.MatchExpressions) == 0) {
+		return "{} (everything)"
+	}
+	return "\"" + metav1.FormatLabelSelector(sel) + "\""
+}
+
+// backendLabelHints are label values the backend's pods carry, offered as
+// values for namespace labels whose requirement accepts any value.
+func backendLabelHints(b *backend) map[string]string {
+	out := map[string]string{}
+	for _, p := range b.Pods {
+		for k, v := range p.Labels {
+			if _, ok := out[k]; !ok {
+				out[k] = v
+			}
+		}
+	}
+	for _, t := range b.Templates {
+		for k, v := range t.Labels {
+			if _, ok := out[k]; !ok {
+				out[k] = v
+			}
+		}
+	}
+	return out
+}
+
+// checkSettings runs check 6.
+func (r *run) checkSettings(w *Webhook) []Finding {
+	var out []Finding
+	if w.TimeoutSeconds > 10 {
+		out = append(out, Finding{ID: IDTimeoutTooLong, Severity: SeverityWarning,
+			What: fmt.Sprintf("timeoutSeconds is %d.", w.TimeoutSeconds),
+			Why:  fmt.Sprintf("While the webhook hangs, every matched request (%s) waits up to %ds, and the waits of several webhooks add up past clients' own timeouts.", describeRules(w.Rules), w.TimeoutSeconds),
+			Fix:  jsonPatchCommand(w, []map[string]any{{"op": "replace", "path": fmt.Sprintf("/webhooks/%d/timeoutSeconds", w.Index), "value": 5}}),
+		})
+	}
+	if w.SideEffects != admissionregistrationv1.SideEffectClassNone && w.SideEffects != admissionregistrationv1.SideEffectClassNoneOnDryRun {
+		out = append(out, Finding{ID: IDSideEffectsDryRun, Severity: SeverityWarning,
+			What: fmt.Sprintf("sideEffects is %q.", w.SideEffects),
+			Why:  "The API server rejects every dry-run request the webhook matches (kubectl apply --dry-run=server, kubectl diff) without calling it.",
+			Fix:  jsonPatchCommand(w, []map[string]any{{"op": "replace", "path": fmt.Sprintf("/webhooks/%d/sideEffects", w.Index), "value": "None"}}) + "  # if the webhook has no side effects; else NoneOnDryRun and honour request.dryRun",
+		})
+	}
+	hasV1 := false
+	for _, v := range w.AdmissionReviewVersions {
+		if v == "v1" {
+			hasV1 = true
+		}
+	}
+	if !hasV1 {
+		out = append(out, Finding{ID: IDReviewVersions, Severity: SeverityWarning,
+			What: fmt.Sprintf("admissionReviewVersions is %v, without v1.", w.AdmissionReviewVersions),
+			Why:  "admission.k8s.io/v1beta1 is deprecated; API servers that drop it can no longer call the webhook.",
+			Fix:  jsonPatchCommand(w, []map[string]any{{"op": "replace", "path": fmt.Sprintf("/webhooks/%d/admissionReviewVersions", w.Index), "value": append([]string{"v1"}, w.AdmissionReviewVersions...)}}) + "  # once the webhook answers AdmissionReview v1",
+		})
+	}
+	for _, rule := range w.Rules {
+		star := false
+		for _, res := range rule.Resources {
+			if res == "*" || res == "*/*" {
+				star = true
+			}
+		}
+		if star {
+			out = append(out, Finding{ID: IDWildcardResources, Severity: SeverityWarning,
+				What: fmt.Sprintf("A rule selects resources %v in groups %v.", rule.Resources, rule.APIGroups),
+				Why:  "Every request for every resource (events, leases, tokenreviews, ...) goes through the webhook: each adds latency, and while it is down everything it matches is affected.",
+				Fix:  fmt.Sprintf("List the resources the webhook needs instead of \"*\": kubectl edit %s %s", w.resourceKind(), w.Configuration),
+			})
+			break
+		}
+	}
+
+	b := r.backends[w.ServiceKey()]
+	if !w.Fail() || b == nil || b.Service == nil {
+		return out
+	}
+	var svcPort string
+	for _, p := range b.Service.Spec.Ports {
+		if p.Port == w.ServicePort() {
+			svcPort = p.Name
+		}
+	}
+	eps, _ := b.endpointsFor(svcPort)
+	readyAddrs := map[string]bool{}
+	for _, e := range eps {
+		if e.Ready {
+			readyAddrs[e.Address] = true
+		}
+	}
+	if len(readyAddrs) == 1 {
+		fix := fmt.Sprintf("Run at least 2 replicas of the webhook's workload behind Service %s/%s", b.Namespace, b.Name)
+		for _, p := range b.Pods {
+			if ref := b.Workload[p.Name]; ref.Kind == "Deployment" || ref.Kind == "StatefulSet" {
+				fix = fmt.Sprintf("kubectl -n %s scale %s %s --replicas=2", b.Namespace, strings.ToLower(ref.Kind), ref.Name)
+				break
+			}
+		}
+		out = append(out, Finding{ID: IDSingleReplica, Severity: SeverityWarning,
+			What: fmt.Sprintf("Service %s/%s has a single ready endpoint.", b.Namespace, b.Name),
+			Why:  "failurePolicy is Fail: any restart, eviction or node drain of that one pod is an outage for " + describeRules(w.Rules) + ".",
+			Fix:  fix,
+		})
+	}
+	var podLabels []map[string]string
+	for _, p := range b.Pods {
+		podLabels = append(podLabels, p.Labels)
+	}
+	for _, t := range b.Templates {
+		podLabels = append(podLabels, t.Labels)
+	}
+	if len(podLabels) > 0 && !coveredByPDB(b, podLabels) && len(b.Service.Spec.Selector) > 0 {
+		sel := labels.SelectorFromSet(b.Service.Spec.Selector).String()
+		out = append(out, Finding{ID: IDNoPodDisruptionBudget, Severity: SeverityWarning,
+			What: fmt.Sprintf("No PodDisruptionBudget in %s covers the pods of Service %s.", b.Namespace, b.Name),
+			Why:  "failurePolicy is Fail: a node drain may evict every webhook pod at once, an outage for " + describeRules(w.Rules) + ".",
+			Fix:  fmt.Sprintf("kubectl -n %s create poddisruptionbudget %s --selector=%s --min-available=1", b.Namespace, b.Name, sel),
+		})
+	}
+	return out
+}
+
+func coveredByPDB(b *backend, pods []map[string]string) bool {
+	for _, pdb := range b.PDBs {
+		if pdb.Spec.Selector == nil {
+			continue
+		}
+		for _, l := range pods {
+			if ok, err := SelectorMatches(pdb.Spec.Selector, l); err == nil && ok && len(pdb.Spec.Selector.MatchLabels)+len(pdb.Spec.Selector.MatchExpressions) > 0 {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// probe runs check 7: ProbeCount dry-run creates, classified and grouped by
+// outcome.
+func (r *run) probe(ctx context.Context, w *Webhook) []Finding {
+	plan, why := planProbe(w, r.namespaces)
+	if plan == nil {
+		return []Finding{{ID: IDProbeSkipped, Severity: SeverityInfo, What: "No live probe: " + why + "."}}
+	}
+	type agg struct {
+		o        Outcome
+		n        int
+		min, max time.Duration
+	}
+	var order []string
+	byID := map[string]*agg{}
+	for i := 0; i < r.o.ProbeCount; i++ {
+		// The API server waits up to timeoutSeconds for the webhook; leave it
+		// room to answer with its own timeout error.
+		pctx, cancel := context.WithTimeout(ctx, time.Duration(w.TimeoutSeconds)*time.Second+10*time.Second)
+		rtt, err := runProbe(pctx, r.cs, plan)
+		cancel()
+		if ctx.Err() != nil {
+			break
+		}
+		o := Classify(err, w.Name)
+		a := byID[o.ID]
+		if a == nil {
+			a = &agg{o: o, min: rtt, max: rtt}
+			byID[o.ID] = a
+			order = append(order, o.ID)
+		}
+		a.n++
+		a.min, a.max = min(a.min, rtt), max(a.max, rtt)
+	}
+	where := plan.Namespace
+	if where == "" {
+		where = "cluster scope"
+	}
+	intermittent := len(order) > 1
+	var out []Finding
+	for _, id := range order {
+		a := byID[id]
+		f := Finding{ID: id,
+			What: fmt.Sprintf("Probe (dry-run %s in %s): %s in %d of %d call(s), round trip %s.", plan.Request, where, a.o.Class, a.n, r.o.ProbeCount, rttRange(a.min, a.max)),
+		}
+		switch id {
+		case IDProbeAdmitted:
+			f.Severity = SeverityInfo
+			f.Why = "The API server called the webhook (or skipped it on matchConditions) and admitted the object."
+			if !w.Fail() {
+				f.Why = "failurePolicy is Ignore, so a failed call is admitted too: this does not prove the webhook was reached."
+			}
+		case IDProbeDenied:
+			f.Severity = SeverityInfo
+			f.Why = "The webhook answered and its policy denied the minimal probe object, which proves the API server reaches it: " + a.o.Detail
+		case IDProbeInconclusive:
+			f.Severity = SeverityInfo
+			f.Why = "Something else answered before this webhook was called: " + a.o.Detail
+		default:
+			f.Severity = SeverityError
+			f.Why = "The API server answered: " + a.o.Detail
+			if intermittent {
+				f.What += " Intermittent: other calls got a different answer, so some endpoints behind the Service are broken (see " + IDSelectorCollision + ", " + IDSANMismatch + ")."
+			}
+			f.Fix = probeFix(w, id)
+		}
+		out = append(out, f)
+	}
+	return out
+}
+
+func rttRange(lo, hi time.Duration) string {
+	lo, hi = lo.Round(time.Millisecond), hi.Round(time.Millisecond)
+	if lo == hi {
+		return lo.String()
+	}
+	return lo.String() + "-" + hi.String()
+}
+
+func probeFix(w *Webhook, id string) string {
+	switch id {
+	case IDProbeRefused, IDProbeNoEndpoints:
+		return fmt.Sprintf("See %s/%s: make the webhook's pods ready only once they listen. %s", IDNoReadyEndpoints, IDEndpointRefused, ifService(w, "kubectl -n %s get endpointslices -l kubernetes.io/service-name=%s"))
+	case IDProbeUnknownAuthority:
+		return servingFix(w, IDUnknownAuthority)
+	case IDProbeSANMismatch:
+		return servingFix(w, IDSANMismatch)
+	case IDProbeCertExpired:
+		return servingFix(w, IDServingCertExpiry)
+	case IDProbeTimeout:
+		return fmt.Sprintf("The webhook did not answer within timeoutSeconds (%ds): check its latency and logs; keep answers in milliseconds.", w.TimeoutSeconds)
+	default:
+		return "Check the webhook's logs for the request; the answer must be an AdmissionReview of the version sent, with response.uid equal to request.uid."
+	}
+}
+
+func ifService(w *Webhook, format string) string {
+	if s := w.ClientConfig.Service; s != nil {
+		return fmt.Sprintf(format, s.Namespace, s.Name)
+	}
+	return ""
+}

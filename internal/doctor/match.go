@@ -1,0 +1,275 @@
+package doctor
+
+import (
+	"fmt"
+	"slices"
+	"strings"
+
+	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
+)
+
+// Kinds of webhook configuration, as Webhook.Kind holds them.
+const (
+	KindMutating   = "MutatingWebhookConfiguration"
+	KindValidating = "ValidatingWebhookConfiguration"
+)
+
+// Webhook is a mutating or validating webhook with the API server's defaults
+// applied, so checks need not care which kind it came from.
+type Webhook struct {
+	Kind          string // KindMutating or KindValidating
+	Configuration string
+	Index         int // position in the configuration's webhooks list
+	Name          string
+	ClientConfig  admissionregistrationv1.WebhookClientConfig
+	Rules         []admissionregistrationv1.RuleWithOperations
+	FailurePolicy admissionregistrationv1.FailurePolicyType // defaulted to Fail
+	SideEffects   admissionregistrationv1.SideEffectClass   // "" when unset
+	// TimeoutSeconds defaulted to 10, as the API server does.
+	TimeoutSeconds          int32
+	AdmissionReviewVersions []string
+	// NamespaceSelector and ObjectSelector are never nil: nil means "match
+	// everything", as the API server defaults them.
+	NamespaceSelector *metav1.LabelSelector
+	ObjectSelector    *metav1.LabelSelector
+	MatchConditions   int
+}
+
+// Fail reports whether a call error rejects the request.
+func (w *Webhook) Fail() bool { return w.FailurePolicy != admissionregistrationv1.Ignore }
+
+// resourceKind is the kubectl resource name of w's configuration kind.
+func (w *Webhook) resourceKind() string {
+	if w.Kind == KindMutating {
+		return "mutatingwebhookconfiguration"
+	}
+	return "validatingwebhookconfiguration"
+}
+
+// ServiceKey is "namespace/name" of the clientConfig Service, or "".
+func (w *Webhook) ServiceKey() string {
+	if s := w.ClientConfig.Service; s != nil {
+		return s.Namespace + "/" + s.Name
+	}
+	return ""
+}
+
+// ServicePort is clientConfig.service.port, defaulted to 443.
+func (w *Webhook) ServicePort() int32 {
+	if s := w.ClientConfig.Service; s != nil && s.Port != nil {
+		return *s.Port
+	}
+	return 443
+}
+
+// ServerName is the name the API server verifies the certificate for:
+// <svc>.<ns>.svc for a Service, the URL's host for a URL.
+func (w *Webhook) ServerName() string {
+	if s := w.ClientConfig.Service; s != nil {
+		return s.Name + "." + s.Namespace + ".svc"
+	}
+	return ""
+}
+
+// Target renders where calls go, for reports.
+func (w *Webhook) Target() string {
+	if s := w.ClientConfig.Service; s != nil {
+		p := ""
+		if s.Path != nil {
+			p = *s.Path
+		}
+		return fmt.Sprintf("service %s/%s:%d%s", s.Namespace, s.Name, w.ServicePort(), p)
+	}
+	if w.ClientConfig.URL != nil {
+		return *w.ClientConfig.URL
+	}
+	return "<no service or url>"
+}
+
+// FromMutating converts every webhook of c.
+func FromMutating(c *admissionregistrationv1.MutatingWebhookConfiguration) []*Webhook {
+	out := make([]*Webhook, 0, len(c.Webhooks))
+	for i, h := range c.Webhooks {
+		out = append(out, normalize(&Webhook{
+			Kind: KindMutating, Configuration: c.Name, Index: i, Name: h.Name,
+			ClientConfig: h.ClientConfig, Rules: h.Rules, AdmissionReviewVersions: h.AdmissionReviewVersions,
+			NamespaceSelector: h.NamespaceSelector, ObjectSelector: h.ObjectSelector, MatchConditions: len(h.MatchConditions),
+		}, h.FailurePolicy, h.SideEffects, h.TimeoutSeconds))
+	}
+	return out
+}
+
+// FromValidating converts every webhook of c.
+func FromValidating(c *admissionregistrationv1.ValidatingWebhookConfiguration) []*Webhook {
+	out := make([]*Webhook, 0, len(c.Webhooks))
+	for i, h := range c.Webhooks {
+		out = append(out, normalize(&Webhook{
+			Kind: KindValidating, Configuration: c.Name, Index: i, Name: h.Name,
+			ClientConfig: h.ClientConfig, Rules: h.Rules, AdmissionReviewVersions: h.AdmissionReviewVersions,
+			NamespaceSelector: h.NamespaceSelector, ObjectSelector: h.ObjectSelector, MatchConditions: len(h.MatchConditions),
+		}, h.FailurePolicy, h.SideEffects, h.TimeoutSeconds))
+	}
+	return out
+}
+
+func normalize(w *Webhook, fp *admissionregistrationv1.FailurePolicyType, se *admissionregistrationv1.SideEffectClass, timeout *int32) *Webhook {
+	w.FailurePolicy = admissionregistrationv1.Fail
+	if fp != nil {
+		w.FailurePolicy = *fp
+	}
+	if se != nil {
+		w.SideEffects = *se
+	}
+	w.TimeoutSeconds = 10
+	if timeout != nil {
+		w.TimeoutSeconds = *timeout
+	}
+	if w.NamespaceSelector == nil {
+		w.NamespaceSelector = &metav1.LabelSelector{}
+	}
+	if w.ObjectSelector == nil {
+		w.ObjectSelector = &metav1.LabelSelector{}
+	}
+	return w
+}
+
+// Request describes an admission request for rule matching: the resource in
+// lower-case plural ("pods"), the subresource ("" or e.g. "status").
+type Request struct {
+	Group, Version, Resource, Subresource string
+	Operation                             admissionregistrationv1.OperationType
+	// Namespaced is the resource's scope.
+	Namespaced bool
+}
+
+func (r Request) String() string {
+	gv := r.Version
+	if r.Group != "" {
+		gv = r.Group + "/" + r.Version
+	}
+	res := r.Resource
+	if r.Subresource != "" {
+		res += "/" + r.Subresource
+	}
+	return fmt.Sprintf("%s %s (%s)", r.Operation, res, gv)
+}
+
+// RuleMatches reports whether any rule selects req, with the API server's
+// semantics: "*" in groups, versions and operations; resources "*" (main
+// resources), "*/*" (everything), "pods", "pods/*", "*/status"; scope "*" (default), "Cluster" or
+// "Namespaced". matchPolicy Equivalent (other versions or groups of the same
+// resource) is not modelled: rules are taken literally.
+func RuleMatches(rules []admissionregistrationv1.RuleWithOperations, req Request) bool {
+	for _, r := range rules {
+		if ruleMatches(r, req) {
+			return true
+		}
+	}
+	return false
+}
+
+func ruleMatches(r admissionregistrationv1.RuleWithOperations, req Request) bool {
+	if !containsOrStar(opStrings(r.Operations), string(req.Operation)) {
+		return false
+	}
+	if !containsOrStar(r.APIGroups, req.Group) || !containsOrStar(r.APIVersions, req.Version) {
+		return false
+	}
+	if r.Scope != nil {
+		switch *r.Scope {
+		case admissionregistrationv1.ClusterScope:
+			if req.Namespaced {
+				return false
+			}
+		case admissionregistrationv1.NamespacedScope:
+			if !req.Namespaced {
+				return false
+			}
+		}
+	}
+	for _, res := range r.Resources {
+		if resourceMatches(res, req.Resource, req.Subresource) {
+			return true
+		}
+	}
+	return false
+}
+
+// resourceMatches implements the "resource/subresource" patterns exactly as
+// k8s.io/apiserver's rules.Matcher does, including that "pods/*" also
+// matches "pods" itself (an empty subresource matches "*").
+func resourceMatches(pattern, resource, sub string) bool {
+	pr, ps, _ := strings.Cut(pattern, "/")
+	return (pr == "*" || pr == resource) && (ps == "*" || ps == sub)
+}
+
+func opStrings(ops []admissionregistrationv1.OperationType) []string {
+	out := make([]string, len(ops))
+	for i, o := range ops {
+		out[i] = string(o)
+	}
+	return out
+}
+
+func containsOrStar(list []string, v string) bool {
+	return slices.Contains(list, "*") || slices.Contains(list, v)
+}
+
+// SelectorMatches evaluates a label selector against a label set with
+// metav1.LabelSelectorAsSelector; a nil or empty selector matches
+// everything. It fails when the selector is invalid (the API server would
+// have refused it, so this means a bug or an old object).
+func SelectorMatches(sel *metav1.LabelSelector, set map[string]string) (bool, error) {
+	if sel == nil {
+		return true, nil
+	}
+	s, err := metav1.LabelSelectorAsSelector(sel)
+	if err != nil {
+		return false, fmt.Errorf("invalid label selector %s: %w", metav1.FormatLabelSelector(sel), err)
+	}
+	return s.Matches(labels.Set(set)), nil
+}
+
+// Object is what a webhook is matched against: the request, the labels of
+// the object and (for namespaced resources) of its namespace.
+type Object struct {
+	Request
+	Namespace       string
+	NamespaceLabels map[string]string
+	Labels          map[string]string
+	// Describe names the object for messages, e.g. "pod kruise-system/x".
+	Describe string
+}
+
+// Intercepts reports whether w would be called for obj: rules, then
+// namespaceSelector (namespaced resources and Namespace objects), then
+// objectSelector. matchConditions (CEL) are not evaluated; callers mention
+// that when w.MatchConditions > 0.
+func (w *Webhook) Intercepts(obj Object) (bool, error) {
+	if !RuleMatches(w.Rules, obj.Request) {
+		return false, nil
+	}
+	if obj.Namespaced || (obj.Group == "" && obj.Resource == "namespaces") {
+		ok, err := SelectorMatches(w.NamespaceSelector, obj.NamespaceLabels)
+		if err != nil || !ok {
+			return false, err
+		}
+	}
+	return SelectorMatches(w.ObjectSelector, obj.Labels)
+}
+
+// namespaceLabels returns the labels the API server matches a namespace
+// with: its own, plus kubernetes.io/metadata.name, which the API server
+// always sets (so a namespace that does not exist yet is modelled too).
+func namespaceLabels(name string, own map[string]string) map[string]string {
+	out := make(map[string]string, len(own)+1)
+	for k, v := range own {
+		out[k] = v
+	}
+	out[metadataNameLabel] = name
+	return out
+}
+
+const metadataNameLabel = "kubernetes.io/metadata.name"
