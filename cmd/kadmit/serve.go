@@ -54,6 +54,8 @@ ValidatingWebhookConfiguration (named kadmit) once it is ready to answer.`,
 	}
 	f := cmd.Flags()
 	f.StringVar(&o.ConfigFile, "config", "", "configuration file (YAML); default: the seed profile with every built-in policy")
+	f.StringVar(&o.ConfigMap, "config-map", "", "NAMESPACE/NAME of a ConfigMap holding the configuration, followed live (exclusive with --config)")
+	f.StringVar(&o.ConfigKey, "config-key", "config.yaml", "data key of --config-map")
 	f.StringVar(&o.Addr, "addr", ":9443", "HTTPS admission listen address")
 	f.StringVar(&o.MetricsAddr, "metrics-addr", ":8080", `plain-HTTP address for /metrics, /healthz and /readyz ("0" disables)`)
 	f.DurationVar(&o.ShutdownGrace, "shutdown-grace", 30*time.Second, "how long in-flight requests may take to finish after SIGTERM")

@@ -10,6 +10,7 @@ import (
 	"net"
 	"net/url"
 	"os"
+	"strings"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -24,7 +25,6 @@ import (
 	"github.com/kadmit/kadmit/internal/config"
 	"github.com/kadmit/kadmit/internal/lifecycle"
 	"github.com/kadmit/kadmit/internal/metrics"
-	"github.com/kadmit/kadmit/internal/policy/builtin"
 	"github.com/kadmit/kadmit/internal/registration"
 	"github.com/kadmit/kadmit/internal/server"
 )
@@ -43,7 +43,12 @@ const (
 
 // Options are `kadmit serve`'s settings.
 type Options struct {
-	ConfigFile      string // empty: the seed profile
+	ConfigFile string // empty: the seed profile
+	// ConfigMap, "namespace/name", is an alternative to ConfigFile that is
+	// followed live: a valid edit is applied without a restart.
+	ConfigMap string
+	// ConfigKey is the ConfigMap data key; default config.yaml.
+	ConfigKey       string
 	Addr            string
 	MetricsAddr     string
 	ShutdownGrace   time.Duration
@@ -89,27 +94,19 @@ func Run(ctx context.Context, opts Options, log *slog.Logger) error {
 	// client-go (leader election, informers) logs through klog: keep one
 	// log stream in one format.
 	klog.SetSlogLogger(log)
-	cfg := config.Default()
-	if opts.ConfigFile != "" {
-		var err error
-		if cfg, err = config.LoadFile(opts.ConfigFile); err != nil {
+	var cs kubernetes.Interface
+	var err error
+	if opts.Register || opts.TLSMode == TLSSelfManaged || opts.ConfigMap != "" {
+		if cs, err = clientset(opts.Kubeconfig, opts.KubeContext); err != nil {
 			return err
 		}
 	}
-	// Policies that read cluster state (LocalQueues, ElasticQuotas, pods,
-	// namespaces) get informer caches, synced before the server answers a
-	// single review; they stop with ctx.
-	var cluster *builtin.Cluster
-	if builtin.NeedsCluster(cfg) {
-		rc, err := restConfig(opts.Kubeconfig, opts.KubeContext)
-		if err != nil {
-			return err
-		}
-		if cluster, err = builtin.StartCluster(ctx, rc, cfg, log); err != nil {
-			return err
-		}
+	cfg, err := loadConfig(ctx, cs, opts)
+	if err != nil {
+		return err
 	}
-	hooks, err := builtin.Hooks(cfg, cluster)
+	rl := &reloader{ctx: ctx, opts: opts, log: log, cfg: cfg}
+	hooks, err := rl.build(ctx, cfg)
 	if err != nil {
 		return err
 	}
@@ -123,6 +120,9 @@ func Run(ctx context.Context, opts Options, log *slog.Logger) error {
 	if err != nil {
 		return err
 	}
+	if rl.metrics, err = metrics.NewConfigReloads(reg); err != nil {
+		return err
+	}
 
 	regOpts := registration.Options{URL: opts.WebhookURL, ServicePort: opts.ServicePort}
 	if opts.WebhookURL == "" {
@@ -130,12 +130,6 @@ func Run(ctx context.Context, opts Options, log *slog.Logger) error {
 	}
 	if opts.Namespace != "" {
 		regOpts.ExcludeNamespaces = []string{opts.Namespace}
-	}
-	var cs kubernetes.Interface
-	if opts.Register || opts.TLSMode == TLSSelfManaged {
-		if cs, err = clientset(opts.Kubeconfig, opts.KubeContext); err != nil {
-			return err
-		}
 	}
 	if opts.Register {
 		if _, _, err := registration.Build(hooks, regOpts); err != nil {
@@ -208,6 +202,7 @@ func Run(ctx context.Context, opts Options, log *slog.Logger) error {
 		}
 		readyChecks = append(readyChecks, mgr.Ready)
 		start = mgr.Start
+		rl.register = mgr.SetHooks
 	default:
 		return fmt.Errorf("%w: --tls %q: must be %s, %s or %s", ErrUsage, opts.TLSMode, TLSSelfManaged, TLSFiles, TLSSelfSigned)
 	}
@@ -251,6 +246,23 @@ func Run(ctx context.Context, opts Options, log *slog.Logger) error {
 			return errors.Join(err, <-done)
 		}
 		log.Info("registered webhook configurations", "name", "kadmit", "url", opts.WebhookURL)
+		rl.register = func(hooks []admission.Hook) {
+			mwc, vwc, err := registration.Build(hooks, regOpts)
+			if err == nil {
+				err = registration.Apply(serveCtx, cs, mwc, vwc)
+			}
+			if err != nil {
+				log.Error("re-registering webhooks after a configuration reload failed", "error", err)
+			}
+		}
+	}
+	if opts.ConfigMap != "" {
+		rl.serve = srv.SetWebhooks
+		ns, name, _ := strings.Cut(opts.ConfigMap, "/")
+		if err := config.WatchConfigMap(serveCtx, cs, ns, name, configKey(opts), rl.reload, rl.invalid); err != nil {
+			cancel()
+			return errors.Join(err, <-done)
+		}
 	}
 	return <-done
 }

@@ -208,7 +208,7 @@ func (m *Manager) inject(ctx context.Context, mat *certs.Material) error {
 	}
 	opts := m.o.Registration
 	opts.CABundle = mat.BundlePEM()
-	mwc, vwc, err := registration.Build(m.o.Hooks, opts)
+	mwc, vwc, err := registration.Build(m.hooks(), opts)
 	if err != nil {
 		return err
 	}
