@@ -12,6 +12,7 @@ import (
 	"strconv"
 	"time"
 
+	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -45,8 +46,10 @@ func (m *Manager) elect(ctx context.Context) {
 					m.lead(lctx)
 				},
 				OnStoppedLeading: func() {
-					m.leading.Store(false)
-					m.log.Info("stopped leading", "lease", m.o.LeaseName)
+					// client-go calls this when Run returns, led or not.
+					if m.leading.Swap(false) {
+						m.log.Info("stopped leading", "lease", m.o.LeaseName)
+					}
 				},
 			},
 		})
@@ -116,13 +119,15 @@ func (m *Manager) reconcile(ctx context.Context) (time.Duration, error) {
 	case due == certs.DueReissueFromNewCA:
 		// The API server must trust the new CA before anything serves from it.
 		if ok, wait := m.bundleSettled(ctx, mat); !ok {
-			return wait, m.inject(ctx, mat)
+			_, err := m.inject(ctx, mat)
+			return wait, err
 		}
 		next, err = mat.WithServing(m.o.Spec, now)
 		m.count("serving")
 	case due == certs.DueDropOldCAs:
 		if ok, wait, err := m.allServeFrom(ctx, mat.Bundle[0]); err != nil || !ok {
-			return wait, errors.Join(err, m.inject(ctx, mat))
+			_, ierr := m.inject(ctx, mat)
+			return wait, errors.Join(err, ierr)
 		}
 		next = mat.WithoutOldCAs()
 	case due == certs.DueCA || forced == "ca":
@@ -148,8 +153,14 @@ func (m *Manager) reconcile(ctx context.Context) (time.Duration, error) {
 		// The informer event brings us back with the new content.
 		return time.Second, nil
 	}
-	if err := m.inject(ctx, mat); err != nil {
+	held, err := m.inject(ctx, mat)
+	if err != nil {
 		return 0, err
+	}
+	if held {
+		// No informer event announces a ready endpoint (EndpointSlices are
+		// not watched): look again soon rather than at the next renewal.
+		return time.Second, nil
 	}
 	wait := time.Until(certs.RenewAt(mat.Serving.Leaf))
 	if caWait := time.Until(certs.RenewAt(mat.Bundle[0])); caWait < wait {
@@ -201,25 +212,31 @@ func (m *Manager) restore(ctx context.Context, existing *corev1.Secret) (time.Du
 // inject writes the webhook configurations with the Secret's bundle as
 // caBundle. Configurations that can reject requests are written only once a
 // replica the API server would call is ready and verifies against that
-// bundle: before that, a fresh install would block its own pods.
-func (m *Manager) inject(ctx context.Context, mat *certs.Material) error {
+// bundle: before that, a fresh install would block its own pods. held
+// reports that it waits for that moment, so the caller looks again soon.
+func (m *Manager) inject(ctx context.Context, mat *certs.Material) (held bool, err error) {
 	if !m.o.Register {
-		return nil
+		return false, nil
 	}
 	opts := m.o.Registration
 	opts.CABundle = mat.BundlePEM()
 	mwc, vwc, err := registration.Build(m.hooks(), opts)
 	if err != nil {
-		return err
+		return false, err
 	}
-	if ok, why := m.servable(ctx, mat); !ok {
-		m.log.Info("not registering webhooks yet", "reason", why)
-		return nil
+	if ok, why := m.servable(ctx, mat, m.registered(mwc, vwc)); !ok {
+		// Retried every second: log only when the reason changes.
+		if why != m.heldFor {
+			m.log.Info("not registering webhooks yet", "reason", why)
+			m.heldFor = why
+		}
+		return true, nil
 	}
+	m.heldFor = ""
 	if stale := m.staleBundles(opts.CABundle); len(stale) > 0 {
 		m.log.Info("injecting caBundle", "webhooks", stale, "cas", len(mat.Bundle))
 	}
-	return registration.Apply(ctx, m.o.Client, mwc, vwc)
+	return false, registration.Apply(ctx, m.o.Client, mwc, vwc)
 }
 
 // staleBundles names the webhooks whose cached caBundle differs from want,
@@ -240,9 +257,32 @@ func (m *Manager) staleBundles(want []byte) []string {
 	return out
 }
 
+// registered reports whether every configuration to write already exists
+// (informer cache).
+func (m *Manager) registered(mwc *admissionregistrationv1.MutatingWebhookConfiguration, vwc *admissionregistrationv1.ValidatingWebhookConfiguration) bool {
+	if mwc != nil {
+		if _, err := m.mutating.Get(mwc.Name); err != nil {
+			return false
+		}
+	}
+	if vwc != nil {
+		if _, err := m.validating.Get(vwc.Name); err != nil {
+			return false
+		}
+	}
+	return true
+}
+
 // servable reports whether the API server, once the configurations exist,
 // would reach a ready replica whose certificate verifies against the bundle.
-func (m *Manager) servable(ctx context.Context, mat *certs.Material) (bool, string) {
+//
+// When the configurations already exist (repair), the API server calls kadmit
+// already, and a ready endpoint is not required: readiness itself depends on
+// the caBundle in those configurations, so after a blanked or foreign
+// caBundle every replica reports not ready and waiting for a ready endpoint
+// would make the outage permanent. This replica's own certificate must still
+// verify against the bundle.
+func (m *Manager) servable(ctx context.Context, mat *certs.Material, registered bool) (bool, string) {
 	if m.o.ListenerReady != nil {
 		if err := m.o.ListenerReady(); err != nil {
 			return false, "this replica is not serving: " + err.Error()
@@ -255,7 +295,7 @@ func (m *Manager) servable(ctx context.Context, mat *certs.Material) (bool, stri
 	if err := certs.Verify(cur.Leaf, mat.BundlePEM(), m.o.ServerName, m.o.Now()); err != nil {
 		return false, "own certificate does not verify against the bundle: " + err.Error()
 	}
-	if m.o.Registration.ServiceName == "" {
+	if m.o.Registration.ServiceName == "" || registered {
 		return true, ""
 	}
 	leaves, err := m.probeEndpoints(ctx)

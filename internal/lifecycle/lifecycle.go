@@ -83,6 +83,7 @@ type Manager struct {
 	last     *certs.Material // newest valid material seen, to restore a deleted Secret
 	bundleAt map[string]time.Time
 	movedAt  time.Time
+	heldFor  string // why inject last held the configurations back (leader only)
 	synced   atomic.Bool
 }
 
