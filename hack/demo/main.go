@@ -149,13 +149,19 @@ func run(o options) int {
 	if o.verbose {
 		kadmitLog = os.Stderr
 	}
+	// kadmit's own namespace holds its certificate Secret and its Lease.
+	if _, err := cp.Client.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: kadmitNamespace}}, metav1.CreateOptions{}); err != nil {
+		say("demo: create namespace %s: %v", kadmitNamespace, err)
+		return 1
+	}
 	k, err := kadmitproc.Start(kadmitproc.Options{
 		Binary:      o.kadmit,
 		Addr:        addr,
 		MetricsAddr: metricsAddr,
-		CAFile:      filepath.Join(tmp, "ca.crt"),
-		Kubeconfig:  kubeconfig,
-		Log:         kadmitLog,
+		Args: []string{"serve", "--tls=self-managed", "--namespace", kadmitNamespace,
+			"--register", "--webhook-url", "https://" + addr, "--kubeconfig", kubeconfig,
+			"--addr", addr, "--metrics-addr", metricsAddr, "--log-format", "json"},
+		Log: kadmitLog,
 	})
 	if err != nil {
 		say("demo: %v", err)
@@ -184,6 +190,10 @@ func run(o options) int {
 		return 1
 	}
 	say("  kadmit registered MutatingWebhookConfiguration %q and ValidatingWebhookConfiguration %q", kadmitproc.ConfigName, kadmitproc.ConfigName)
+	if err := showCertificates(ctx, say, cp.Client, addr); err != nil {
+		say("demo: %v", err)
+		return 1
+	}
 	if err := k.WaitEffective(waitCtx, cp.Client, metav1.NamespaceDefault); err != nil {
 		say("demo: %v", err)
 		return 1
@@ -208,7 +218,7 @@ func run(o options) int {
 		say("demo: %v", err)
 		return 1
 	}
-	d := &demo{ctx: ctx, client: client, seedDir: o.seedDir}
+	d := &demo{ctx: ctx, client: client, seedDir: o.seedDir, addr: addr}
 	rows := d.steps()
 
 	tw := tabwriter.NewWriter(out, 0, 0, 2, ' ', 0)
@@ -306,6 +316,7 @@ type demo struct {
 	ctx     context.Context
 	client  kubernetes.Interface
 	seedDir string
+	addr    string // kadmit's HTTPS address
 }
 
 // apiTimeout bounds each API call of a step.
@@ -324,6 +335,7 @@ func (d *demo) steps() []row {
 		d.nodeCreate(),
 		d.nodeStatusUpdates(4),
 		d.badRatioNode(),
+		d.rotateServing(),
 	}
 }
 
