@@ -207,6 +207,24 @@ func Run(ctx context.Context, opts Options, log *slog.Logger) error {
 		return fmt.Errorf("%w: --tls %q: must be %s, %s or %s", ErrUsage, opts.TLSMode, TLSSelfManaged, TLSFiles, TLSSelfSigned)
 	}
 
+	if opts.Register && opts.TLSMode != TLSSelfManaged {
+		// Readiness must mean "the API server can call me" whatever the
+		// certificate source: a cert-manager certificate the registered
+		// caBundle does not trust makes this replica unready.
+		bundle := caBundle
+		trust := &lifecycle.Trust{ServerName: apiServerName(opts), Holder: holder,
+			Fallback: func() (string, []byte) { return "the registered CA", bundle }}
+		readyChecks = append(readyChecks, trust.Ready)
+		prev := start
+		start = func(ctx context.Context) error {
+			if prev != nil {
+				if err := prev(ctx); err != nil {
+					return err
+				}
+			}
+			return trust.Start(ctx, cs, nil)
+		}
+	}
 	srv, err = server.New(server.Options{
 		Addr: opts.Addr, MetricsAddr: opts.MetricsAddr, Webhooks: webhooks, Certs: holder, Logger: log,
 		ShutdownGrace: opts.ShutdownGrace, MaxRequestBytes: opts.MaxRequestBytes, Registry: reg, ReadyChecks: readyChecks,
@@ -312,6 +330,15 @@ func selfManagedSpec(opts Options) (certs.Spec, string, error) {
 		}
 	}
 	return spec, serverName, nil
+}
+
+// apiServerName is the name the API server verifies kadmit's certificate
+// for: the --webhook-url host in dev mode, else <svc>.<ns>.svc.
+func apiServerName(opts Options) string {
+	if u, err := url.Parse(opts.WebhookURL); opts.WebhookURL != "" && err == nil {
+		return u.Hostname()
+	}
+	return opts.ServiceName + "." + opts.Namespace + ".svc"
 }
 
 func waitReady(ctx context.Context, srv *server.Server, timeout time.Duration) error {

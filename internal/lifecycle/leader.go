@@ -243,7 +243,7 @@ func (m *Manager) inject(ctx context.Context, mat *certs.Material) (held bool, e
 // or "all" when no configuration exists yet; for the log only, since applying
 // an unchanged configuration is a no-op for the API server.
 func (m *Manager) staleBundles(want []byte) []string {
-	live := m.liveBundles()
+	live := m.trust.Bundles()
 	if len(live) == 0 {
 		return []string{"all"}
 	}
@@ -260,17 +260,14 @@ func (m *Manager) staleBundles(want []byte) []string {
 // registered reports whether every configuration to write already exists
 // (informer cache).
 func (m *Manager) registered(mwc *admissionregistrationv1.MutatingWebhookConfiguration, vwc *admissionregistrationv1.ValidatingWebhookConfiguration) bool {
+	var mn, vn string
 	if mwc != nil {
-		if _, err := m.mutating.Get(mwc.Name); err != nil {
-			return false
-		}
+		mn = mwc.Name
 	}
 	if vwc != nil {
-		if _, err := m.validating.Get(vwc.Name); err != nil {
-			return false
-		}
+		vn = vwc.Name
 	}
-	return true
+	return m.trust.exists(mn, vn)
 }
 
 // servable reports whether the API server, once the configurations exist,

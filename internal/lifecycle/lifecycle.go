@@ -21,7 +21,6 @@ import (
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
-	listersadmissionv1 "k8s.io/client-go/listers/admissionregistration/v1"
 	listerscorev1 "k8s.io/client-go/listers/core/v1"
 	"k8s.io/client-go/tools/cache"
 
@@ -71,13 +70,12 @@ type Options struct {
 
 // Manager runs the TLS lifecycle of one replica.
 type Manager struct {
-	o          Options
-	log        *slog.Logger
-	secrets    listerscorev1.SecretLister
-	mutating   listersadmissionv1.MutatingWebhookConfigurationLister
-	validating listersadmissionv1.ValidatingWebhookConfigurationLister
-	kick       chan struct{}
-	leading    atomic.Bool
+	o       Options
+	log     *slog.Logger
+	secrets listerscorev1.SecretLister
+	trust   *Trust
+	kick    chan struct{}
+	leading atomic.Bool
 
 	mu       sync.Mutex
 	last     *certs.Material // newest valid material seen, to restore a deleted Secret
@@ -116,7 +114,17 @@ func New(opts Options) (*Manager, error) {
 	if opts.Registration.Name == "" {
 		opts.Registration.Name = "kadmit"
 	}
-	return &Manager{o: opts, log: opts.Logger.With("component", "tls-lifecycle"), kick: make(chan struct{}, 1), bundleAt: map[string]time.Time{}}, nil
+	m := &Manager{o: opts, log: opts.Logger.With("component", "tls-lifecycle"), kick: make(chan struct{}, 1), bundleAt: map[string]time.Time{}}
+	m.trust = &Trust{ConfigName: opts.Registration.Name, ServerName: opts.ServerName, Holder: opts.Holder, Now: opts.Now,
+		Fallback: func() (string, []byte) {
+			m.mu.Lock()
+			defer m.mu.Unlock()
+			if m.last == nil {
+				return "", nil
+			}
+			return "Secret " + opts.SecretName, m.last.BundlePEM()
+		}}
+	return m, nil
 }
 
 // Start bootstraps the Secret (Create, or read what another replica created),
@@ -132,35 +140,23 @@ func (m *Manager) Start(ctx context.Context) error {
 		informers.WithTweakListOptions(func(lo *metav1.ListOptions) {
 			lo.FieldSelector = fields.OneTermEqualSelector("metadata.name", m.o.SecretName).String()
 		}))
-	cfgInf := informers.NewSharedInformerFactoryWithOptions(m.o.Client, 10*time.Minute,
-		informers.WithTweakListOptions(func(lo *metav1.ListOptions) {
-			lo.FieldSelector = fields.OneTermEqualSelector("metadata.name", m.o.Registration.Name).String()
-		}))
 	si := secretInf.Core().V1().Secrets()
-	mi := cfgInf.Admissionregistration().V1().MutatingWebhookConfigurations()
-	vi := cfgInf.Admissionregistration().V1().ValidatingWebhookConfigurations()
-	m.secrets, m.mutating, m.validating = si.Lister(), mi.Lister(), vi.Lister()
-	onChange := cache.ResourceEventHandlerFuncs{
+	m.secrets = si.Lister()
+	if _, err := si.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
 		AddFunc:    func(any) { m.onEvent() },
 		UpdateFunc: func(any, any) { m.onEvent() },
 		DeleteFunc: func(any) { m.onEvent() },
-	}
-	for _, inf := range []cache.SharedIndexInformer{si.Informer(), mi.Informer(), vi.Informer()} {
-		if _, err := inf.AddEventHandler(onChange); err != nil {
-			return fmt.Errorf("lifecycle: add event handler: %w", err)
-		}
+	}); err != nil {
+		return fmt.Errorf("lifecycle: add event handler: %w", err)
 	}
 	secretInf.Start(ctx.Done())
-	cfgInf.Start(ctx.Done())
 	for typ, ok := range secretInf.WaitForCacheSync(ctx.Done()) {
 		if !ok {
 			return fmt.Errorf("lifecycle: %v informer did not sync", typ)
 		}
 	}
-	for typ, ok := range cfgInf.WaitForCacheSync(ctx.Done()) {
-		if !ok {
-			return fmt.Errorf("lifecycle: %v informer did not sync", typ)
-		}
+	if err := m.trust.Start(ctx, m.o.Client, m.onEvent); err != nil {
+		return fmt.Errorf("lifecycle: %w", err)
 	}
 	m.synced.Store(true)
 	m.load()
@@ -255,58 +251,14 @@ func (m *Manager) load() {
 		"issuer", mat.Serving.Leaf.Issuer.CommonName, "notAfter", mat.Serving.Leaf.NotAfter, "renewAt", certs.RenewAt(mat.Serving.Leaf))
 }
 
-// Ready is the readiness condition "the API server can call me": the served
-// certificate is valid now, not within the last tenth of its lifetime, and
-// verifies for ServerName against the caBundle of every kadmit webhook (or,
-// before any configuration exists, against the Secret's bundle).
+// Ready is the readiness condition "the API server can call me" (see
+// Trust.Ready), checked against the Secret's bundle before any webhook
+// configuration exists.
 func (m *Manager) Ready() error {
 	if !m.synced.Load() {
 		return errors.New("certificate informers not synced")
 	}
-	cur := m.o.Holder.Current()
-	if cur == nil || cur.Leaf == nil {
-		return certs.ErrNoCertificate
-	}
-	leaf, now := cur.Leaf, m.o.Now()
-	if err := m.o.Holder.Check(now); err != nil {
-		return err
-	}
-	if margin := leaf.NotAfter.Sub(leaf.NotBefore) / 10; now.After(leaf.NotAfter.Add(-margin)) {
-		return fmt.Errorf("serving certificate expires at %s, within the last tenth of its lifetime", leaf.NotAfter.UTC().Format(time.RFC3339))
-	}
-	bundles := m.liveBundles()
-	if len(bundles) == 0 {
-		m.mu.Lock()
-		last := m.last
-		m.mu.Unlock()
-		if last == nil {
-			return nil
-		}
-		bundles = map[string][]byte{"Secret " + m.o.SecretName: last.BundlePEM()}
-	}
-	for where, b := range bundles {
-		if err := certs.Verify(leaf, b, m.o.ServerName, now); err != nil {
-			return fmt.Errorf("served certificate does not verify against the caBundle of %s for %s: %w", where, m.o.ServerName, err)
-		}
-	}
-	return nil
-}
-
-// liveBundles returns each kadmit webhook's caBundle, keyed by
-// "<Kind>/<webhook>", from the informer caches.
-func (m *Manager) liveBundles() map[string][]byte {
-	out := map[string][]byte{}
-	if mwc, err := m.mutating.Get(m.o.Registration.Name); err == nil {
-		for _, w := range mwc.Webhooks {
-			out["MutatingWebhookConfiguration/"+w.Name] = w.ClientConfig.CABundle
-		}
-	}
-	if vwc, err := m.validating.Get(m.o.Registration.Name); err == nil {
-		for _, w := range vwc.Webhooks {
-			out["ValidatingWebhookConfiguration/"+w.Name] = w.ClientConfig.CABundle
-		}
-	}
-	return out
+	return m.trust.Ready()
 }
 
 // IsLeader reports whether this replica writes the Secret and caBundle.

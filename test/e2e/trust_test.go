@@ -1,0 +1,80 @@
+package e2e
+
+import (
+	"io"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/kadmit/kadmit/internal/certs"
+	"github.com/kadmit/kadmit/internal/controlplane/kadmitproc"
+)
+
+// TestFilesReplicaUntrustedByCABundleIsNotReady starts a replica serving a
+// cert-manager style certificate (--tls=files) from a CA that kadmit's
+// registered webhooks do not trust: /readyz must say so, since the API
+// server would fail every call with "x509: certificate signed by unknown
+// authority".
+func TestFilesReplicaUntrustedByCABundleIsNotReady(t *testing.T) {
+	e := world(t)
+	ctx := testCtx(t, time.Minute)
+	dir := t.TempDir()
+	b, err := certs.NewSelfSigned(certs.SelfSignedOptions{DNSNames: []string{"localhost"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for name, data := range map[string][]byte{"tls.crt": b.ServerCert, "tls.key": b.ServerKey, "ca.crt": b.CACert} {
+		if err := os.WriteFile(filepath.Join(dir, name), data, 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	kubeconfig := filepath.Join(dir, "kubeconfig")
+	if err := e.cp.WriteKubeconfig(kubeconfig); err != nil {
+		t.Fatal(err)
+	}
+	addr, err := kadmitproc.FreeAddr()
+	if err != nil {
+		t.Fatal(err)
+	}
+	metricsAddr, err := kadmitproc.FreeAddr()
+	if err != nil {
+		t.Fatal(err)
+	}
+	// --webhook-url names this replica, so it could only register itself
+	// once ready; the shared kadmit's configurations are what it checks.
+	p, err := kadmitproc.Start(kadmitproc.Options{
+		Binary: e.binary, Addr: addr, MetricsAddr: metricsAddr,
+		Args: []string{"serve", "--tls=files", "--cert-dir", dir, "--ca-bundle-file", filepath.Join(dir, "ca.crt"),
+			"--register", "--webhook-url", "https://localhost:" + strings.Split(addr, ":")[1], "--kubeconfig", kubeconfig,
+			"--addr", addr, "--metrics-addr", metricsAddr, "--log-format", "json"},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _, _, _ = p.Terminate(10 * time.Second) })
+
+	hc := &http.Client{Timeout: 2 * time.Second}
+	var last string
+	for deadline := time.Now().Add(20 * time.Second); time.Now().Before(deadline); time.Sleep(200 * time.Millisecond) {
+		resp, err := hc.Get("http://" + metricsAddr + "/readyz")
+		if err != nil {
+			continue
+		}
+		body, _ := io.ReadAll(resp.Body)
+		_ = resp.Body.Close()
+		last = string(body)
+		if resp.StatusCode == http.StatusOK {
+			t.Fatalf("replica untrusted by the registered caBundle reports ready\n%s", p.Tail(10))
+		}
+		if strings.Contains(last, "does not verify against the caBundle of") && strings.Contains(last, "unknown authority") {
+			return
+		}
+		if ctx.Err() != nil {
+			break
+		}
+	}
+	t.Fatalf("/readyz never said the certificate is untrusted; last answer %q\n%s", last, p.Tail(10))
+}
