@@ -317,6 +317,12 @@ func selfManagedSpec(opts Options) (certs.Spec, string, error) {
 		serverName = svc + "." + ns + ".svc"
 		sans = append(sans, svc, svc+"."+ns, serverName, serverName+"."+domain)
 	}
+	spec.DNSNames, spec.IPs = splitSANs(sans)
+	return spec, serverName, nil
+}
+
+// splitSANs sorts SANs into DNS names and IP literals, dropping repeats.
+func splitSANs(sans []string) (dnsNames []string, ips []net.IP) {
 	seen := map[string]bool{}
 	for _, s := range sans {
 		if seen[s] {
@@ -324,12 +330,12 @@ func selfManagedSpec(opts Options) (certs.Spec, string, error) {
 		}
 		seen[s] = true
 		if ip := net.ParseIP(s); ip != nil {
-			spec.IPs = append(spec.IPs, ip)
+			ips = append(ips, ip)
 		} else {
-			spec.DNSNames = append(spec.DNSNames, s)
+			dnsNames = append(dnsNames, s)
 		}
 	}
-	return spec, serverName, nil
+	return dnsNames, ips
 }
 
 // apiServerName is the name the API server verifies kadmit's certificate
@@ -369,18 +375,7 @@ func selfSigned(sans []string, webhookURL string) (*certs.Bundle, error) {
 		return nil, fmt.Errorf("%w: --tls=self-signed needs --dns-name or --webhook-url", ErrUsage)
 	}
 	var opts certs.SelfSignedOptions
-	seen := map[string]bool{}
-	for _, s := range sans {
-		if seen[s] {
-			continue
-		}
-		seen[s] = true
-		if ip := net.ParseIP(s); ip != nil {
-			opts.IPs = append(opts.IPs, ip)
-		} else {
-			opts.DNSNames = append(opts.DNSNames, s)
-		}
-	}
+	opts.DNSNames, opts.IPs = splitSANs(sans)
 	return certs.NewSelfSigned(opts)
 }
 
