@@ -25,6 +25,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/kadmit/kadmit/internal/controlplane/kadmitproc"
+	"github.com/kadmit/kadmit/test/e2e/e2eenv"
 )
 
 const (
@@ -41,7 +42,7 @@ const (
 // example fails here rather than silently dropping a field.
 func seed(t *testing.T, e *env, name string, out any) {
 	t.Helper()
-	data, err := os.ReadFile(filepath.Join(e.repoRoot, "examples", "seed", name))
+	data, err := os.ReadFile(filepath.Join(e.RepoRoot, "examples", "seed", name))
 	if err != nil {
 		t.Fatalf("read seed manifest: %v", err)
 	}
@@ -63,14 +64,14 @@ func seedPod(t *testing.T, e *env, file string) *corev1.Pod {
 // can run again (-count) against the same control plane.
 func createPod(ctx context.Context, t *testing.T, e *env, pod *corev1.Pod) (*corev1.Pod, error) {
 	t.Helper()
-	created, err := e.client.CoreV1().Pods(pod.Namespace).Create(ctx, pod, metav1.CreateOptions{})
+	created, err := e.Client.CoreV1().Pods(pod.Namespace).Create(ctx, pod, metav1.CreateOptions{})
 	if err == nil {
 		t.Cleanup(func() {
 			ctx, cancel := context.WithTimeout(context.Background(), apiCallTimeout)
 			defer cancel()
 			// No kubelet runs the pod, so nothing waits on the grace period.
 			zero := int64(0)
-			_ = e.client.CoreV1().Pods(pod.Namespace).Delete(ctx, pod.Name, metav1.DeleteOptions{GracePeriodSeconds: &zero})
+			_ = e.Client.CoreV1().Pods(pod.Namespace).Delete(ctx, pod.Name, metav1.DeleteOptions{GracePeriodSeconds: &zero})
 		})
 	}
 	return created, err
@@ -88,7 +89,7 @@ func lifespanTolerations(ts []corev1.Toleration) []corev1.Toleration {
 
 func TestOffensivePodIsDenied(t *testing.T) {
 	e := world(t)
-	ctx := testCtx(t, apiCallTimeout)
+	ctx := e2eenv.TestCtx(t, apiCallTimeout)
 	pod := seedPod(t, e, "offensive-pod.yaml")
 
 	_, err := createPod(ctx, t, e, pod)
@@ -104,14 +105,14 @@ func TestOffensivePodIsDenied(t *testing.T) {
 	if !strings.Contains(err.Error(), `admission webhook "pod-name.kadmit.io" denied the request`) {
 		t.Errorf("error = %q; want it attributed to webhook pod-name.kadmit.io", err)
 	}
-	if _, err := e.client.CoreV1().Pods(e.namespace).Get(ctx, pod.Name, metav1.GetOptions{}); !apierrors.IsNotFound(err) {
+	if _, err := e.Client.CoreV1().Pods(e.namespace).Get(ctx, pod.Name, metav1.GetOptions{}); !apierrors.IsNotFound(err) {
 		t.Errorf("after the denial, Get(%s) = %v; want NotFound", pod.Name, err)
 	}
 }
 
 func TestLifespanThreeGetsTolerationsThreeToFourteen(t *testing.T) {
 	e := world(t)
-	ctx := testCtx(t, apiCallTimeout)
+	ctx := e2eenv.TestCtx(t, apiCallTimeout)
 	pod := seedPod(t, e, "lifespan-three.yaml")
 
 	created, err := createPod(ctx, t, e, pod)
@@ -119,7 +120,7 @@ func TestLifespanThreeGetsTolerationsThreeToFourteen(t *testing.T) {
 		t.Fatalf("create %s: %v", pod.Name, err)
 	}
 	// Read back what etcd holds rather than trusting the create response.
-	stored, err := e.client.CoreV1().Pods(e.namespace).Get(ctx, created.Name, metav1.GetOptions{})
+	stored, err := e.Client.CoreV1().Pods(e.namespace).Get(ctx, created.Name, metav1.GetOptions{})
 	if err != nil {
 		t.Fatalf("get %s: %v", pod.Name, err)
 	}
@@ -137,7 +138,7 @@ func TestLifespanThreeGetsTolerationsThreeToFourteen(t *testing.T) {
 
 func TestPlainPodGetsExistsToleration(t *testing.T) {
 	e := world(t)
-	ctx := testCtx(t, apiCallTimeout)
+	ctx := e2eenv.TestCtx(t, apiCallTimeout)
 	pod := seedPod(t, e, "plain-pod.yaml")
 	if _, ok := pod.Labels[lifespanLabel]; ok {
 		t.Fatalf("seed plain-pod.yaml carries %s; it must not", lifespanLabel)
@@ -146,7 +147,7 @@ func TestPlainPodGetsExistsToleration(t *testing.T) {
 	if _, err := createPod(ctx, t, e, pod); err != nil {
 		t.Fatalf("create %s: %v", pod.Name, err)
 	}
-	stored, err := e.client.CoreV1().Pods(e.namespace).Get(ctx, pod.Name, metav1.GetOptions{})
+	stored, err := e.Client.CoreV1().Pods(e.namespace).Get(ctx, pod.Name, metav1.GetOptions{})
 	if err != nil {
 		t.Fatalf("get %s: %v", pod.Name, err)
 	}
@@ -159,7 +160,7 @@ func TestPlainPodGetsExistsToleration(t *testing.T) {
 
 func TestLifespanLabelNotANumberIsRejected(t *testing.T) {
 	e := world(t)
-	ctx := testCtx(t, apiCallTimeout)
+	ctx := e2eenv.TestCtx(t, apiCallTimeout)
 	pod := seedPod(t, e, "lifespan-three.yaml")
 	pod.Name = "lifespan-abc"
 	pod.Labels[lifespanLabel] = "abc"
@@ -178,6 +179,21 @@ func TestLifespanLabelNotANumberIsRejected(t *testing.T) {
 	}
 }
 
+// createNode creates node and deletes it when t ends: nodes are
+// cluster-wide and outlive the test's namespace.
+func createNode(ctx context.Context, t *testing.T, e *env, node *corev1.Node) {
+	t.Helper()
+	nodes := e.Client.CoreV1().Nodes()
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), apiCallTimeout)
+		defer cancel()
+		_ = nodes.Delete(ctx, node.Name, metav1.DeleteOptions{})
+	})
+	if _, err := nodes.Create(ctx, node, metav1.CreateOptions{}); err != nil {
+		t.Fatalf("create node: %v", err)
+	}
+}
+
 // TestNodeOvercommitSurvivesKubeletStatusUpdates plays a kubelet: it
 // registers a node with its raw resources, then keeps posting the same raw
 // status, as a kubelet that knows nothing of kadmit does. The stored node must
@@ -185,8 +201,8 @@ func TestLifespanLabelNotANumberIsRejected(t *testing.T) {
 // 4 -> 7500m), never compounding.
 func TestNodeOvercommitSurvivesKubeletStatusUpdates(t *testing.T) {
 	e := world(t)
-	ctx := testCtx(t, 2*apiCallTimeout)
-	nodes := e.client.CoreV1().Nodes()
+	ctx := e2eenv.TestCtx(t, 2*apiCallTimeout)
+	nodes := e.Client.CoreV1().Nodes()
 
 	var node, status corev1.Node
 	seed(t, e, "node.yaml", &node)
@@ -194,15 +210,7 @@ func TestNodeOvercommitSurvivesKubeletStatusUpdates(t *testing.T) {
 	// Nodes are cluster-wide; a run-specific name keeps reruns against a
 	// kept control plane from colliding.
 	node.Name = "e2e-" + e.namespace
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), apiCallTimeout)
-		defer cancel()
-		_ = nodes.Delete(ctx, node.Name, metav1.DeleteOptions{})
-	})
-
-	if _, err := nodes.Create(ctx, &node, metav1.CreateOptions{}); err != nil {
-		t.Fatalf("create node: %v", err)
-	}
+	createNode(ctx, t, e, &node)
 	stored, err := nodes.Get(ctx, node.Name, metav1.GetOptions{})
 	if err != nil {
 		t.Fatalf("get node: %v", err)
@@ -247,20 +255,13 @@ func TestNodeOvercommitSurvivesKubeletStatusUpdates(t *testing.T) {
 // which must not be amplified a second time.
 func TestNodeOvercommitSurvivesKubeletStatusPatches(t *testing.T) {
 	e := world(t)
-	ctx := testCtx(t, 2*apiCallTimeout)
-	nodes := e.client.CoreV1().Nodes()
+	ctx := e2eenv.TestCtx(t, 2*apiCallTimeout)
+	nodes := e.Client.CoreV1().Nodes()
 
 	var node corev1.Node
 	seed(t, e, "node.yaml", &node)
 	node.Name = "e2e-patch-" + e.namespace
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), apiCallTimeout)
-		defer cancel()
-		_ = nodes.Delete(ctx, node.Name, metav1.DeleteOptions{})
-	})
-	if _, err := nodes.Create(ctx, &node, metav1.CreateOptions{}); err != nil {
-		t.Fatalf("create node: %v", err)
-	}
+	createNode(ctx, t, e, &node)
 
 	patches := []struct{ name, body string }{
 		{"raw resources", `{"status":{"capacity":{"cpu":"4"},"allocatable":{"cpu":"3500m"}}}`},
@@ -303,17 +304,17 @@ func hasReady(n *corev1.Node) bool {
 
 func TestNodeWithBadOvercommitRatioIsRejected(t *testing.T) {
 	e := world(t)
-	ctx := testCtx(t, apiCallTimeout)
+	ctx := e2eenv.TestCtx(t, apiCallTimeout)
 	var node corev1.Node
 	seed(t, e, "bad-ratio-node.yaml", &node)
 	node.Name = "e2e-bad-ratio-" + e.namespace
 	t.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), apiCallTimeout)
 		defer cancel()
-		_ = e.client.CoreV1().Nodes().Delete(ctx, node.Name, metav1.DeleteOptions{})
+		_ = e.Client.CoreV1().Nodes().Delete(ctx, node.Name, metav1.DeleteOptions{})
 	})
 
-	_, err := e.client.CoreV1().Nodes().Create(ctx, &node, metav1.CreateOptions{})
+	_, err := e.Client.CoreV1().Nodes().Create(ctx, &node, metav1.CreateOptions{})
 	if err == nil {
 		t.Fatalf("node with %s %s was admitted; want it rejected", annotationRatio, node.Annotations[annotationRatio])
 	}
@@ -330,9 +331,9 @@ func TestNodeWithBadOvercommitRatioIsRejected(t *testing.T) {
 // show that: kadmit's own v1 webhook denies the same pod in parallel.
 func TestAdmissionReviewV1beta1(t *testing.T) {
 	e := world(t)
-	ctx := testCtx(t, 2*apiCallTimeout)
+	ctx := e2eenv.TestCtx(t, 2*apiCallTimeout)
 
-	vwcs := e.client.AdmissionregistrationV1().ValidatingWebhookConfigurations()
+	vwcs := e.Client.AdmissionregistrationV1().ValidatingWebhookConfigurations()
 	own, err := vwcs.Get(ctx, kadmitproc.ConfigName, metav1.GetOptions{})
 	if err != nil {
 		t.Fatalf("get kadmit's ValidatingWebhookConfiguration: %v", err)
@@ -467,7 +468,7 @@ func (m hookMetrics) since(base hookMetrics) hookMetrics {
 // "calling_webhook_error" covers anything that went wrong on the wire,
 // including an answer in the wrong AdmissionReview version.
 func webhookMetrics(ctx context.Context, e *env, hook string) (hookMetrics, error) {
-	raw, err := e.client.CoreV1().RESTClient().Get().AbsPath("/metrics").DoRaw(ctx)
+	raw, err := e.Client.CoreV1().RESTClient().Get().AbsPath("/metrics").DoRaw(ctx)
 	if err != nil {
 		return hookMetrics{}, fmt.Errorf("GET /metrics: %w", err)
 	}
@@ -509,17 +510,13 @@ func webhookMetrics(ctx context.Context, e *env, hook string) (hookMetrics, erro
 func TestSIGTERMExitsZeroWithinGrace(t *testing.T) {
 	e := world(t)
 	const grace = 2 * time.Second
-	addr, err := kadmitproc.FreeAddr()
-	if err != nil {
-		t.Fatal(err)
-	}
-	metricsAddr, err := kadmitproc.FreeAddr()
+	addr, metricsAddr, err := e2eenv.FreeAddrs()
 	if err != nil {
 		t.Fatal(err)
 	}
 	caFile := filepath.Join(t.TempDir(), "ca.crt")
 	p, err := kadmitproc.Start(kadmitproc.Options{
-		Binary:        e.binary,
+		Binary:        e.Binary,
 		Addr:          addr,
 		MetricsAddr:   metricsAddr,
 		CAFile:        caFile,
@@ -533,7 +530,7 @@ func TestSIGTERMExitsZeroWithinGrace(t *testing.T) {
 			t.Errorf("cleanup: %v", err)
 		}
 	})
-	if err := p.WaitReady(testCtx(t, kadmitReadyLimit)); err != nil {
+	if err := p.WaitReady(e2eenv.TestCtx(t, kadmitReadyLimit)); err != nil {
 		t.Fatal(err)
 	}
 	// Serving: the HTTPS port answers /readyz with a certificate that the

@@ -19,6 +19,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/kadmit/kadmit/internal/controlplane/kadmitproc"
+	"github.com/kadmit/kadmit/test/e2e/e2eenv"
 )
 
 const reloadConfig = `apiVersion: kadmit.io/v1alpha1
@@ -32,8 +33,8 @@ policies:
 // restart, while an invalid edit is refused and the running policies stay.
 func TestConfigMapReloadsLive(t *testing.T) {
 	e := world(t)
-	ctx := testCtx(t, 2*time.Minute)
-	cms := e.client.CoreV1().ConfigMaps(e.namespace)
+	ctx := e2eenv.TestCtx(t, 2*time.Minute)
+	cms := e.Client.CoreV1().ConfigMaps(e.namespace)
 	cm := &corev1.ConfigMap{
 		ObjectMeta: metav1.ObjectMeta{Name: "kadmit-reload"},
 		Data:       map[string]string{"config.yaml": fmt.Sprintf(reloadConfig, "offensive")},
@@ -43,21 +44,17 @@ func TestConfigMapReloadsLive(t *testing.T) {
 	}
 	t.Cleanup(func() { _ = cms.Delete(context.WithoutCancel(ctx), cm.Name, metav1.DeleteOptions{}) })
 
-	addr, err := kadmitproc.FreeAddr()
-	if err != nil {
-		t.Fatal(err)
-	}
-	metricsAddr, err := kadmitproc.FreeAddr()
+	addr, metricsAddr, err := e2eenv.FreeAddrs()
 	if err != nil {
 		t.Fatal(err)
 	}
 	dir := t.TempDir()
 	kubeconfig, caFile := filepath.Join(dir, "kubeconfig"), filepath.Join(dir, "ca.crt")
-	if err := e.cp.WriteKubeconfig(kubeconfig); err != nil {
+	if err := e.CP.WriteKubeconfig(kubeconfig); err != nil {
 		t.Fatal(err)
 	}
 	p, err := kadmitproc.Start(kadmitproc.Options{
-		Binary: e.binary, Addr: addr, MetricsAddr: metricsAddr, CAFile: caFile,
+		Binary: e.Binary, Addr: addr, MetricsAddr: metricsAddr, CAFile: caFile,
 		ExtraArgs: []string{"--config-map", e.namespace + "/" + cm.Name, "--kubeconfig", kubeconfig},
 	})
 	if err != nil {
@@ -112,7 +109,7 @@ func TestConfigMapReloadsLive(t *testing.T) {
 
 func setConfig(ctx context.Context, t *testing.T, e *env, name, data string) {
 	t.Helper()
-	cms := e.client.CoreV1().ConfigMaps(e.namespace)
+	cms := e.Client.CoreV1().ConfigMaps(e.namespace)
 	cm, err := cms.Get(ctx, name, metav1.GetOptions{})
 	if err != nil {
 		t.Fatal(err)

@@ -11,6 +11,7 @@ import (
 
 	"github.com/kadmit/kadmit/internal/certs"
 	"github.com/kadmit/kadmit/internal/controlplane/kadmitproc"
+	"github.com/kadmit/kadmit/test/e2e/e2eenv"
 )
 
 // TestFilesReplicaUntrustedByCABundleIsNotReady starts a replica serving a
@@ -20,7 +21,7 @@ import (
 // authority".
 func TestFilesReplicaUntrustedByCABundleIsNotReady(t *testing.T) {
 	e := world(t)
-	ctx := testCtx(t, time.Minute)
+	ctx := e2eenv.TestCtx(t, time.Minute)
 	dir := t.TempDir()
 	b, err := certs.NewSelfSigned(certs.SelfSignedOptions{DNSNames: []string{"localhost"}})
 	if err != nil {
@@ -32,21 +33,17 @@ func TestFilesReplicaUntrustedByCABundleIsNotReady(t *testing.T) {
 		}
 	}
 	kubeconfig := filepath.Join(dir, "kubeconfig")
-	if err := e.cp.WriteKubeconfig(kubeconfig); err != nil {
+	if err := e.CP.WriteKubeconfig(kubeconfig); err != nil {
 		t.Fatal(err)
 	}
-	addr, err := kadmitproc.FreeAddr()
-	if err != nil {
-		t.Fatal(err)
-	}
-	metricsAddr, err := kadmitproc.FreeAddr()
+	addr, metricsAddr, err := e2eenv.FreeAddrs()
 	if err != nil {
 		t.Fatal(err)
 	}
 	// --webhook-url names this replica, so it could only register itself
 	// once ready; the shared kadmit's configurations are what it checks.
 	p, err := kadmitproc.Start(kadmitproc.Options{
-		Binary: e.binary, Addr: addr, MetricsAddr: metricsAddr,
+		Binary: e.Binary, Addr: addr, MetricsAddr: metricsAddr,
 		Args: []string{"serve", "--tls=files", "--cert-dir", dir, "--ca-bundle-file", filepath.Join(dir, "ca.crt"),
 			"--register", "--webhook-url", "https://localhost:" + strings.Split(addr, ":")[1], "--kubeconfig", kubeconfig,
 			"--addr", addr, "--metrics-addr", metricsAddr, "--log-format", "json"},

@@ -28,6 +28,7 @@ import (
 	"github.com/kadmit/kadmit/internal/certs"
 	"github.com/kadmit/kadmit/internal/doctor"
 	"github.com/kadmit/kadmit/internal/netns"
+	"github.com/kadmit/kadmit/test/e2e/e2eenv"
 )
 
 const (
@@ -77,13 +78,6 @@ func nextIP(t *testing.T) string {
 	return fmt.Sprintf("198.18.0.%d", n)
 }
 
-func ctxFor(t *testing.T, d time.Duration) context.Context {
-	t.Helper()
-	ctx, cancel := context.WithTimeout(t.Context(), d)
-	t.Cleanup(cancel)
-	return ctx
-}
-
 func suffix() string { return fmt.Sprintf("%05d", rand.IntN(100000)) }
 
 // namespace creates a namespace named prefix-<random> with labels. It is
@@ -93,7 +87,7 @@ func namespace(t *testing.T, e *env, prefix string, labels map[string]string) st
 	t.Helper()
 	name := prefix + "-" + suffix()
 	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: name, Labels: labels}}
-	if _, err := e.client.CoreV1().Namespaces().Create(ctxFor(t, apiTimeout), ns, metav1.CreateOptions{}); err != nil {
+	if _, err := e.Client.CoreV1().Namespaces().Create(e2eenv.TestCtx(t, apiTimeout), ns, metav1.CreateOptions{}); err != nil {
 		t.Fatalf("create namespace %s: %v", name, err)
 	}
 	return name
@@ -106,13 +100,13 @@ func namespace(t *testing.T, e *env, prefix string, labels map[string]string) st
 // the pod names.
 func workload(t *testing.T, e *env, ns, name string, labels map[string]string, pods int) []string {
 	t.Helper()
-	ctx := ctxFor(t, apiTimeout)
+	ctx := e2eenv.TestCtx(t, apiTimeout)
 	yes := true
 	sel := &metav1.LabelSelector{MatchLabels: labels}
 	spec := corev1.PodSpec{Containers: []corev1.Container{{Name: "manager", Image: "example.com/" + name + ":v1",
 		Ports: []corev1.ContainerPort{{Name: portName, ContainerPort: targetPort}}}}}
 	tmpl := corev1.PodTemplateSpec{ObjectMeta: metav1.ObjectMeta{Labels: labels}, Spec: spec}
-	d, err := e.client.AppsV1().Deployments(ns).Create(ctx, &appsv1.Deployment{
+	d, err := e.Client.AppsV1().Deployments(ns).Create(ctx, &appsv1.Deployment{
 		ObjectMeta: metav1.ObjectMeta{Name: name, Labels: labels},
 		Spec:       appsv1.DeploymentSpec{Replicas: ptr(int32(max(pods, 1))), Selector: sel, Template: tmpl},
 	}, metav1.CreateOptions{})
@@ -125,7 +119,7 @@ func workload(t *testing.T, e *env, ns, name string, labels map[string]string, p
 	}
 	rsTmpl := tmpl
 	rsTmpl.Labels = rsLabels
-	rs, err := e.client.AppsV1().ReplicaSets(ns).Create(ctx, &appsv1.ReplicaSet{
+	rs, err := e.Client.AppsV1().ReplicaSets(ns).Create(ctx, &appsv1.ReplicaSet{
 		ObjectMeta: metav1.ObjectMeta{Name: name + "-" + rsLabels["pod-template-hash"], Labels: rsLabels,
 			OwnerReferences: []metav1.OwnerReference{{APIVersion: "apps/v1", Kind: "Deployment", Name: d.Name, UID: d.UID, Controller: &yes}}},
 		Spec: appsv1.ReplicaSetSpec{Replicas: ptr(int32(max(pods, 1))), Selector: &metav1.LabelSelector{MatchLabels: rsLabels}, Template: rsTmpl},
@@ -135,7 +129,7 @@ func workload(t *testing.T, e *env, ns, name string, labels map[string]string, p
 	}
 	var names []string
 	for i := 0; i < pods; i++ {
-		p, err := e.client.CoreV1().Pods(ns).Create(ctx, &corev1.Pod{
+		p, err := e.Client.CoreV1().Pods(ns).Create(ctx, &corev1.Pod{
 			ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("%s-%d", rs.Name, i), Labels: rsLabels,
 				OwnerReferences: []metav1.OwnerReference{{APIVersion: "apps/v1", Kind: "ReplicaSet", Name: rs.Name, UID: rs.UID, Controller: &yes}}},
 			Spec: spec,
@@ -156,7 +150,7 @@ func service(t *testing.T, e *env, ns, name string, selector map[string]string) 
 		Selector: selector,
 		Ports:    []corev1.ServicePort{{Name: portName, Port: 443, TargetPort: intstr.FromInt32(targetPort), Protocol: corev1.ProtocolTCP}},
 	}}
-	if _, err := e.client.CoreV1().Services(ns).Create(ctxFor(t, apiTimeout), svc, metav1.CreateOptions{}); err != nil {
+	if _, err := e.Client.CoreV1().Services(ns).Create(e2eenv.TestCtx(t, apiTimeout), svc, metav1.CreateOptions{}); err != nil {
 		t.Fatalf("create Service %s/%s: %v", ns, name, err)
 	}
 }
@@ -185,7 +179,7 @@ func endpointSlice(t *testing.T, e *env, ns, svc string, eps ...ep) {
 		}
 		slice.Endpoints = append(slice.Endpoints, d)
 	}
-	if _, err := e.client.DiscoveryV1().EndpointSlices(ns).Create(ctxFor(t, apiTimeout), slice, metav1.CreateOptions{}); err != nil {
+	if _, err := e.Client.DiscoveryV1().EndpointSlices(ns).Create(e2eenv.TestCtx(t, apiTimeout), slice, metav1.CreateOptions{}); err != nil {
 		t.Fatalf("create EndpointSlice for %s/%s: %v", ns, svc, err)
 	}
 }
@@ -256,8 +250,8 @@ func validating(t *testing.T, e *env, name string, hooks ...hook) {
 		c.Webhooks = append(c.Webhooks, admissionregistrationv1.ValidatingWebhook{Name: h.Name, ClientConfig: cc, Rules: rules,
 			FailurePolicy: fp, TimeoutSeconds: timeout, SideEffects: &none, AdmissionReviewVersions: versions, NamespaceSelector: h.NamespaceSelector})
 	}
-	reg := e.client.AdmissionregistrationV1().ValidatingWebhookConfigurations()
-	if _, err := reg.Create(ctxFor(t, apiTimeout), c, metav1.CreateOptions{}); err != nil {
+	reg := e.Client.AdmissionregistrationV1().ValidatingWebhookConfigurations()
+	if _, err := reg.Create(e2eenv.TestCtx(t, apiTimeout), c, metav1.CreateOptions{}); err != nil {
 		t.Fatalf("create ValidatingWebhookConfiguration %s: %v", name, err)
 	}
 	t.Cleanup(func() {
@@ -279,8 +273,8 @@ func mutating(t *testing.T, e *env, name string, hooks ...hook) {
 		c.Webhooks = append(c.Webhooks, admissionregistrationv1.MutatingWebhook{Name: h.Name, ClientConfig: cc, Rules: rules,
 			FailurePolicy: fp, TimeoutSeconds: timeout, SideEffects: &none, AdmissionReviewVersions: versions, NamespaceSelector: h.NamespaceSelector})
 	}
-	reg := e.client.AdmissionregistrationV1().MutatingWebhookConfigurations()
-	if _, err := reg.Create(ctxFor(t, apiTimeout), c, metav1.CreateOptions{}); err != nil {
+	reg := e.Client.AdmissionregistrationV1().MutatingWebhookConfigurations()
+	if _, err := reg.Create(e2eenv.TestCtx(t, apiTimeout), c, metav1.CreateOptions{}); err != nil {
 		t.Fatalf("create MutatingWebhookConfiguration %s: %v", name, err)
 	}
 	t.Cleanup(func() {
@@ -385,7 +379,7 @@ func waitCalled(t *testing.T, e *env, ns, webhook string) {
 	deadline := time.Now().Add(webhookTakeEffect)
 	var last error
 	for time.Now().Before(deadline) {
-		_, err := e.client.CoreV1().Pods(ns).Create(ctxFor(t, apiTimeout), &corev1.Pod{
+		_, err := e.Client.CoreV1().Pods(ns).Create(e2eenv.TestCtx(t, apiTimeout), &corev1.Pod{
 			ObjectMeta: metav1.ObjectMeta{GenerateName: "wait-"},
 			Spec:       corev1.PodSpec{Containers: []corev1.Container{{Name: "c", Image: "example.com/c"}}},
 		}, metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
@@ -403,7 +397,7 @@ func waitCalled(t *testing.T, e *env, ns, webhook string) {
 func runDoctor(t *testing.T, e *env, opts doctor.Options) *doctor.Report {
 	t.Helper()
 	opts.Dial = guardedDial
-	rep, err := doctor.Run(ctxFor(t, 3*time.Minute), e.client, opts)
+	rep, err := doctor.Run(e2eenv.TestCtx(t, 3*time.Minute), e.Client, opts)
 	if err != nil {
 		t.Fatalf("doctor.Run: %v", err)
 	}

@@ -26,6 +26,7 @@ import (
 	"github.com/kadmit/kadmit/internal/controlplane/kadmitproc"
 	"github.com/kadmit/kadmit/internal/doctor"
 	"github.com/kadmit/kadmit/internal/netns"
+	"github.com/kadmit/kadmit/test/e2e/e2eenv"
 )
 
 // runPlugin runs `kubectl kadmit <args>` (kubectl finds kubectl-kadmit on
@@ -38,8 +39,8 @@ func runPlugin(t *testing.T, e *env, args ...string) (string, int) {
 	if err != nil {
 		t.Skipf("kubectl not on PATH, plugin not tested: %v", err)
 	}
-	cmd := exec.CommandContext(ctxFor(t, 3*time.Minute), kubectl, append([]string{"kadmit"}, args...)...)
-	cmd.Env = append(os.Environ(), "PATH="+filepath.Dir(e.plugin)+string(os.PathListSeparator)+os.Getenv("PATH"), "KUBECONFIG="+e.kubeconfig)
+	cmd := exec.CommandContext(e2eenv.TestCtx(t, 3*time.Minute), kubectl, append([]string{"kadmit"}, args...)...)
+	cmd.Env = append(os.Environ(), "PATH="+filepath.Dir(e.Command("kubectl-kadmit"))+string(os.PathListSeparator)+os.Getenv("PATH"), "KUBECONFIG="+e.Kubeconfig)
 	var out, stderr bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &stderr
 	err = cmd.Run()
@@ -193,7 +194,7 @@ func TestOpenKruiseBootstrapDeadlock(t *testing.T) {
 			// Keeps the webhook away from the other tests' namespaces.
 			{Key: "kubernetes.io/metadata.name", Operator: metav1.LabelSelectorOpIn, Values: []string{sys}},
 		}}})
-	if e.routed {
+	if e.Routed {
 		// The deadlock itself: creating the controller's pod fails.
 		waitCalled(t, e, sys, name)
 	}
@@ -209,8 +210,8 @@ func TestOpenKruiseBootstrapDeadlock(t *testing.T) {
 	need(t, rep, w, doctor.IDNoReadyEndpoints, doctor.SeverityError)
 
 	// Apply the fix exactly as printed (its "# ..." tail is a shell comment).
-	cmd := exec.CommandContext(ctxFor(t, apiTimeout), "sh", "-c", f.Fix)
-	cmd.Env = append(os.Environ(), "KUBECONFIG="+e.kubeconfig)
+	cmd := exec.CommandContext(e2eenv.TestCtx(t, apiTimeout), "sh", "-c", f.Fix)
+	cmd.Env = append(os.Environ(), "KUBECONFIG="+e.Kubeconfig)
 	if out, err := cmd.CombinedOutput(); err != nil {
 		if errors.Is(err, exec.ErrNotFound) || strings.Contains(string(out), "kubectl: not found") {
 			t.Skipf("kubectl not available to run the fix: %s", out)
@@ -221,13 +222,13 @@ func TestOpenKruiseBootstrapDeadlock(t *testing.T) {
 	if w := hookReport(t, rep, config, name); w.Has(doctor.IDSelfInterception) {
 		t.Errorf("after the fix, %s is still reported:\n%s", doctor.IDSelfInterception, render(rep))
 	}
-	if !e.routed {
+	if !e.Routed {
 		return
 	}
 	// And the API server agrees: the controller's pod is admitted now.
 	deadline := time.Now().Add(webhookTakeEffect)
 	for {
-		_, err := e.client.CoreV1().Pods(sys).Create(ctxFor(t, apiTimeout), &corev1.Pod{
+		_, err := e.Client.CoreV1().Pods(sys).Create(e2eenv.TestCtx(t, apiTimeout), &corev1.Pod{
 			ObjectMeta: metav1.ObjectMeta{GenerateName: "kruise-controller-manager-", Labels: labels},
 			Spec:       corev1.PodSpec{Containers: []corev1.Container{{Name: "manager", Image: "example.com/kruise"}}},
 		}, metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
@@ -326,7 +327,7 @@ func TestServiceAndSettingsChecks(t *testing.T) {
 		Selector: labels,
 		Ports:    []corev1.ServicePort{{Name: portName, Port: 443, TargetPort: intstr.FromString("webhook-server")}},
 	}}
-	if _, err := e.client.CoreV1().Services(sys).Create(ctxFor(t, apiTimeout), named, metav1.CreateOptions{}); err != nil {
+	if _, err := e.Client.CoreV1().Services(sys).Create(e2eenv.TestCtx(t, apiTimeout), named, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	bundle := newCA(t).pem()
@@ -376,10 +377,10 @@ func TestServiceAndSettingsChecks(t *testing.T) {
 	}
 
 	// A name that does not exist: doctor could not run, exit 2.
-	if _, err := doctor.Run(ctxFor(t, apiTimeout), e.client, doctor.Options{Names: []string{"no-such-config"}}); !errors.Is(err, doctor.ErrNotFound) {
+	if _, err := doctor.Run(e2eenv.TestCtx(t, apiTimeout), e.Client, doctor.Options{Names: []string{"no-such-config"}}); !errors.Is(err, doctor.ErrNotFound) {
 		t.Errorf("unknown name: err = %v; want ErrNotFound", err)
 	}
-	if e.routed {
+	if e.Routed {
 		if out, code := runPlugin(t, e, "doctor", "no-such-config"); code != 2 {
 			t.Errorf("kubectl kadmit doctor no-such-config: exit %d; want 2\n%s", code, out)
 		}
@@ -434,7 +435,7 @@ func TestHealthyKadmitInstall(t *testing.T) {
 	labels := map[string]string{"app.kubernetes.io/name": "kadmit"}
 	pods := workload(t, e, sys, "kadmit", labels, 2)
 	service(t, e, sys, "kadmit", labels)
-	if _, err := e.client.PolicyV1().PodDisruptionBudgets(sys).Create(ctxFor(t, apiTimeout), &policyv1.PodDisruptionBudget{
+	if _, err := e.Client.PolicyV1().PodDisruptionBudgets(sys).Create(e2eenv.TestCtx(t, apiTimeout), &policyv1.PodDisruptionBudget{
 		ObjectMeta: metav1.ObjectMeta{Name: "kadmit"},
 		Spec:       policyv1.PodDisruptionBudgetSpec{MinAvailable: ptr(intstr.FromInt32(1)), Selector: &metav1.LabelSelector{MatchLabels: labels}},
 	}, metav1.CreateOptions{}); err != nil {
@@ -447,7 +448,7 @@ func TestHealthyKadmitInstall(t *testing.T) {
 		// t.Context() is already cancelled when cleanups run.
 		ctx, cancel := context.WithTimeout(context.Background(), apiTimeout)
 		defer cancel()
-		reg := e.client.AdmissionregistrationV1()
+		reg := e.Client.AdmissionregistrationV1()
 		if err := reg.MutatingWebhookConfigurations().Delete(ctx, kadmitproc.ConfigName, metav1.DeleteOptions{}); err != nil && !apierrors.IsNotFound(err) {
 			t.Errorf("delete kadmit MutatingWebhookConfiguration: %v", err)
 		}
@@ -463,13 +464,13 @@ func TestHealthyKadmitInstall(t *testing.T) {
 			t.Fatal(err)
 		}
 		addr, metrics := net.JoinHostPort(ip, strconv.Itoa(targetPort)), net.JoinHostPort(ip, "8080")
-		logFile, err := os.Create(filepath.Join(e.tmp, fmt.Sprintf("kadmit-%d.log", i)))
+		logFile, err := os.Create(filepath.Join(e.Tmp, fmt.Sprintf("kadmit-%d.log", i)))
 		if err != nil {
 			t.Fatal(err)
 		}
-		p, err := kadmitproc.Start(kadmitproc.Options{Binary: e.kadmit, Addr: addr, MetricsAddr: metrics, Log: logFile, Args: []string{"serve",
+		p, err := kadmitproc.Start(kadmitproc.Options{Binary: e.Binary, Addr: addr, MetricsAddr: metrics, Log: logFile, Args: []string{"serve",
 			"--tls=self-managed", "--register", "--namespace", sys, "--service-name", "kadmit", "--service-port", "443",
-			"--kubeconfig", e.kubeconfig, "--identity", pod, "--addr", addr, "--metrics-addr", metrics,
+			"--kubeconfig", e.Kubeconfig, "--identity", pod, "--addr", addr, "--metrics-addr", metrics,
 			"--shutdown-grace", "2s", "--log-format", "json"}})
 		if err != nil {
 			t.Fatal(err)
@@ -484,12 +485,12 @@ func TestHealthyKadmitInstall(t *testing.T) {
 		eps = append(eps, ep{IP: ip, Pod: pod, Ready: true})
 	}
 	for _, p := range procs {
-		if err := p.WaitReady(ctxFor(t, 90*time.Second)); err != nil {
+		if err := p.WaitReady(e2eenv.TestCtx(t, 90*time.Second)); err != nil {
 			t.Fatal(err)
 		}
 	}
 	endpointSlice(t, e, sys, "kadmit", eps...)
-	if err := procs[0].WaitEffective(ctxFor(t, 90*time.Second), e.client, work); err != nil {
+	if err := procs[0].WaitEffective(e2eenv.TestCtx(t, 90*time.Second), e.Client, work); err != nil {
 		t.Fatal(err)
 	}
 

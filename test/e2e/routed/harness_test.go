@@ -94,7 +94,7 @@ func (c *cluster) selfManagedArgs(name, addr, metricsAddr string) []string {
 		"--tls=self-managed", "--register",
 		"--namespace", systemNS, "--secret-name", secretName,
 		"--service-name", serviceName, "--service-port", strconv.Itoa(servicePort),
-		"--kubeconfig", c.e.kubeconfig, "--identity", name,
+		"--kubeconfig", c.e.Kubeconfig, "--identity", name,
 		"--addr", addr, "--metrics-addr", metricsAddr,
 		"--lease-duration", leaseDuration.String(), "--renew-deadline", renewDeadline.String(),
 		"--retry-period", retryPeriod.String(), "--settle-delay", settleDelay.String(),
@@ -121,11 +121,11 @@ func (c *cluster) startReplica(t *testing.T, args func(name, addr, metricsAddr s
 	if args == nil {
 		args = c.selfManagedArgs
 	}
-	logFile, err := os.Create(filepath.Join(c.e.tmp, r.name+".log"))
+	logFile, err := os.Create(filepath.Join(c.e.Tmp, r.name+".log"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	r.proc, err = kadmitproc.Start(kadmitproc.Options{Binary: c.e.binary, Addr: r.addr, MetricsAddr: r.metricsAddr,
+	r.proc, err = kadmitproc.Start(kadmitproc.Options{Binary: c.e.Binary, Addr: r.addr, MetricsAddr: r.metricsAddr,
 		Args: args(r.name, r.addr, r.metricsAddr), Log: logFile})
 	if err != nil {
 		t.Fatal(err)
@@ -308,7 +308,7 @@ func (c *cluster) writeSlice() error {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	api := c.e.client.DiscoveryV1().EndpointSlices(systemNS)
+	api := c.e.Client.DiscoveryV1().EndpointSlices(systemNS)
 	desired := &discoveryv1.EndpointSlice{
 		ObjectMeta: metav1.ObjectMeta{Name: sliceName, Namespace: systemNS, Labels: map[string]string{
 			discoveryv1.LabelServiceName: serviceName,
@@ -362,7 +362,7 @@ func (c *cluster) writeSlice() error {
 // deleteSlice removes the EndpointSlice (reset); the controller writes it
 // afresh when publishing.
 func (c *cluster) deleteSlice(ctx context.Context) error {
-	err := c.e.client.DiscoveryV1().EndpointSlices(systemNS).Delete(ctx, sliceName, metav1.DeleteOptions{})
+	err := c.e.Client.DiscoveryV1().EndpointSlices(systemNS).Delete(ctx, sliceName, metav1.DeleteOptions{})
 	if err != nil && !apierrors.IsNotFound(err) {
 		return err
 	}
@@ -436,11 +436,26 @@ func (c *cluster) dumpLogs(w io.Writer, n int) {
 
 // leader returns the Lease's holder, or "".
 func (c *cluster) leader(ctx context.Context) string {
-	l, err := c.e.client.CoordinationV1().Leases(systemNS).Get(ctx, leaseName, metav1.GetOptions{})
+	l, err := c.e.Client.CoordinationV1().Leases(systemNS).Get(ctx, leaseName, metav1.GetOptions{})
 	if err != nil || l.Spec.HolderIdentity == nil {
 		return ""
 	}
 	return *l.Spec.HolderIdentity
+}
+
+// liveLeader waits for the Lease holder to be a live replica and returns
+// it, failing t after 20s.
+func (c *cluster) liveLeader(ctx context.Context, t *testing.T) *replica {
+	t.Helper()
+	var r *replica
+	eventually(t, 20*time.Second, "a leader among the replicas", func() error {
+		name := c.leader(ctx)
+		if r = c.byName(name); r == nil || !slices.Contains(c.live(), r) {
+			return fmt.Errorf("Lease holder %q is not a live replica", name)
+		}
+		return nil
+	})
+	return r
 }
 
 // countLogs counts the log lines of rs containing s.
@@ -473,10 +488,11 @@ type loadGen struct {
 }
 
 // startLoad creates (server-side dry-run) rate pods per second in loadNS
-// until finish is called or maxDur has elapsed, so never more than
+// until finish is called, t ends or maxDur has elapsed, so never more than
 // rate*maxDur requests; at most 100 are in flight.
-func (e *env) startLoad(rate int, maxDur time.Duration) *loadGen {
+func (e *env) startLoad(t *testing.T, rate int, maxDur time.Duration) *loadGen {
 	l := &loadGen{stopc: make(chan struct{}), done: make(chan struct{})}
+	t.Cleanup(func() { l.finish() })
 	maxCount := int(maxDur.Seconds()*float64(rate)) + 1
 	go func() {
 		defer close(l.done)
@@ -506,7 +522,7 @@ func (e *env) startLoad(rate int, maxDur time.Duration) *loadGen {
 			go func() {
 				defer wg.Done()
 				defer func() { <-sem }()
-				l.add(createPod(e.client, loadNS, fmt.Sprintf("load-%d", i), nil))
+				l.add(createPod(e.Client, loadNS, fmt.Sprintf("load-%d", i), nil))
 			}()
 		}
 	}()
@@ -665,7 +681,7 @@ func verifyAgainst(leaf *x509.Certificate, cas ...*x509.Certificate) error {
 
 // secretMaterial returns the certificate Secret's CAs and serving leaf.
 func (e *env) secretMaterial(ctx context.Context) (cas []*x509.Certificate, leaf *x509.Certificate, s *corev1.Secret, err error) {
-	s, err = e.client.CoreV1().Secrets(systemNS).Get(ctx, secretName, metav1.GetOptions{})
+	s, err = e.Client.CoreV1().Secrets(systemNS).Get(ctx, secretName, metav1.GetOptions{})
 	if err != nil {
 		return nil, nil, nil, err
 	}

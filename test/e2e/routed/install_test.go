@@ -12,6 +12,8 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/kadmit/kadmit/test/e2e/e2eenv"
 )
 
 const configName = "kadmit"
@@ -20,13 +22,13 @@ const configName = "kadmit"
 // no webhook configuration, Secret, Lease or EndpointSlice.
 func (e *env) reset(t *testing.T) {
 	t.Helper()
-	ctx := testCtx(t, time.Minute)
+	ctx := e2eenv.TestCtx(t, time.Minute)
 	c := e.cluster
 	c.publish.Store(true)
 	if err := c.stopAll(); err != nil {
 		t.Fatalf("stop replicas: %v", err)
 	}
-	ar := e.client.AdmissionregistrationV1()
+	ar := e.Client.AdmissionregistrationV1()
 	del := []func() error{
 		func() error {
 			return ar.MutatingWebhookConfigurations().Delete(ctx, configName, metav1.DeleteOptions{})
@@ -35,10 +37,10 @@ func (e *env) reset(t *testing.T) {
 			return ar.ValidatingWebhookConfigurations().Delete(ctx, configName, metav1.DeleteOptions{})
 		},
 		func() error {
-			return e.client.CoreV1().Secrets(systemNS).Delete(ctx, secretName, metav1.DeleteOptions{})
+			return e.Client.CoreV1().Secrets(systemNS).Delete(ctx, secretName, metav1.DeleteOptions{})
 		},
 		func() error {
-			return e.client.CoordinationV1().Leases(systemNS).Delete(ctx, leaseName, metav1.DeleteOptions{})
+			return e.Client.CoordinationV1().Leases(systemNS).Delete(ctx, leaseName, metav1.DeleteOptions{})
 		},
 		func() error { return c.deleteSlice(ctx) },
 	}
@@ -57,7 +59,7 @@ func (e *env) reset(t *testing.T) {
 
 // configsExist reports whether both webhook configurations exist.
 func (e *env) configsExist(ctx context.Context) bool {
-	ar := e.client.AdmissionregistrationV1()
+	ar := e.Client.AdmissionregistrationV1()
 	_, merr := ar.MutatingWebhookConfigurations().Get(ctx, configName, metav1.GetOptions{})
 	_, verr := ar.ValidatingWebhookConfigurations().Get(ctx, configName, metav1.GetOptions{})
 	return merr == nil && verr == nil
@@ -65,7 +67,7 @@ func (e *env) configsExist(ctx context.Context) bool {
 
 // anyConfigExists reports whether either webhook configuration exists.
 func (e *env) anyConfigExists(ctx context.Context) bool {
-	ar := e.client.AdmissionregistrationV1()
+	ar := e.Client.AdmissionregistrationV1()
 	_, merr := ar.MutatingWebhookConfigurations().Get(ctx, configName, metav1.GetOptions{})
 	_, verr := ar.ValidatingWebhookConfigurations().Get(ctx, configName, metav1.GetOptions{})
 	return merr == nil || verr == nil
@@ -92,11 +94,11 @@ func (e *env) allReady(want int) error {
 // effective fails unless the API server calls kadmit's webhooks: an
 // offensive pod name is denied and a plain pod gets lifespan's toleration.
 func (e *env) effective() error {
-	r := createPod(e.client, loadNS, "probe-offensive", nil)
+	r := createPod(e.Client, loadNS, "probe-offensive", nil)
 	if r.err == nil || !strings.Contains(r.err.Error(), `pod name contains "offensive"`) {
 		return fmt.Errorf("offensive pod: %v", r.err)
 	}
-	r = createPod(e.client, loadNS, "probe", nil)
+	r = createPod(e.Client, loadNS, "probe", nil)
 	if r.err != nil || !r.mutated {
 		return fmt.Errorf("plain pod: mutated=%v err=%v", r.mutated, r.err)
 	}
@@ -108,7 +110,7 @@ func (e *env) effective() error {
 // leaves it to the next one to install afresh.
 func (e *env) ensureInstalled(t *testing.T) {
 	t.Helper()
-	ctx := testCtx(t, 2*time.Minute)
+	ctx := e2eenv.TestCtx(t, 2*time.Minute)
 	if e.allReady(3) == nil && e.configsExist(ctx) && e.effective() == nil {
 		return
 	}
@@ -130,7 +132,7 @@ func (e *env) ensureInstalled(t *testing.T) {
 // annotateRotate asks the leader for a rotation.
 func (e *env) annotateRotate(ctx context.Context, kind string) error {
 	patch := fmt.Appendf(nil, `{"metadata":{"annotations":{"kadmit.io/rotate":%q}}}`, kind)
-	_, err := e.client.CoreV1().Secrets(systemNS).Patch(ctx, secretName, types.MergePatchType, patch, metav1.PatchOptions{})
+	_, err := e.Client.CoreV1().Secrets(systemNS).Patch(ctx, secretName, types.MergePatchType, patch, metav1.PatchOptions{})
 	return err
 }
 

@@ -19,6 +19,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/utils/ptr"
+
+	"github.com/kadmit/kadmit/test/e2e/e2eenv"
 )
 
 // Tests run in this order; each leaves three replicas serving, or says so
@@ -29,14 +31,14 @@ import (
 // endpoint without a listener is refused there.
 func TestServiceRoutingDialsEndpointAddress(t *testing.T) {
 	e := world(t)
-	ctx := testCtx(t, time.Minute)
+	ctx := e2eenv.TestCtx(t, time.Minute)
 	const ns, svcName, cfgName = "routing-sanity", "no-listener", "routing-sanity.kadmit.io"
-	if _, err := e.client.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{}); err != nil {
+	if _, err := e.Client.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	svc := &corev1.Service{ObjectMeta: metav1.ObjectMeta{Name: svcName, Namespace: ns},
 		Spec: corev1.ServiceSpec{Ports: []corev1.ServicePort{{Name: portName, Port: servicePort, TargetPort: intstr.FromInt32(targetPort)}}}}
-	if _, err := e.client.CoreV1().Services(ns).Create(ctx, svc, metav1.CreateOptions{}); err != nil {
+	if _, err := e.Client.CoreV1().Services(ns).Create(ctx, svc, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	slice := &discoveryv1.EndpointSlice{
@@ -45,7 +47,7 @@ func TestServiceRoutingDialsEndpointAddress(t *testing.T) {
 		Endpoints:   []discoveryv1.Endpoint{{Addresses: []string{noListenerIP}, Conditions: discoveryv1.EndpointConditions{Ready: ptr.To(true)}}},
 		Ports:       []discoveryv1.EndpointPort{{Name: ptr.To(portName), Port: ptr.To[int32](targetPort)}},
 	}
-	if _, err := e.client.DiscoveryV1().EndpointSlices(ns).Create(ctx, slice, metav1.CreateOptions{}); err != nil {
+	if _, err := e.Client.DiscoveryV1().EndpointSlices(ns).Create(ctx, slice, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	fail, none := admissionregistrationv1.Fail, admissionregistrationv1.SideEffectClassNone
@@ -61,18 +63,18 @@ func TestServiceRoutingDialsEndpointAddress(t *testing.T) {
 			FailurePolicy:     &fail, SideEffects: &none, AdmissionReviewVersions: []string{"v1"}, TimeoutSeconds: ptr.To[int32](5),
 		}},
 	}
-	if _, err := e.client.AdmissionregistrationV1().ValidatingWebhookConfigurations().Create(ctx, vwc, metav1.CreateOptions{}); err != nil {
+	if _, err := e.Client.AdmissionregistrationV1().ValidatingWebhookConfigurations().Create(ctx, vwc, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() {
-		ctx := testCtx(t, 30*time.Second)
-		_ = e.client.AdmissionregistrationV1().ValidatingWebhookConfigurations().Delete(ctx, cfgName, metav1.DeleteOptions{})
-		_ = e.client.CoreV1().Namespaces().Delete(ctx, ns, metav1.DeleteOptions{})
+		ctx := e2eenv.TestCtx(t, 30*time.Second)
+		_ = e.Client.AdmissionregistrationV1().ValidatingWebhookConfigurations().Delete(ctx, cfgName, metav1.DeleteOptions{})
+		_ = e.Client.CoreV1().Namespaces().Delete(ctx, ns, metav1.DeleteOptions{})
 	})
 	want := "dial tcp " + noListenerIP + ":9443: connect: connection refused"
 	eventually(t, 20*time.Second, "webhook call refused at the endpoint address", func() error {
 		cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "probe", Namespace: ns}}
-		_, err := e.client.CoreV1().ConfigMaps(ns).Create(ctx, cm, metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
+		_, err := e.Client.CoreV1().ConfigMaps(ns).Create(ctx, cm, metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
 		if err == nil || !strings.Contains(err.Error(), want) || !strings.Contains(err.Error(), "failed calling webhook") {
 			return fmt.Errorf("create: %v; want %q", err, want)
 		}
@@ -86,7 +88,7 @@ func TestServiceRoutingDialsEndpointAddress(t *testing.T) {
 // endpoint); once the endpoints controller publishes them, they register.
 func TestBootstrapWaitsForReadyEndpoint(t *testing.T) {
 	e := world(t)
-	ctx := testCtx(t, 3*time.Minute)
+	ctx := e2eenv.TestCtx(t, 3*time.Minute)
 	e.reset(t)
 	c := e.cluster
 	c.publish.Store(false)
@@ -141,12 +143,11 @@ func TestBootstrapWaitsForReadyEndpoint(t *testing.T) {
 // ready endpoint exists, no admission failing, configurations as documented.
 func TestFreshInstallThreeReplicas(t *testing.T) {
 	e := world(t)
-	ctx := testCtx(t, 3*time.Minute)
+	ctx := e2eenv.TestCtx(t, 3*time.Minute)
 	e.reset(t)
 	c := e.cluster
 
-	load := e.startLoad(20, 2*time.Minute)
-	t.Cleanup(func() { load.finish() })
+	load := e.startLoad(t, 20, 2*time.Minute)
 	start := time.Now()
 	var rs []*replica
 	for range 3 {
@@ -198,14 +199,14 @@ func TestFreshInstallThreeReplicas(t *testing.T) {
 
 	// Pods kadmit must never judge: mirror pods, ignored and system
 	// namespaces. The same name elsewhere is denied.
-	if r := createPod(e.client, loadNS, "offensive-plain", nil); r.err == nil || !strings.Contains(r.err.Error(), `pod name contains "offensive"`) {
+	if r := createPod(e.Client, loadNS, "offensive-plain", nil); r.err == nil || !strings.Contains(r.err.Error(), `pod name contains "offensive"`) {
 		t.Errorf("offensive pod in %s: %v; want denied by kadmit", loadNS, r.err)
 	}
-	if r := createPod(e.client, loadNS, "offensive-mirror", map[string]string{"kubernetes.io/config.mirror": "0123456789abcdef"}); r.err != nil || r.mutated {
+	if r := createPod(e.Client, loadNS, "offensive-mirror", map[string]string{"kubernetes.io/config.mirror": "0123456789abcdef"}); r.err != nil || r.mutated {
 		t.Errorf("offensive mirror pod: err=%v mutated=%v; want admitted untouched", r.err, r.mutated)
 	}
 	for _, ns := range []string{ignoredNS, systemNS, "kube-system"} {
-		if r := createPod(e.client, ns, "offensive-"+ns, nil); r.err != nil || r.mutated {
+		if r := createPod(e.Client, ns, "offensive-"+ns, nil); r.err != nil || r.mutated {
 			t.Errorf("offensive pod in %s: err=%v mutated=%v; want admitted untouched", ns, r.err, r.mutated)
 		}
 	}
@@ -217,8 +218,8 @@ var webhookName = regexp.MustCompile(`^[a-z0-9-]+\.kadmit\.io$`)
 // specifies.
 func (e *env) checkConfigs(t *testing.T, cas []*x509.Certificate) {
 	t.Helper()
-	ctx := testCtx(t, 30*time.Second)
-	ar := e.client.AdmissionregistrationV1()
+	ctx := e2eenv.TestCtx(t, 30*time.Second)
+	ar := e.Client.AdmissionregistrationV1()
 	mwc, err := ar.MutatingWebhookConfigurations().Get(ctx, configName, metav1.GetOptions{})
 	if err != nil {
 		t.Fatal(err)
@@ -332,13 +333,12 @@ func excludes(sel *metav1.LabelSelector, key string, values ...string) bool {
 func TestRotationsUnderLoad(t *testing.T) {
 	e := world(t)
 	e.ensureInstalled(t)
-	ctx := testCtx(t, 3*time.Minute)
+	ctx := e2eenv.TestCtx(t, 3*time.Minute)
 	origCAs, origLeaf, _, err := e.secretMaterial(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
-	load := e.startLoad(20, 70*time.Second)
-	t.Cleanup(func() { load.finish() })
+	load := e.startLoad(t, 20, 70*time.Second)
 	start := time.Now()
 	time.Sleep(3 * time.Second)
 
@@ -411,7 +411,7 @@ func (e *env) bundlesAre(ctx context.Context, cas []*x509.Certificate) error {
 	for _, ca := range cas {
 		want = append(want, pemCert(ca)...)
 	}
-	ar := e.client.AdmissionregistrationV1()
+	ar := e.Client.AdmissionregistrationV1()
 	mwc, err := ar.MutatingWebhookConfigurations().Get(ctx, configName, metav1.GetOptions{})
 	if err != nil {
 		return err
@@ -440,22 +440,14 @@ func (e *env) bundlesAre(ctx context.Context, cas []*x509.Certificate) error {
 func TestLeaderKilled(t *testing.T) {
 	e := world(t)
 	e.ensureInstalled(t)
-	ctx := testCtx(t, 3*time.Minute)
+	ctx := e2eenv.TestCtx(t, 3*time.Minute)
 	c := e.cluster
-	var dead *replica
-	eventually(t, 20*time.Second, "a leader among the replicas", func() error {
-		name := c.leader(ctx)
-		if dead = c.byName(name); dead == nil || !slices.Contains(c.live(), dead) {
-			return fmt.Errorf("Lease holder %q is not a live replica", name)
-		}
-		return nil
-	})
+	dead := c.liveLeader(ctx, t)
 	_, origLeaf, _, err := e.secretMaterial(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
-	load := e.startLoad(20, 70*time.Second)
-	t.Cleanup(func() { load.finish() })
+	load := e.startLoad(t, 20, 70*time.Second)
 	time.Sleep(3 * time.Second)
 
 	killAt := time.Now()
@@ -536,17 +528,16 @@ func TestLeaderKilled(t *testing.T) {
 func TestCABundleAndSecretRecovery(t *testing.T) {
 	e := world(t)
 	e.ensureInstalled(t)
-	ctx := testCtx(t, 3*time.Minute)
+	ctx := e2eenv.TestCtx(t, 3*time.Minute)
 	origCAs, origLeaf, origSecret, err := e.secretMaterial(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
-	load := e.startLoad(20, 70*time.Second)
-	t.Cleanup(func() { load.finish() })
+	load := e.startLoad(t, 20, 70*time.Second)
 	time.Sleep(2 * time.Second)
 
 	// 1. Blank the caBundle of the validating pod-name webhook.
-	vwcs := e.client.AdmissionregistrationV1().ValidatingWebhookConfigurations()
+	vwcs := e.Client.AdmissionregistrationV1().ValidatingWebhookConfigurations()
 	vwc, err := vwcs.Get(ctx, configName, metav1.GetOptions{})
 	if err != nil {
 		t.Fatal(err)
@@ -580,7 +571,7 @@ func TestCABundleAndSecretRecovery(t *testing.T) {
 	// 2. Delete the Secret: the leader recreates it from the material every
 	// replica serves, so nothing changes for the API server.
 	deleteAt := time.Now()
-	if err := e.client.CoreV1().Secrets(systemNS).Delete(ctx, secretName, metav1.DeleteOptions{}); err != nil {
+	if err := e.Client.CoreV1().Secrets(systemNS).Delete(ctx, secretName, metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	recreated := eventually(t, 30*time.Second, "Secret recreated", func() error {
@@ -628,25 +619,17 @@ func TestCABundleAndSecretRecovery(t *testing.T) {
 func TestCABundleBlankedWithoutLeader(t *testing.T) {
 	e := world(t)
 	e.ensureInstalled(t)
-	ctx := testCtx(t, 3*time.Minute)
+	ctx := e2eenv.TestCtx(t, 3*time.Minute)
 	c := e.cluster
-	var dead *replica
-	eventually(t, 20*time.Second, "a leader among the replicas", func() error {
-		name := c.leader(ctx)
-		if dead = c.byName(name); dead == nil || !slices.Contains(c.live(), dead) {
-			return fmt.Errorf("Lease holder %q is not a live replica", name)
-		}
-		return nil
-	})
+	dead := c.liveLeader(ctx, t)
 	origCAs, _, _, err := e.secretMaterial(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
-	load := e.startLoad(20, 70*time.Second)
-	t.Cleanup(func() { load.finish() })
+	load := e.startLoad(t, 20, 70*time.Second)
 	time.Sleep(2 * time.Second)
 
-	vwcs := e.client.AdmissionregistrationV1().ValidatingWebhookConfigurations()
+	vwcs := e.Client.AdmissionregistrationV1().ValidatingWebhookConfigurations()
 	vwc, err := vwcs.Get(ctx, configName, metav1.GetOptions{})
 	if err != nil {
 		t.Fatal(err)
@@ -706,22 +689,21 @@ func since(rs []result, t time.Time) []result {
 func TestUntrustedReplicaNotReady(t *testing.T) {
 	e := world(t)
 	e.ensureInstalled(t)
-	ctx := testCtx(t, 2*time.Minute)
+	ctx := e2eenv.TestCtx(t, 2*time.Minute)
 	c := e.cluster
 	const rogueSecret, rogueLease = "kadmit-rogue-tls", "kadmit-rogue-leader"
-	load := e.startLoad(20, 60*time.Second)
-	t.Cleanup(func() { load.finish() })
+	load := e.startLoad(t, 20, 60*time.Second)
 	rogue := c.startReplica(t, func(name, addr, metricsAddr string) []string {
 		return []string{"serve", "--tls=self-managed", "--namespace", systemNS,
 			"--secret-name", rogueSecret, "--lease-name", rogueLease,
-			"--service-name", serviceName, "--kubeconfig", e.kubeconfig, "--identity", name,
+			"--service-name", serviceName, "--kubeconfig", e.Kubeconfig, "--identity", name,
 			"--addr", addr, "--metrics-addr", metricsAddr, "--log-format", "json", "--shutdown-grace", "5s"}
 	})
 	t.Cleanup(func() {
 		_ = c.remove(rogue)
-		ctx := testCtx(t, 20*time.Second)
-		_ = e.client.CoreV1().Secrets(systemNS).Delete(ctx, rogueSecret, metav1.DeleteOptions{})
-		_ = e.client.CoordinationV1().Leases(systemNS).Delete(ctx, rogueLease, metav1.DeleteOptions{})
+		ctx := e2eenv.TestCtx(t, 20*time.Second)
+		_ = e.Client.CoreV1().Secrets(systemNS).Delete(ctx, rogueSecret, metav1.DeleteOptions{})
+		_ = e.Client.CoordinationV1().Leases(systemNS).Delete(ctx, rogueLease, metav1.DeleteOptions{})
 	})
 	var answer string
 	eventually(t, 60*time.Second, "untrusted replica reports why it is not ready", func() error {
@@ -758,7 +740,7 @@ func TestUntrustedReplicaNotReady(t *testing.T) {
 	if s.failed > 0 {
 		t.Errorf("%d admissions failed", s.failed)
 	}
-	if _, err := e.client.CoreV1().Secrets(systemNS).Get(ctx, rogueSecret, metav1.GetOptions{}); apierrors.IsNotFound(err) {
+	if _, err := e.Client.CoreV1().Secrets(systemNS).Get(ctx, rogueSecret, metav1.GetOptions{}); apierrors.IsNotFound(err) {
 		t.Error("the untrusted replica never created its own Secret")
 	}
 }

@@ -10,39 +10,30 @@ import (
 	"bytes"
 	"context"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"math/rand/v2"
 	"os"
-	"os/signal"
 	"path/filepath"
-	"sync"
-	"syscall"
 	"testing"
 	"time"
 
-	"github.com/go-logr/logr"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
 	"k8s.io/client-go/dynamic"
-	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/rest"
-	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
 
-	"github.com/kadmit/kadmit/internal/controlplane"
-	"github.com/kadmit/kadmit/internal/controlplane/kadmitproc"
+	"github.com/kadmit/kadmit/test/e2e/e2eenv"
 )
 
+// env is the world every test shares, built once by TestMain: the base
+// environment with the CRDs installed and kadmit running, and the run's
+// namespaces.
 type env struct {
-	tmp     string
-	cp      *controlplane.ControlPlane
-	client  kubernetes.Interface
+	*e2eenv.Env
 	dyn     dynamic.Interface
-	kadmit  *kadmitproc.Process
 	suffix  string
 	jobs    string // namespace with default queue "main"
 	quotas  string // namespace holding the ElasticQuotas
@@ -53,71 +44,25 @@ type env struct {
 	started time.Time
 }
 
-var (
-	shared     *env
-	skipReason string
-	setupErr   error
-)
-
-const (
-	setupTimeout    = 6 * time.Minute
-	kadmitStopGrace = 30 * time.Second
-	// cacheWait bounds how long a test waits for kadmit's informers to see
-	// an object the test just wrote.
-	cacheWait = 20 * time.Second
-)
+// cacheWait bounds how long a test waits for kadmit's informers to see an
+// object the test just wrote.
+const cacheWait = 20 * time.Second
 
 var crdGVR = schema.GroupVersionResource{Group: "apiextensions.k8s.io", Version: "v1", Resource: "customresourcedefinitions"}
 
-func TestMain(m *testing.M) {
-	flag.Parse()
-	ctrllog.SetLogger(logr.Discard())
-	os.Exit(runMain(m))
-}
+var (
+	shared = &env{}
+	suite  = &e2eenv.Suite{Name: "scheduling e2e", Setup: shared.setup}
+)
 
-func runMain(m *testing.M) int {
-	if _, err := controlplane.FindBinaries(""); err != nil {
-		if !errors.Is(err, controlplane.ErrBinariesMissing) || os.Getenv("KADMIT_E2E_REQUIRED") == "1" {
-			fmt.Fprintf(os.Stderr, "scheduling e2e: FAIL: %v\n", err)
-			return 1
-		}
-		skipReason = fmt.Sprintf("scheduling e2e tests need a control plane: %v", err)
-		fmt.Fprintln(os.Stderr, "scheduling e2e: SKIP:", skipReason)
-		return m.Run()
-	}
-	e := &env{}
-	var once sync.Once
-	teardown := func() { once.Do(e.teardown) }
-	defer teardown()
-	sigs := make(chan os.Signal, 1)
-	signal.Notify(sigs, os.Interrupt, syscall.SIGTERM)
-	defer signal.Stop(sigs)
-	go func() {
-		if _, ok := <-sigs; ok {
-			teardown()
-			os.Exit(130)
-		}
-	}()
-	if f := flag.Lookup("test.timeout"); f != nil {
-		if d, ok := f.Value.(flag.Getter).Get().(time.Duration); ok && d > time.Minute {
-			t := time.AfterFunc(d-30*time.Second, teardown)
-			defer t.Stop()
-		}
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), setupTimeout)
-	err := e.setup(ctx)
-	cancel()
-	if err != nil {
-		setupErr = err
-		fmt.Fprintf(os.Stderr, "scheduling e2e: set-up failed: %v\n", err)
-	} else {
-		shared = e
-	}
-	code := m.Run()
-	if code != 0 && e.kadmit != nil {
-		fmt.Fprintf(os.Stderr, "scheduling e2e: kadmit's last log lines:\n%s\n", e.kadmit.Tail(40))
-	}
-	return code
+func TestMain(m *testing.M) { os.Exit(suite.Main(m)) }
+
+// world returns the shared environment, skipping or failing t when there is
+// none.
+func world(t *testing.T) *env {
+	t.Helper()
+	suite.Env(t)
+	return shared
 }
 
 // kadmitConfig enables every scheduling policy; pod-name and lifespan stay
@@ -148,37 +93,12 @@ policies:
 `, e.jobs, e.config)
 }
 
-func (e *env) setup(ctx context.Context) error {
-	root, err := kadmitproc.RepoRoot()
-	if err != nil {
-		return err
-	}
-	if e.tmp, err = os.MkdirTemp("", "kadmit-sched-e2e-"); err != nil {
-		return fmt.Errorf("temp dir: %w", err)
-	}
-	binary := filepath.Join(e.tmp, "kadmit")
-	buildErr := make(chan error, 1)
-	go func() { buildErr <- kadmitproc.Build(ctx, root, binary) }()
-	cpOut, err := os.Create(filepath.Join(e.tmp, "controlplane.log"))
-	if err != nil {
-		return fmt.Errorf("control plane log: %w", err)
-	}
-	cp, cpErr := controlplane.Start(ctx, controlplane.Options{Output: cpOut})
-	if cpErr == nil {
-		e.cp = cp
-	}
-	if err := <-buildErr; err != nil {
-		return err
-	}
-	if cpErr != nil {
-		return fmt.Errorf("%w (output: %s)", cpErr, cpOut.Name())
-	}
-	cfg := rest.CopyConfig(cp.Config)
-	cfg.WarningHandler = rest.NoWarnings{}
-	if e.client, err = kubernetes.NewForConfig(cfg); err != nil {
-		return fmt.Errorf("client: %w", err)
-	}
-	if e.dyn, err = dynamic.NewForConfig(cfg); err != nil {
+// setup installs the CRDs, creates the namespaces and starts kadmit with
+// every scheduling policy enabled.
+func (e *env) setup(ctx context.Context, base *e2eenv.Env) error {
+	e.Env = base
+	var err error
+	if e.dyn, err = dynamic.NewForConfig(e.Config); err != nil {
 		return fmt.Errorf("dynamic client: %w", err)
 	}
 
@@ -196,47 +116,21 @@ func (e *env) setup(ctx context.Context) error {
 		if ns == e.mixed {
 			obj.Labels = map[string]string{"colocation": "on"}
 		}
-		if _, err := e.client.CoreV1().Namespaces().Create(ctx, obj, metav1.CreateOptions{}); err != nil {
+		if _, err := e.Client.CoreV1().Namespaces().Create(ctx, obj, metav1.CreateOptions{}); err != nil {
 			return fmt.Errorf("create namespace %s: %w", ns, err)
 		}
 	}
 
-	cfgFile := filepath.Join(e.tmp, "kadmit.yaml")
+	cfgFile := filepath.Join(e.Tmp, "kadmit.yaml")
 	if err := os.WriteFile(cfgFile, []byte(e.kadmitConfig()), 0o600); err != nil {
 		return fmt.Errorf("write kadmit config: %w", err)
 	}
-	kubeconfig := filepath.Join(e.tmp, "kubeconfig")
-	if err := cp.WriteKubeconfig(kubeconfig); err != nil {
-		return err
-	}
-	addr, err := kadmitproc.FreeAddr()
-	if err != nil {
-		return err
-	}
-	metricsAddr, err := kadmitproc.FreeAddr()
-	if err != nil {
-		return err
-	}
-	logFile, err := os.Create(filepath.Join(e.tmp, "kadmit.log"))
-	if err != nil {
-		return fmt.Errorf("kadmit log: %w", err)
-	}
-	e.kadmit, err = kadmitproc.Start(kadmitproc.Options{
-		Binary: binary, Addr: addr, MetricsAddr: metricsAddr, CAFile: filepath.Join(e.tmp, "ca.crt"),
-		Kubeconfig: kubeconfig, Log: logFile, ExtraArgs: []string{"--config", cfgFile},
-	})
-	if err != nil {
-		return err
-	}
 	readyCtx, cancel := context.WithTimeout(ctx, 90*time.Second)
 	defer cancel()
-	if err := e.kadmit.WaitReady(readyCtx); err != nil {
+	if err := e.StartKadmit(readyCtx, "--config", cfgFile); err != nil {
 		return err
 	}
-	if _, _, err := e.kadmit.WaitRegistered(readyCtx, e.client); err != nil {
-		return err
-	}
-	return e.kadmit.WaitEffective(readyCtx, e.client, e.plain)
+	return e.Kadmit.WaitEffective(readyCtx, e.Client, e.plain)
 }
 
 // installCRDs creates every CustomResourceDefinition in file and waits until
@@ -283,47 +177,6 @@ func (e *env) installCRDs(ctx context.Context, file string) error {
 		}
 	}
 	return nil
-}
-
-func (e *env) teardown() {
-	if e.kadmit != nil {
-		if code, took, err := e.kadmit.Terminate(kadmitStopGrace); err != nil || code != 0 {
-			fmt.Fprintf(os.Stderr, "scheduling e2e: kadmit exit %d after %s: %v\n", code, took, err)
-		}
-	}
-	if e.cp != nil {
-		if err := e.cp.Stop(); err != nil {
-			fmt.Fprintf(os.Stderr, "scheduling e2e: %v\n", err)
-		}
-	}
-	if e.tmp == "" {
-		return
-	}
-	if os.Getenv("KADMIT_E2E_KEEP") == "1" {
-		fmt.Fprintf(os.Stderr, "scheduling e2e: kept %s\n", e.tmp)
-		return
-	}
-	_ = os.RemoveAll(e.tmp)
-}
-
-func world(t *testing.T) *env {
-	t.Helper()
-	switch {
-	case skipReason != "":
-		t.Skip(skipReason)
-	case setupErr != nil:
-		t.Fatalf("set-up failed: %v", setupErr)
-	case shared == nil:
-		t.Fatal("set-up did not run")
-	}
-	return shared
-}
-
-func testCtx(t *testing.T, d time.Duration) context.Context {
-	t.Helper()
-	ctx, cancel := context.WithTimeout(t.Context(), d)
-	t.Cleanup(cancel)
-	return ctx
 }
 
 // poll calls f every 100ms until it returns nil, ctx ends or timeout passes;

@@ -14,6 +14,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+
+	"github.com/kadmit/kadmit/test/e2e/e2eenv"
 )
 
 var (
@@ -57,8 +59,8 @@ func wantDenied(t *testing.T, err error, msg string) {
 
 func TestJobGetsDefaultQueueAndIsSuspended(t *testing.T) {
 	e := world(t)
-	ctx := testCtx(t, time.Minute)
-	got, err := e.client.BatchV1().Jobs(e.jobs).Create(ctx, newJob("plain", nil, 2, "1"), metav1.CreateOptions{})
+	ctx := e2eenv.TestCtx(t, time.Minute)
+	got, err := e.Client.BatchV1().Jobs(e.jobs).Create(ctx, newJob("plain", nil, 2, "1"), metav1.CreateOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -69,12 +71,12 @@ func TestJobGetsDefaultQueueAndIsSuspended(t *testing.T) {
 
 func TestJobOverQueueQuotaIsDenied(t *testing.T) {
 	e := world(t)
-	ctx := testCtx(t, time.Minute)
+	ctx := e2eenv.TestCtx(t, time.Minute)
 	// Per pod: max(init 3, container 1) = 3 cpu; 2 pods = 6 > 4.
 	j := newJob("too-big", nil, 2, "1")
 	j.Spec.Template.Spec.InitContainers = []corev1.Container{{Name: "init", Image: "registry.k8s.io/pause:3.10",
 		Resources: corev1.ResourceRequirements{Requests: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("3")}}}}
-	_, err := e.client.BatchV1().Jobs(e.jobs).Create(ctx, j, metav1.CreateOptions{})
+	_, err := e.Client.BatchV1().Jobs(e.jobs).Create(ctx, j, metav1.CreateOptions{})
 	wantDenied(t, err, `job requests cpu 6 (2 pods × 3), more than queue "main" quota of 4`)
 	if !apierrors.IsForbidden(err) {
 		t.Fatalf("code: %v", err)
@@ -83,8 +85,8 @@ func TestJobOverQueueQuotaIsDenied(t *testing.T) {
 
 func TestJobQueueMustExistAsLocalQueue(t *testing.T) {
 	e := world(t)
-	ctx := testCtx(t, time.Minute)
-	jobs := e.client.BatchV1().Jobs(e.jobs)
+	ctx := e2eenv.TestCtx(t, time.Minute)
+	jobs := e.Client.BatchV1().Jobs(e.jobs)
 	_, err := jobs.Create(ctx, newJob("lq-job", map[string]string{queueLabel: "team-lq"}, 1, "1"), dryRun)
 	wantDenied(t, err, `queue "team-lq" does not exist in namespace "`+e.jobs+`"`)
 
@@ -109,8 +111,8 @@ func TestJobQueueMustExistAsLocalQueue(t *testing.T) {
 
 func TestJobQueueNameChangesOnlyWhileSuspended(t *testing.T) {
 	e := world(t)
-	ctx := testCtx(t, time.Minute)
-	jobs := e.client.BatchV1().Jobs(e.jobs)
+	ctx := e2eenv.TestCtx(t, time.Minute)
+	jobs := e.Client.BatchV1().Jobs(e.jobs)
 	j, err := jobs.Create(ctx, newJob("moves", nil, 1, "1"), metav1.CreateOptions{})
 	if err != nil {
 		t.Fatal(err)
@@ -144,7 +146,7 @@ func flavor(name string, spec map[string]any) *unstructured.Unstructured {
 
 func TestResourceFlavor(t *testing.T) {
 	e := world(t)
-	ctx := testCtx(t, time.Minute)
+	ctx := e2eenv.TestCtx(t, time.Minute)
 	rf := e.dyn.Resource(flavorGVR)
 	name := "spot-" + e.suffix
 	created, err := rf.Create(ctx, flavor(name, map[string]any{
@@ -207,7 +209,7 @@ func cpu(v string) map[string]any { return map[string]any{"cpu": v} }
 
 func TestElasticQuotaTreeAndPods(t *testing.T) {
 	e := world(t)
-	ctx := testCtx(t, 3*time.Minute)
+	ctx := e2eenv.TestCtx(t, 3*time.Minute)
 	eq := e.dyn.Resource(elasticQuotaGVR).Namespace(e.quotas)
 	org := "org-" + e.suffix
 	teamA, teamB := "team-a-"+e.suffix, "team-b-"+e.suffix
@@ -271,7 +273,7 @@ func TestElasticQuotaTreeAndPods(t *testing.T) {
 	wantDenied(t, err, "is already claimed by ElasticQuota "+teamA)
 
 	// Pods in the claimed namespace count against team-a's max of 8 cpu.
-	pods := e.client.CoreV1().Pods(e.podsNS)
+	pods := e.Client.CoreV1().Pods(e.podsNS)
 	p := func(name, c string) *corev1.Pod {
 		return &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: name}, Spec: corev1.PodSpec{Containers: []corev1.Container{{
 			Name: "c", Image: "registry.k8s.io/pause:3.10",
@@ -336,12 +338,12 @@ func TestElasticQuotaTreeAndPods(t *testing.T) {
 
 func TestColocationProfile(t *testing.T) {
 	e := world(t)
-	ctx := testCtx(t, time.Minute)
+	ctx := e2eenv.TestCtx(t, time.Minute)
 	mk := func() *corev1.Pod {
 		return &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "batch", Labels: map[string]string{"qos": "be"}},
 			Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "c", Image: "registry.k8s.io/pause:3.10"}}}}
 	}
-	got, err := e.client.CoreV1().Pods(e.mixed).Create(ctx, mk(), metav1.CreateOptions{})
+	got, err := e.Client.CoreV1().Pods(e.mixed).Create(ctx, mk(), metav1.CreateOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -354,7 +356,7 @@ func TestColocationProfile(t *testing.T) {
 		t.Fatalf("stored pod: labels %v scheduler %q nodeSelector %v tolerations %v annotations %v",
 			got.Labels, got.Spec.SchedulerName, got.Spec.NodeSelector, got.Spec.Tolerations, got.Annotations)
 	}
-	plain, err := e.client.CoreV1().Pods(e.plain).Create(ctx, mk(), metav1.CreateOptions{})
+	plain, err := e.Client.CoreV1().Pods(e.plain).Create(ctx, mk(), metav1.CreateOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -365,8 +367,8 @@ func TestColocationProfile(t *testing.T) {
 
 func TestKadmitConfigMapIsValidated(t *testing.T) {
 	e := world(t)
-	ctx := testCtx(t, time.Minute)
-	cms := e.client.CoreV1().ConfigMaps(e.config)
+	ctx := e2eenv.TestCtx(t, time.Minute)
+	cms := e.Client.CoreV1().ConfigMaps(e.config)
 	good := "apiVersion: kadmit.io/v1alpha1\nkind: Configuration\npolicies:\n  lifespan: {max: 7}\n"
 	cm, err := cms.Create(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "kadmit"}, Data: map[string]string{"config.yaml": good}}, metav1.CreateOptions{})
 	if err != nil {
