@@ -37,7 +37,7 @@ fuzz: ## a short run of each fuzz target
 	$(GO) test -run '^$$' -fuzz '^FuzzServeHTTP$$' -fuzztime $(FUZZTIME) ./internal/admission
 	$(GO) test -run '^$$' -fuzz '^FuzzScanValid$$' -fuzztime $(FUZZTIME) ./internal/admission
 
-test: vet unit e2e fuzz ## everything CI runs
+test: vet unit e2e fuzz test-deploy ## everything CI runs
 
 clean:
 	rm -rf $(BIN)
@@ -51,3 +51,16 @@ bench: build ## compare kadmit with controller-runtime and a bare TLS server; BE
 	$(GO) test -run '^$$' -bench . -benchmem -benchtime 2s ./internal/admission
 	cd bench/reference && $(GO) build -o $(abspath $(BIN))/bench-reference . && $(GO) build -o $(abspath $(BIN))/bench-run ./cmd/benchrun
 	$(BIN)/bench-run -kadmit $(BIN)/kadmit -reference $(BIN)/bench-reference -node internal/admission/testdata/node.json -duration $(BENCH_DURATION) -work $(BENCH_WORK)
+
+# Install and operate (deploy/, Dockerfile). The chart tests live in the
+# nested module test/deploy so that Helm is a dependency of the tests only,
+# never of kadmit itself.
+.PHONY: manifests image-build-stage test-deploy
+manifests: ## regenerate deploy/manifests, deploy/prometheus and deploy/dashboards from the Helm chart
+	cd test/deploy && $(GO) run ./cmd/manifests
+
+image-build-stage: ## run the Dockerfile's build stage here (no container engine) into bin/image/kadmit; fails unless the binary is static
+	cd test/deploy && $(GO) run ./cmd/dockerbuild -o $(abspath $(BIN))/image/kadmit -version $(VERSION)
+
+test-deploy: controlplane ## chart lint/render, manifest drift, Dockerfile build stage, install on the real API server with the chart's RBAC
+	cd test/deploy && KADMIT_E2E_REQUIRED=1 KADMIT_CONTROLPLANE_DIR=$(CONTROLPLANE_DIR) $(GO) test -count=1 -timeout 15m ./...

@@ -31,7 +31,7 @@ func main() {
 		SilenceUsage:  true,
 		SilenceErrors: true,
 	}
-	root.AddCommand(newServeCmd(), newReviewCmd(), newBenchCmd(), newDoctorCmd(), newVersionCmd())
+	root.AddCommand(newServeCmd(), newReviewCmd(), newBenchCmd(), newDoctorCmd(), newUninstallCmd(), newVersionCmd())
 	err := root.ExecuteContext(ctx)
 	if err == nil {
 		return

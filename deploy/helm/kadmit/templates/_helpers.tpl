@@ -1,0 +1,98 @@
+{{/* Chart name, overridable. */}}
+{{- define "kadmit.name" -}}
+{{- default .Chart.Name .Values.nameOverride | trunc 63 | trimSuffix "-" -}}
+{{- end -}}
+
+{{/* Object name prefix: the release name when it already says kadmit. */}}
+{{- define "kadmit.fullname" -}}
+{{- if .Values.fullnameOverride -}}
+{{- .Values.fullnameOverride | trunc 63 | trimSuffix "-" -}}
+{{- else -}}
+{{- $name := default .Chart.Name .Values.nameOverride -}}
+{{- if contains $name .Release.Name -}}
+{{- .Release.Name | trunc 63 | trimSuffix "-" -}}
+{{- else -}}
+{{- printf "%s-%s" .Release.Name $name | trunc 63 | trimSuffix "-" -}}
+{{- end -}}
+{{- end -}}
+{{- end -}}
+
+{{/* The namespace every namespaced object goes to. */}}
+{{- define "kadmit.namespace" -}}
+{{- default .Release.Namespace .Values.namespace.name -}}
+{{- end -}}
+
+{{/*
+Selector labels: name AND instance, never a generic label alone, so the
+Service of one release can never route to another release's (or another
+controller's) pods in a shared namespace (the LeaderWorkerSet lesson).
+*/}}
+{{- define "kadmit.selectorLabels" -}}
+app.kubernetes.io/name: {{ include "kadmit.name" . }}
+app.kubernetes.io/instance: {{ .Release.Name }}
+{{- end -}}
+
+{{- define "kadmit.labels" -}}
+{{ include "kadmit.selectorLabels" . }}
+app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
+app.kubernetes.io/part-of: kadmit
+{{- end -}}
+
+{{- define "kadmit.serviceAccountName" -}}
+{{- default (include "kadmit.fullname" .) .Values.serviceAccount.name -}}
+{{- end -}}
+
+{{- define "kadmit.secretName" -}}
+{{- default (printf "%s-tls" (include "kadmit.fullname" .)) .Values.tls.secretName -}}
+{{- end -}}
+
+{{- define "kadmit.leaseName" -}}
+{{- default (printf "%s-leader" (include "kadmit.fullname" .)) .Values.leaderElection.leaseName -}}
+{{- end -}}
+
+{{- define "kadmit.image" -}}
+{{- if .Values.image.digest -}}
+{{ .Values.image.repository }}@{{ .Values.image.digest }}
+{{- else -}}
+{{ .Values.image.repository }}:{{ default .Chart.AppVersion .Values.image.tag }}
+{{- end -}}
+{{- end -}}
+
+{{/*
+kadmit registers both configurations under this fixed name (kadmit serve has
+no flag for it), so RBAC resourceNames and `kadmit uninstall` use it too.
+*/}}
+{{- define "kadmit.webhookConfigurationName" -}}kadmit{{- end -}}
+
+{{/* Which cluster-state reads the enabled policies need (see internal/policy/builtin/cluster.go). */}}
+{{- define "kadmit.needsLocalQueues" -}}
+{{- if dig "policies" "jobQueue" "enabled" false .Values.config }}true{{ end -}}
+{{- end -}}
+{{- define "kadmit.needsElasticQuotas" -}}
+{{- if dig "policies" "elasticQuota" "enabled" false .Values.config }}true{{ end -}}
+{{- end -}}
+{{- define "kadmit.needsNamespaces" -}}
+{{- if dig "policies" "colocation" "enabled" false .Values.config -}}
+{{- range (dig "policies" "colocation" "profiles" list .Values.config) -}}
+{{- if .namespaceSelector }}true{{ end -}}
+{{- end -}}
+{{- end -}}
+{{- end -}}
+
+{{- define "kadmit.restrictedPodSecurityContext" -}}
+runAsNonRoot: true
+runAsUser: 65532
+runAsGroup: 65532
+seccompProfile:
+  type: RuntimeDefault
+{{- end -}}
+
+{{- define "kadmit.restrictedContainerSecurityContext" -}}
+allowPrivilegeEscalation: false
+readOnlyRootFilesystem: true
+runAsNonRoot: true
+capabilities:
+  drop: ["ALL"]
+seccompProfile:
+  type: RuntimeDefault
+{{- end -}}
