@@ -52,6 +52,27 @@ bench: build ## compare kadmit with controller-runtime and a bare TLS server; BE
 	cd bench/reference && $(GO) build -o $(abspath $(BIN))/bench-reference . && $(GO) build -o $(abspath $(BIN))/bench-run ./cmd/benchrun
 	$(BIN)/bench-run -kadmit $(BIN)/kadmit -reference $(BIN)/bench-reference -node internal/admission/testdata/node.json -duration $(BENCH_DURATION) -work $(BENCH_WORK)
 
+# make bench-sweep: how cost grows with object size, concurrency and the
+# number of colocation profiles; tables on stdout, results.json and SVG plots
+# in BENCH_SWEEP_WORK (copy the plots to docs/performance/ to publish them).
+BENCH_SWEEP_SECONDS ?= 3s
+BENCH_SWEEP_PROFILE_SECONDS ?= 5s
+BENCH_SWEEP_WORK ?= $(BIN)/sweep
+.PHONY: bench-sweep
+bench-sweep: build ## cost against object size, concurrency and profiles, with SVG plots; BENCH_SWEEP_SECONDS per point
+	cd bench/reference && $(GO) build -o $(abspath $(BIN))/bench-sweep ./cmd/sweep
+	$(BIN)/bench-sweep -kadmit $(BIN)/kadmit -duration $(BENCH_SWEEP_SECONDS) -profile-duration $(BENCH_SWEEP_PROFILE_SECONDS) -work $(BENCH_SWEEP_WORK)
+
+# make soak: kadmit (seed profile, --pprof on 127.0.0.1) under moderate
+# load for SOAK_DURATION; VmRSS every 10 s, heap profiles after warm-up and
+# at the end, inuse_space before/after.
+SOAK_DURATION ?= 10m
+SOAK_WORK ?= $(BIN)/soak
+.PHONY: soak
+soak: build ## bounded memory soak (SOAK_DURATION, default 10m): VmRSS samples, heap profiles before and after
+	cd bench/reference && $(GO) build -o $(abspath $(BIN))/bench-soak ./cmd/soak
+	$(BIN)/bench-soak -kadmit $(BIN)/kadmit -duration $(SOAK_DURATION) -work $(SOAK_WORK)
+
 # Install and operate (deploy/, Dockerfile). The chart tests live in the
 # nested module test/deploy so that Helm is a dependency of the tests only,
 # never of kadmit itself.

@@ -24,7 +24,8 @@ func newServeCmd() *cobra.Command {
 		Short: "Serve the admission webhooks over HTTPS",
 		Long: `Serve AdmissionReview v1 and v1beta1 over HTTPS on one path per webhook
 (/validate-pod, /mutate-pod, /mutate-node-status, /validate-node), with
-/healthz, /readyz and /metrics on a separate plain-HTTP port.
+/healthz, /readyz and /metrics on a separate plain-HTTP port. With --pprof
+(debugging only, off by default) that port also serves /debug/pprof/.
 
 With --register, kadmit writes its own MutatingWebhookConfiguration and
 ValidatingWebhookConfiguration (named kadmit) once it is ready to answer.`,
@@ -58,6 +59,7 @@ ValidatingWebhookConfiguration (named kadmit) once it is ready to answer.`,
 	f.StringVar(&o.ConfigKey, "config-key", "config.yaml", "data key of --config-map")
 	f.StringVar(&o.Addr, "addr", ":9443", "HTTPS admission listen address")
 	f.StringVar(&o.MetricsAddr, "metrics-addr", ":8080", `plain-HTTP address for /metrics, /healthz and /readyz ("0" disables)`)
+	f.BoolVar(&o.Pprof, "pprof", false, "serve net/http/pprof under /debug/pprof/ on the --metrics-addr listener, for debugging (heap and CPU profiles); keep that address private")
 	f.DurationVar(&o.ShutdownGrace, "shutdown-grace", 30*time.Second, "how long in-flight requests may take to finish after SIGTERM")
 	f.Int64Var(&o.MaxRequestBytes, "max-request-bytes", admission.DefaultMaxRequestBytes, "largest AdmissionReview body accepted (larger: HTTP 413)")
 	f.StringVar(&o.TLSMode, "tls", daemon.TLSSelfManaged, "certificate source: self-managed (a Secret kadmit rotates), files (--cert-dir, reloaded on change) or self-signed (in memory, development)")

@@ -53,6 +53,8 @@ type Options struct {
 	MetricsAddr     string
 	ShutdownGrace   time.Duration
 	MaxRequestBytes int64
+	// Pprof serves net/http/pprof on the metrics listener (debugging).
+	Pprof bool
 
 	// TLSMode is TLSSelfManaged, TLSFiles or TLSSelfSigned.
 	TLSMode string
@@ -228,6 +230,7 @@ func Run(ctx context.Context, opts Options, log *slog.Logger) error {
 	srv, err = server.New(server.Options{
 		Addr: opts.Addr, MetricsAddr: opts.MetricsAddr, Webhooks: webhooks, Certs: holder, Logger: log,
 		ShutdownGrace: opts.ShutdownGrace, MaxRequestBytes: opts.MaxRequestBytes, Registry: reg, ReadyChecks: readyChecks,
+		Pprof: opts.Pprof,
 	})
 	if err != nil {
 		return err

@@ -10,6 +10,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/http/pprof"
 	"sort"
 	"sync/atomic"
 	"time"
@@ -46,6 +47,11 @@ type Options struct {
 	Registry *prometheus.Registry
 	// ReadyChecks are extra readiness conditions; each returns nil when ready.
 	ReadyChecks []func() error
+	// Pprof serves net/http/pprof under /debug/pprof/ on the plain-HTTP
+	// metrics listener (never on the admission listener), for debugging:
+	// heap and CPU profiles of a running server. Off by default; ignored
+	// when the metrics listener is disabled.
+	Pprof bool
 }
 
 // Server is a running or runnable kadmit server.
@@ -109,6 +115,13 @@ func New(opts Options) (*Server, error) {
 		pm := http.NewServeMux()
 		pm.Handle("/metrics", promhttp.HandlerFor(opts.Registry, promhttp.HandlerOpts{Registry: opts.Registry}))
 		s.health(pm)
+		if opts.Pprof {
+			pm.HandleFunc("/debug/pprof/", pprof.Index)
+			pm.HandleFunc("/debug/pprof/cmdline", pprof.Cmdline)
+			pm.HandleFunc("/debug/pprof/profile", pprof.Profile)
+			pm.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
+			pm.HandleFunc("/debug/pprof/trace", pprof.Trace)
+		}
 		s.plain = &http.Server{Handler: pm, ReadHeaderTimeout: 10 * time.Second}
 	}
 	return s, nil

@@ -499,3 +499,31 @@ func TestNewAndListenErrors(t *testing.T) {
 		t.Fatal("second server on one registry succeeded")
 	}
 }
+
+// TestPprofOptIn checks that /debug/pprof/ is served only with Pprof, only on
+// the plain-HTTP metrics listener, and never on the admission listener.
+func TestPprofOptIn(t *testing.T) {
+	plain := &http.Client{Timeout: wait}
+	for _, on := range []bool{false, true} {
+		t.Run(fmt.Sprintf("pprof=%v", on), func(t *testing.T) {
+			ts := start(t, Options{Pprof: on, Webhooks: []*admission.Webhook{webhook(t, "p", "/validate-pod", allowAll)}}, true)
+			want := http.StatusNotFound
+			if on {
+				want = http.StatusOK
+			}
+			for _, p := range []string{"/debug/pprof/", "/debug/pprof/heap?debug=1", "/debug/pprof/cmdline"} {
+				if code, body := get(t, plain, ts.plainURL+p); code != want {
+					t.Errorf("metrics listener GET %s: HTTP %d, want %d: %.200s", p, code, want, body)
+				}
+				if code, _ := get(t, ts.client, ts.base+p); code != http.StatusNotFound {
+					t.Errorf("admission listener GET %s: HTTP %d, want 404", p, code)
+				}
+			}
+			// The admission path still works next to it.
+			resp, _, err := ts.post("/validate-pod", reviewBody("u1", "p"))
+			if err != nil || resp.StatusCode != http.StatusOK {
+				t.Fatalf("admission POST: %v %v", resp, err)
+			}
+		})
+	}
+}

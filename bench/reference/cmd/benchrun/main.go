@@ -8,26 +8,23 @@
 package main
 
 import (
-	"bytes"
 	"context"
-	"crypto/tls"
 	"encoding/json"
-	"errors"
 	"flag"
 	"fmt"
 	"io"
-	"net"
 	"os"
 	"os/exec"
 	"os/signal"
 	"path/filepath"
 	"runtime"
-	"strconv"
 	"strings"
 	"sync"
 	"syscall"
 	"text/tabwriter"
 	"time"
+
+	"kadmit.local/bench/reference/internal/harness"
 )
 
 type config struct {
@@ -50,10 +47,9 @@ func main() {
 		fmt.Fprintln(os.Stderr, "benchrun: -duration must be 1s..2m")
 		os.Exit(2)
 	}
-	_, err := exec.LookPath("taskset")
-	c.pin = err == nil && runtime.NumCPU() >= 2
+	c.pin = harness.CanPin()
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	err = runAll(ctx, c)
+	err := runAll(ctx, c)
 	stop()
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "benchrun:", err)
@@ -70,18 +66,6 @@ type result struct {
 	Errors       int64
 	RSSIdleKB    int64 `json:",omitempty"`
 	RSSLoadKB    int64 `json:",omitempty"`
-}
-
-// benchJSON is the part of `kadmit bench -o json` benchrun reads.
-type benchJSON struct {
-	Requests   int64            `json:"requests"`
-	Errors     map[string]int64 `json:"errors"`
-	Throughput float64          `json:"throughput_rps"`
-	Latency    struct {
-		P50  float64 `json:"p50"`
-		P99  float64 `json:"p99"`
-		P999 float64 `json:"p999"`
-	} `json:"latency_ms"`
 }
 
 type server struct {
@@ -135,7 +119,7 @@ func runAll(ctx context.Context, c config) error {
 			},
 		},
 	}
-	fmt.Printf("machine: %d CPUs, pinning %v; load average at start: %s\n", runtime.NumCPU(), c.pin, loadavg())
+	fmt.Printf("machine: %d CPUs, pinning %v; load average at start: %s\n", runtime.NumCPU(), c.pin, harness.Loadavg())
 	var results []result
 	for _, s := range servers {
 		rs, err := measure(ctx, c, s)
@@ -144,7 +128,7 @@ func runAll(ctx context.Context, c config) error {
 		}
 		results = append(results, rs...)
 	}
-	fmt.Printf("load average at end: %s\n\n", loadavg())
+	fmt.Printf("load average at end: %s\n\n", harness.Loadavg())
 	printTable(os.Stdout, results)
 	b, _ := json.MarshalIndent(results, "", "  ")
 	return os.WriteFile(filepath.Join(c.work, "results.json"), b, 0o644)
@@ -153,32 +137,23 @@ func runAll(ctx context.Context, c config) error {
 // measure starts s pinned to CPU 0, waits until it accepts TLS, warms it up
 // for 2s and runs each of s.runs; it always stops s before returning.
 func measure(ctx context.Context, c config, s server) ([]result, error) {
-	argv := s.args
-	if c.pin {
-		argv = append([]string{"taskset", "-c", "0"}, argv...)
-	}
 	logf, err := os.Create(filepath.Join(c.work, s.name+".log"))
 	if err != nil {
 		return nil, err
 	}
 	defer logf.Close()
-	cmd := exec.Command(argv[0], argv[1:]...)
 	// One log line per decision goes to a file, not the terminal, so
 	// terminal I/O does not distort the measurement.
-	cmd.Stdout, cmd.Stderr = logf, logf
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-	if err := cmd.Start(); err != nil {
+	proc, err := harness.Start(harness.Pinned(c.pin, 0, s.args), logf)
+	if err != nil {
 		return nil, err
 	}
-	done := make(chan struct{})
-	go func() { _ = cmd.Wait(); close(done) }()
-	defer stopServer(cmd, done)
-
-	if err := waitReady(ctx, s, done); err != nil {
-		return nil, err
+	defer proc.Stop()
+	if err := proc.WaitTLS(ctx, s.caFile, s.port); err != nil {
+		return nil, fmt.Errorf("%w (log: %s)", err, logf.Name())
 	}
-	pid := serverPID(cmd.Process.Pid)
-	idle := vmRSS(pid)
+	pid := proc.PID()
+	idle := harness.VmRSS(pid)
 	if _, err := load(ctx, c, s, run{path: s.runs[0].path, manifest: s.runs[0].manifest}, 2*time.Second, c.concurrency, nil); err != nil {
 		return nil, fmt.Errorf("warm-up: %w", err)
 	}
@@ -186,7 +161,7 @@ func measure(ctx context.Context, c config, s server) ([]result, error) {
 	for _, r := range s.runs {
 		var peak int64
 		sample := func() {
-			if v := vmRSS(pid); v > peak {
+			if v := harness.VmRSS(pid); v > peak {
 				peak = v
 			}
 		}
@@ -249,127 +224,9 @@ func loadMixed(ctx context.Context, c config, s server, sample func()) (result, 
 // load runs `kadmit bench` pinned to CPU 1 against one path of s, calling
 // sample every second while it runs.
 func load(ctx context.Context, c config, s server, r run, d time.Duration, conc int, sample func()) (result, error) {
-	argv := []string{c.kadmit, "bench", "--url", fmt.Sprintf("https://127.0.0.1:%d%s", s.port, r.path),
-		"--cacert", s.caFile, "-c", strconv.Itoa(conc), "-d", d.String(), "-o", "json"}
-	if r.manifest != "" {
-		argv = append(argv, "-f", r.manifest)
-	}
-	if c.pin {
-		argv = append([]string{"taskset", "-c", "1"}, argv...)
-	}
-	// The bench bounds itself by -d; the extra minute only guards a hang.
-	cctx, cancel := context.WithTimeout(ctx, d+time.Minute)
-	defer cancel()
-	cmd := exec.CommandContext(cctx, argv[0], argv[1:]...)
-	var stdout, stderr bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &stdout, &stderr
-	if err := cmd.Start(); err != nil {
-		return result{}, err
-	}
-	stopSampling := make(chan struct{})
-	var wg sync.WaitGroup
-	if sample != nil {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			t := time.NewTicker(time.Second)
-			defer t.Stop()
-			for {
-				select {
-				case <-stopSampling:
-					return
-				case <-t.C:
-					sample()
-				}
-			}
-		}()
-	}
-	err := cmd.Wait()
-	close(stopSampling)
-	wg.Wait()
-	var b benchJSON
-	if jerr := json.Unmarshal(stdout.Bytes(), &b); jerr != nil {
-		return result{}, fmt.Errorf("kadmit bench: %v: %s", err, strings.TrimSpace(stderr.String()))
-	}
-	var errs int64
-	for _, n := range b.Errors {
-		errs += n
-	}
-	res := result{RPS: b.Throughput, P50: b.Latency.P50, P99: b.Latency.P99, P999: b.Latency.P999, Errors: errs}
-	if err != nil || errs > 0 {
-		return res, fmt.Errorf("kadmit bench reported errors %v (%v)", b.Errors, err)
-	}
-	return res, nil
-}
-
-// waitReady polls a TLS handshake for up to 60s (the CA file must exist
-// first for kadmit, which writes it at start-up).
-func waitReady(ctx context.Context, s server, done <-chan struct{}) error {
-	deadline := time.Now().Add(60 * time.Second)
-	for time.Now().Before(deadline) {
-		select {
-		case <-done:
-			return errors.New("server exited during start-up; see its log in the work directory")
-		case <-ctx.Done():
-			return ctx.Err()
-		default:
-		}
-		if _, err := os.Stat(s.caFile); err == nil {
-			d := &net.Dialer{Timeout: time.Second}
-			conn, err := tls.DialWithDialer(d, "tcp", fmt.Sprintf("127.0.0.1:%d", s.port), &tls.Config{InsecureSkipVerify: true}) //nolint:gosec // readiness probe only
-			if err == nil {
-				conn.Close()
-				return nil
-			}
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
-	return errors.New("not accepting TLS connections after 60s")
-}
-
-// stopServer sends SIGTERM to the server's process group, then SIGKILL
-// after 10s.
-func stopServer(cmd *exec.Cmd, done <-chan struct{}) {
-	pgid := cmd.Process.Pid
-	_ = syscall.Kill(-pgid, syscall.SIGTERM)
-	select {
-	case <-done:
-	case <-time.After(10 * time.Second):
-		_ = syscall.Kill(-pgid, syscall.SIGKILL)
-		<-done
-	}
-}
-
-// serverPID returns the server's own pid: taskset execs the server, so the
-// pid is the same; kept as a function to say so.
-func serverPID(pid int) int { return pid }
-
-// vmRSS returns the process's resident set size in KiB from
-// /proc/PID/status, or 0 when unavailable.
-func vmRSS(pid int) int64 {
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
-	if err != nil {
-		return 0
-	}
-	for _, line := range strings.Split(string(b), "\n") {
-		if v, ok := strings.CutPrefix(line, "VmRSS:"); ok {
-			n, _ := strconv.ParseInt(strings.TrimSuffix(strings.TrimSpace(v), " kB"), 10, 64)
-			return n
-		}
-	}
-	return 0
-}
-
-func loadavg() string {
-	b, err := os.ReadFile("/proc/loadavg")
-	if err != nil {
-		return "unknown"
-	}
-	f := strings.Fields(string(b))
-	if len(f) < 3 {
-		return "unknown"
-	}
-	return strings.Join(f[:3], " ")
+	res, err := harness.Load{Kadmit: c.kadmit, URL: fmt.Sprintf("https://127.0.0.1:%d%s", s.port, r.path), CAFile: s.caFile,
+		Manifest: r.manifest, Conc: conc, Duration: d, Pin: c.pin, Sample: sample}.Run(ctx)
+	return result{RPS: res.RPS, P50: res.P50, P99: res.P99, P999: res.P999, Errors: res.Errors}, err
 }
 
 // printTable prints the results with kadmit's ratios to the
