@@ -499,11 +499,12 @@ func TestLeaderKilled(t *testing.T) {
 	s := summarize(rs)
 	t.Logf("load: %v", s)
 	// Admissions may fail only while the API server still routes to the
-	// dead endpoint: from the kill until the slice without it is written,
-	// plus the API server's informer lag (allow 2s).
+	// dead endpoint: calls in flight at the kill (SIGKILL resets their
+	// connections), and calls from the kill until the slice without it is
+	// written, plus the API server's informer lag (allow 2s).
 	windowEnd := unpublished.Add(2 * time.Second)
 	for _, r := range rs {
-		if r.err != nil && (r.start.Before(killAt) || r.start.After(windowEnd)) {
+		if r.err != nil && (r.end.Before(killAt) || r.start.After(windowEnd)) {
 			t.Errorf("admission failed outside the dead-endpoint window: %s %v", r.start.Format(time.StampMilli), r.err)
 		}
 	}
