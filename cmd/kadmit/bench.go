@@ -4,6 +4,7 @@ import (
 	"crypto/x509"
 	"errors"
 	"fmt"
+	"github.com/kadmit/kadmit/internal/cmdexit"
 	"io"
 	"os"
 	"sync"
@@ -45,29 +46,29 @@ Exit status: 0 when every request was answered correctly, 1 when any failed,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if opts.URL == "" {
-				return &exitError{2, errors.New("--url is required")}
+				return cmdexit.New(2, errors.New("--url is required"))
 			}
 			if output != "text" && output != "json" {
-				return &exitError{2, fmt.Errorf("-o %q: must be text or json", output)}
+				return cmdexit.New(2, fmt.Errorf("-o %q: must be text or json", output))
 			}
 			if cmd.Flags().Changed("requests") && opts.Requests < 1 {
-				return &exitError{2, fmt.Errorf("-n %d: must be 1..%d", opts.Requests, bench.MaxRequests)}
+				return cmdexit.New(2, fmt.Errorf("-n %d: must be 1..%d", opts.Requests, bench.MaxRequests))
 			}
 			if cmd.Flags().Changed("duration") && opts.Duration <= 0 {
-				return &exitError{2, fmt.Errorf("-d %s: must be %s..%s", opts.Duration, bench.MinDuration, bench.MaxDuration)}
+				return cmdexit.New(2, fmt.Errorf("-d %s: must be %s..%s", opts.Duration, bench.MinDuration, bench.MaxDuration))
 			}
 			if cmd.Flags().Changed("concurrency") && opts.Concurrency < 1 {
-				return &exitError{2, fmt.Errorf("-c %d: must be 1..%d", opts.Concurrency, bench.MaxConcurrency)}
+				return cmdexit.New(2, fmt.Errorf("-c %d: must be 1..%d", opts.Concurrency, bench.MaxConcurrency))
 			}
 			opts.Operation = admissionv1.Operation(operation)
 			if caFile != "" {
 				pem, err := os.ReadFile(caFile)
 				if err != nil {
-					return &exitError{2, fmt.Errorf("--cacert: %w", err)}
+					return cmdexit.New(2, fmt.Errorf("--cacert: %w", err))
 				}
 				opts.RootCAs = x509.NewCertPool()
 				if !opts.RootCAs.AppendCertsFromPEM(pem) {
-					return &exitError{2, fmt.Errorf("--cacert %s: no PEM certificate found", caFile)}
+					return cmdexit.New(2, fmt.Errorf("--cacert %s: no PEM certificate found", caFile))
 				}
 			}
 			switch manifest {
@@ -75,13 +76,13 @@ Exit status: 0 when every request was answered correctly, 1 when any failed,
 			case "-":
 				b, err := io.ReadAll(cmd.InOrStdin())
 				if err != nil {
-					return &exitError{2, fmt.Errorf("read manifest from stdin: %w", err)}
+					return cmdexit.New(2, fmt.Errorf("read manifest from stdin: %w", err))
 				}
 				opts.Manifest = b
 			default:
 				b, err := os.ReadFile(manifest)
 				if err != nil {
-					return &exitError{2, fmt.Errorf("-f: %w", err)}
+					return cmdexit.New(2, fmt.Errorf("-f: %w", err))
 				}
 				opts.Manifest = b
 			}
@@ -94,7 +95,7 @@ Exit status: 0 when every request was answered correctly, 1 when any failed,
 			rep, err := bench.Run(cmd.Context(), opts)
 			pl.clear()
 			if err != nil {
-				return &exitError{2, err}
+				return cmdexit.New(2, err)
 			}
 			out := cmd.OutOrStdout()
 			if output == "json" {
@@ -103,15 +104,15 @@ Exit status: 0 when every request was answered correctly, 1 when any failed,
 				err = rep.WriteText(out)
 			}
 			if err != nil {
-				return &exitError{2, err}
+				return cmdexit.New(2, err)
 			}
 			if svg != "" {
 				if err := writeSVGFile(svg, rep); err != nil {
-					return &exitError{2, err}
+					return cmdexit.New(2, err)
 				}
 			}
 			if n := rep.ErrorCount(); n > 0 {
-				return &exitError{1, fmt.Errorf("%d of %d requests failed", n, rep.Requests)}
+				return cmdexit.New(1, fmt.Errorf("%d of %d requests failed", n, rep.Requests))
 			}
 			return nil
 		},

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/kadmit/kadmit/internal/cmdexit"
 	"io"
 	"strings"
 
@@ -29,35 +30,35 @@ or input errors.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if file == "" {
-				return &exitError{2, errors.New("-f is required")}
+				return cmdexit.New(2, errors.New("-f is required"))
 			}
 			if output != "text" && output != "json" {
-				return &exitError{2, fmt.Errorf("-o %q: must be text or json", output)}
+				return cmdexit.New(2, fmt.Errorf("-o %q: must be text or json", output))
 			}
 			cfg := config.Default()
 			if configFile != "" {
 				var err error
 				if cfg, err = config.LoadFile(configFile); err != nil {
-					return &exitError{2, err}
+					return cmdexit.New(2, err)
 				}
 			}
 			webhooks, err := builtin.Webhooks(cfg, nil) // offline: no cluster caches
 			if err != nil {
-				return &exitError{2, err}
+				return cmdexit.New(2, err)
 			}
 			docs, err := review.Read(file, cmd.InOrStdin())
 			if err != nil {
-				return &exitError{2, err}
+				return cmdexit.New(2, err)
 			}
 			opts := review.Options{Operation: admissionv1.Operation(strings.ToUpper(operation)), SubResource: subresource}
 			switch opts.Operation {
 			case admissionv1.Create, admissionv1.Update, admissionv1.Delete, admissionv1.Connect:
 			default:
-				return &exitError{2, fmt.Errorf("--operation %q: must be CREATE, UPDATE, DELETE or CONNECT", operation)}
+				return cmdexit.New(2, fmt.Errorf("--operation %q: must be CREATE, UPDATE, DELETE or CONNECT", operation))
 			}
 			if oldFile != "" {
 				if opts.Old, err = review.Read(oldFile, nil); err != nil {
-					return &exitError{2, err}
+					return cmdexit.New(2, err)
 				}
 			}
 			return runReview(cmd.Context(), cmd.OutOrStdout(), webhooks, docs, opts, output)
@@ -78,17 +79,17 @@ func runReview(ctx context.Context, w io.Writer, webhooks []*admission.Webhook, 
 	for _, d := range docs {
 		res, err := review.Run(ctx, webhooks, d, opts)
 		if err != nil {
-			return &exitError{2, err}
+			return cmdexit.New(2, err)
 		}
 		if !res.Allowed {
 			denied++
 		}
 		if err := review.Print(w, res, output); err != nil {
-			return &exitError{2, err}
+			return cmdexit.New(2, err)
 		}
 	}
 	if denied > 0 {
-		return &exitError{1, fmt.Errorf("%d of %d objects denied", denied, len(docs))}
+		return cmdexit.New(1, fmt.Errorf("%d of %d objects denied", denied, len(docs)))
 	}
 	return nil
 }

@@ -3,6 +3,7 @@ package main
 import (
 	"errors"
 	"fmt"
+	"github.com/kadmit/kadmit/internal/cmdexit"
 	"log/slog"
 	"os"
 	"strings"
@@ -33,7 +34,7 @@ ValidatingWebhookConfiguration (named kadmit) once it is ready to answer.`,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			log, err := newLogger(logFormat, logLevel)
 			if err != nil {
-				return &exitError{2, err}
+				return cmdexit.New(2, err)
 			}
 			if !cmd.Flags().Changed("tls") {
 				switch {
@@ -45,9 +46,9 @@ ValidatingWebhookConfiguration (named kadmit) once it is ready to answer.`,
 			}
 			if err := daemon.Run(cmd.Context(), o, log); err != nil {
 				if errors.Is(err, daemon.ErrUsage) {
-					return &exitError{2, err}
+					return cmdexit.New(2, err)
 				}
-				return &exitError{1, err}
+				return cmdexit.New(1, err)
 			}
 			log.Info("stopped")
 			return nil

@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"github.com/kadmit/kadmit/internal/cmdexit"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -32,27 +33,27 @@ Exit status: 0 done, 1 failed (the error says what is left), 2 usage.`,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			log, err := newLogger(logFormat, logLevel)
 			if err != nil {
-				return &exitError{2, err}
+				return cmdexit.New(2, err)
 			}
 			if timeout <= 0 {
-				return &exitError{2, fmt.Errorf("--timeout %s: must be positive", timeout)}
+				return cmdexit.New(2, fmt.Errorf("--timeout %s: must be positive", timeout))
 			}
 			rules := clientcmd.NewDefaultClientConfigLoadingRules()
 			rules.ExplicitPath = kubeconfig
 			rc, err := clientcmd.NewNonInteractiveDeferredLoadingClientConfig(rules, &clientcmd.ConfigOverrides{CurrentContext: kubeContext}).ClientConfig()
 			if err != nil {
-				return &exitError{2, fmt.Errorf("load kubeconfig: %w", err)}
+				return cmdexit.New(2, fmt.Errorf("load kubeconfig: %w", err))
 			}
 			rc.UserAgent = "kadmit-uninstall"
 			if o.Client, err = kubernetes.NewForConfig(rc); err != nil {
-				return &exitError{2, fmt.Errorf("build client: %w", err)}
+				return cmdexit.New(2, fmt.Errorf("build client: %w", err))
 			}
 			o.Logger = log
 			ctx, cancel := context.WithTimeout(cmd.Context(), timeout)
 			defer cancel()
 			res, err := uninstall.Run(ctx, o)
 			if err != nil {
-				return &exitError{1, err}
+				return cmdexit.New(1, err)
 			}
 			log.Info("uninstalled webhook configurations", "deleted", res.Deleted, "scaledDown", res.ScaledDown)
 			return nil

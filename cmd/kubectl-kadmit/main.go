@@ -5,21 +5,13 @@
 package main
 
 import (
-	"context"
-	"errors"
-	"fmt"
-	"os"
-	"os/signal"
-	"syscall"
-
 	"github.com/spf13/cobra"
 
+	"github.com/kadmit/kadmit/internal/cmdexit"
 	"github.com/kadmit/kadmit/internal/doctor/cli"
 )
 
 func main() {
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
 	root := &cobra.Command{
 		Use:           "kubectl-kadmit",
 		Short:         "kadmit's kubectl plugin",
@@ -29,14 +21,5 @@ func main() {
 		Annotations: map[string]string{cobra.CommandDisplayNameAnnotation: "kubectl kadmit"},
 	}
 	root.AddCommand(cli.NewCommand())
-	err := root.ExecuteContext(ctx)
-	if err == nil {
-		return
-	}
-	fmt.Fprintln(os.Stderr, "kubectl kadmit:", err)
-	var ee *cli.ExitError
-	if errors.As(err, &ee) {
-		os.Exit(ee.Code)
-	}
-	os.Exit(2)
+	cmdexit.Execute(root, "kubectl kadmit")
 }

@@ -7,6 +7,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/kadmit/kadmit/internal/cmdexit"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -17,18 +18,8 @@ import (
 	"github.com/kadmit/kadmit/internal/doctor"
 )
 
-// ExitError carries the process exit status: 1 when doctor found errors, 2
-// when doctor itself could not run.
-type ExitError struct {
-	Code int
-	Err  error
-}
-
-func (e *ExitError) Error() string { return e.Err.Error() }
-func (e *ExitError) Unwrap() error { return e.Err }
-
 // NewCommand returns the `doctor` command. Its RunE returns nil (exit 0) when
-// no finding is an error, and an *ExitError otherwise.
+// no finding is an error, and a *cmdexit.Error otherwise.
 func NewCommand() *cobra.Command {
 	var kubeconfig, kubeContext, output string
 	var probe bool
@@ -53,14 +44,14 @@ Every finding has a stable ID (KD101...), a severity, why it breaks admission,
 and the fix. Exit status: 0 no errors, 1 errors found, 2 doctor could not run.`,
 		RunE: func(cmd *cobra.Command, names []string) error {
 			if output != "table" && output != "json" {
-				return &ExitError{2, fmt.Errorf("-o %q: must be table or json", output)}
+				return cmdexit.New(2, fmt.Errorf("-o %q: must be table or json", output))
 			}
 			if timeout <= 0 {
-				return &ExitError{2, fmt.Errorf("--timeout %s: must be positive", timeout)}
+				return cmdexit.New(2, fmt.Errorf("--timeout %s: must be positive", timeout))
 			}
 			cs, err := clientFor(kubeconfig, kubeContext)
 			if err != nil {
-				return &ExitError{2, err}
+				return cmdexit.New(2, err)
 			}
 			ctx, cancel := context.WithTimeout(cmd.Context(), timeout)
 			defer cancel()
@@ -71,7 +62,7 @@ and the fix. Exit status: 0 no errors, 1 errors found, 2 doctor could not run.`,
 				if errors.Is(err, context.DeadlineExceeded) {
 					err = fmt.Errorf("%w (raise --timeout, now %s)", err, timeout)
 				}
-				return &ExitError{2, err}
+				return cmdexit.New(2, err)
 			}
 			if output == "json" {
 				err = doctor.WriteJSON(cmd.OutOrStdout(), rep)
@@ -79,10 +70,10 @@ and the fix. Exit status: 0 no errors, 1 errors found, 2 doctor could not run.`,
 				err = doctor.WriteTable(cmd.OutOrStdout(), rep)
 			}
 			if err != nil {
-				return &ExitError{2, err}
+				return cmdexit.New(2, err)
 			}
 			if rep.Errors > 0 {
-				return &ExitError{1, fmt.Errorf("%d error(s) found in %d webhook(s)", rep.Errors, len(rep.Webhooks))}
+				return cmdexit.New(1, fmt.Errorf("%d error(s) found in %d webhook(s)", rep.Errors, len(rep.Webhooks)))
 			}
 			return nil
 		},
