@@ -280,15 +280,7 @@ func patchRaw(raw []byte, pod *corev1.Pod) ([]byte, error) {
 	if err := json.Unmarshal(raw, &obj); err != nil {
 		return nil, err
 	}
-	section := func(name string) map[string]any {
-		m, _ := obj[name].(map[string]any)
-		if m == nil {
-			m = map[string]any{}
-			obj[name] = m
-		}
-		return m
-	}
-	meta, spec := section("metadata"), section("spec")
+	meta, spec := admission.ObjectField(obj, "metadata"), admission.ObjectField(obj, "spec")
 	set := func(m map[string]any, key string, v any, empty bool) {
 		if empty {
 			delete(m, key)

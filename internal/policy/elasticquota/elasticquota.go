@@ -159,19 +159,8 @@ func (p *Policy) Mutate(_ context.Context, req *admission.Request) ([]byte, admi
 	if err := json.Unmarshal(req.Object.Raw, &obj); err != nil {
 		return nil, admission.Invalid("%s: cannot parse the ElasticQuota: %v", Name, err)
 	}
-	meta, _ := obj["metadata"].(map[string]any)
-	if meta == nil {
-		meta = map[string]any{}
-		obj["metadata"] = meta
-	}
-	labels, _ := meta["labels"].(map[string]any)
-	if labels == nil {
-		labels = map[string]any{}
-	}
-	annotations, _ := meta["annotations"].(map[string]any)
-	if annotations == nil {
-		annotations = map[string]any{}
-	}
+	meta := admission.ObjectField(obj, "metadata")
+	labels, annotations := admission.ObjectField(meta, "labels"), admission.ObjectField(meta, "annotations")
 	changed := false
 	parent := q.Parent
 	if parent == "" {
@@ -200,7 +189,6 @@ func (p *Policy) Mutate(_ context.Context, req *admission.Request) ([]byte, admi
 	if !changed {
 		return nil, admission.Allow()
 	}
-	meta["labels"], meta["annotations"] = labels, annotations
 	out, err := json.Marshal(obj)
 	if err != nil {
 		return nil, admission.Errored(0, fmt.Errorf("%s: encode the ElasticQuota: %w", Name, err))

@@ -197,15 +197,8 @@ func (p *Policy) Mutate(_ context.Context, req *admission.Request) ([]byte, admi
 	}
 	// The raw map is patched instead of a typed Job so that fields this
 	// kadmit's client library does not know survive the round trip.
-	meta, _ := obj["metadata"].(map[string]any)
-	if meta == nil {
-		meta = map[string]any{}
-		obj["metadata"] = meta
-	}
-	labels, _ := meta["labels"].(map[string]any)
-	if labels == nil {
-		labels = map[string]any{}
-	}
+	meta := admission.ObjectField(obj, "metadata")
+	labels := admission.ObjectField(meta, "labels")
 	ns := namespaceOf(req, meta)
 	changed := false
 	if _, ok := labels[QueueLabel]; !ok {
@@ -220,13 +213,8 @@ func (p *Policy) Mutate(_ context.Context, req *admission.Request) ([]byte, admi
 		labels[ManagedLabel] = "true"
 		changed = true
 	}
-	meta["labels"] = labels
 	if p.suspend {
-		spec, _ := obj["spec"].(map[string]any)
-		if spec == nil {
-			spec = map[string]any{}
-			obj["spec"] = spec
-		}
+		spec := admission.ObjectField(obj, "spec")
 		if s, _ := spec["suspend"].(bool); !s {
 			spec["suspend"] = true
 			changed = true

@@ -140,11 +140,7 @@ func (p *Policy) Mutate(_ context.Context, req *admission.Request) ([]byte, admi
 		}
 	}
 	if p.cfg.AddFinalizer {
-		meta, _ := obj["metadata"].(map[string]any)
-		if meta == nil {
-			meta = map[string]any{}
-			obj["metadata"] = meta
-		}
+		meta := admission.ObjectField(obj, "metadata")
 		fins, _ := meta["finalizers"].([]any)
 		has := false
 		for _, f := range fins {
