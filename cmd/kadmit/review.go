@@ -12,7 +12,7 @@ import (
 	admissionv1 "k8s.io/api/admission/v1"
 
 	"github.com/kadmit/kadmit/internal/admission"
-	"github.com/kadmit/kadmit/internal/config"
+	"github.com/kadmit/kadmit/internal/policy"
 	"github.com/kadmit/kadmit/internal/policy/builtin"
 	"github.com/kadmit/kadmit/internal/review"
 )
@@ -35,14 +35,14 @@ or input errors.`,
 			if output != "text" && output != "json" {
 				return cmdexit.New(2, fmt.Errorf("-o %q: must be text or json", output))
 			}
-			cfg := config.Default()
+			cfg := builtin.Config.Default()
 			if configFile != "" {
 				var err error
-				if cfg, err = config.LoadFile(configFile); err != nil {
+				if cfg, err = builtin.Config.LoadFile(configFile); err != nil {
 					return cmdexit.New(2, err)
 				}
 			}
-			webhooks, err := builtin.Webhooks(cfg, nil) // offline: no cluster caches
+			webhooks, err := builtin.Webhooks(cfg, policy.Env{}) // offline: no cluster caches
 			if err != nil {
 				return cmdexit.New(2, err)
 			}

@@ -1,5 +1,6 @@
 // Package config loads and validates kadmit's configuration file: which
-// policies are enabled and their parameters.
+// policies are enabled and their parameters. It knows no policy by name: the
+// sections come from a policy.Registry (package builtin lists kadmit's).
 package config
 
 import (
@@ -13,14 +14,7 @@ import (
 	kjson "sigs.k8s.io/json"
 	"sigs.k8s.io/yaml"
 
-	"github.com/kadmit/kadmit/internal/policy/colocation"
-	"github.com/kadmit/kadmit/internal/policy/elasticquota"
-	"github.com/kadmit/kadmit/internal/policy/jobqueue"
-	"github.com/kadmit/kadmit/internal/policy/kadmitconfig"
-	"github.com/kadmit/kadmit/internal/policy/lifespan"
-	"github.com/kadmit/kadmit/internal/policy/nodeovercommit"
-	"github.com/kadmit/kadmit/internal/policy/podname"
-	"github.com/kadmit/kadmit/internal/policy/resourceflavor"
+	"github.com/kadmit/kadmit/internal/policy"
 )
 
 // The accepted apiVersion and kind of a configuration file.
@@ -41,56 +35,51 @@ var ErrInvalid = errors.New("invalid kadmit configuration")
 //	  lifespan: {enabled: true, max: 14}
 //	  nodeOvercommit: {enabled: true, ratios: {cpu: "2"}, maxRatio: "4"}
 //
-// A policy section that is absent keeps its seed defaults; a section that is
-// present overrides the defaults field by field, and a map field (ratios) is
-// replaced whole.
+// A policy section that is absent keeps its seed defaults; in a section that
+// is present, each field present replaces its default whole (a map such as
+// ratios is not merged key by key) and absent fields keep their defaults.
+// Every section accepts `enabled` and `failurePolicy` (Fail or Ignore, in
+// place of each of the policy's hooks' default).
 type Configuration struct {
-	APIVersion string   `json:"apiVersion"`
-	Kind       string   `json:"kind"`
-	Policies   Policies `json:"policies"`
+	APIVersion string
+	Kind       string
+	// Policies has one section per registered policy, in registry order.
+	Policies []policy.Section
 }
 
-// Policies holds each built-in policy's configuration.
-type Policies struct {
-	PodName        podname.Config        `json:"podName"`
-	Lifespan       lifespan.Config       `json:"lifespan"`
-	NodeOvercommit nodeovercommit.Config `json:"nodeOvercommit"`
-	// The scheduling-system policies; disabled in the seed profile.
-	JobQueue       jobqueue.Config       `json:"jobQueue"`
-	ResourceFlavor resourceflavor.Config `json:"resourceFlavor"`
-	ElasticQuota   elasticquota.Config   `json:"elasticQuota"`
-	Colocation     colocation.Config     `json:"colocation"`
-	KadmitConfig   kadmitconfig.Config   `json:"kadmitConfig"`
-}
-
-// Default returns the seed profile: pod-name, lifespan and node-overcommit
-// enabled with their documented defaults; the scheduling-system policies
-// (jobQueue, resourceFlavor, elasticQuota, colocation, kadmitConfig) present
-// with their defaults but disabled.
-func Default() *Configuration {
-	return &Configuration{
-		APIVersion: APIVersion,
-		Kind:       Kind,
-		Policies: Policies{
-			PodName:        podname.DefaultConfig(),
-			Lifespan:       lifespan.DefaultConfig(),
-			NodeOvercommit: nodeovercommit.DefaultConfig(),
-			JobQueue:       jobqueue.DefaultConfig(),
-			ResourceFlavor: resourceflavor.DefaultConfig(),
-			ElasticQuota:   elasticquota.DefaultConfig(),
-			Colocation:     colocation.DefaultConfig(),
-			KadmitConfig:   kadmitconfig.DefaultConfig(),
-		},
+// Section returns the section of the policy with key, e.g. "lifespan".
+func (c *Configuration) Section(key string) (policy.Section, bool) {
+	for _, s := range c.Policies {
+		if s.Kind().Key() == key {
+			return s, true
+		}
 	}
+	return nil, false
+}
+
+// Loader parses configurations for one registry of policies.
+type Loader struct {
+	Registry policy.Registry
+}
+
+// Default returns the seed profile: every registered policy with its
+// defaults, enabled when its definition says so (pod-name, lifespan and
+// node-overcommit in kadmit's registry).
+func (l Loader) Default() *Configuration {
+	c := &Configuration{APIVersion: APIVersion, Kind: Kind}
+	for _, k := range l.Registry {
+		c.Policies = append(c.Policies, k.Default())
+	}
+	return c
 }
 
 // LoadFile reads and parses path with Parse; errors name the file.
-func LoadFile(path string) (*Configuration, error) {
+func (l Loader) LoadFile(path string) (*Configuration, error) {
 	data, err := os.ReadFile(path)
 	if err != nil {
 		return nil, fmt.Errorf("read config: %w", err)
 	}
-	c, err := Parse(data)
+	c, err := l.Parse(data)
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", path, err)
 	}
@@ -101,17 +90,25 @@ func LoadFile(path string) (*Configuration, error) {
 // "ConfigMap <namespace>/<name> data[<key>]: ", as LoadFile prefixes the
 // file name, so the kadmit-config webhook's denial and a server that loads
 // the same text print the same error.
-func FromConfigMap(cm *corev1.ConfigMap, key string) (*Configuration, error) {
+func (l Loader) FromConfigMap(cm *corev1.ConfigMap, key string) (*Configuration, error) {
 	where := fmt.Sprintf("ConfigMap %s/%s data[%s]", cm.Namespace, cm.Name, key)
 	data, ok := cm.Data[key]
 	if !ok {
 		return nil, fmt.Errorf("%s: %w: the key is missing", where, ErrInvalid)
 	}
-	c, err := Parse([]byte(data))
+	c, err := l.Parse([]byte(data))
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", where, err)
 	}
 	return c, nil
+}
+
+// envelope is the file's top level; sections stay raw until their policy
+// decodes them.
+type envelope struct {
+	APIVersion string                     `json:"apiVersion"`
+	Kind       string                     `json:"kind"`
+	Policies   map[string]json.RawMessage `json:"policies"`
 }
 
 // Parse decodes YAML or JSON strictly (unknown or duplicate fields are
@@ -119,7 +116,7 @@ func FromConfigMap(cm *corev1.ConfigMap, key string) (*Configuration, error) {
 // the seed defaults and validates the result. apiVersion and kind must be
 // present. Errors wrap ErrInvalid and name the field, e.g.
 // "policies.lifespan.max: must be >= 0".
-func Parse(data []byte) (*Configuration, error) {
+func (l Loader) Parse(data []byte) (*Configuration, error) {
 	if len(bytes.TrimSpace(data)) == 0 {
 		return nil, fmt.Errorf("%w: the file is empty", ErrInvalid)
 	}
@@ -128,61 +125,62 @@ func Parse(data []byte) (*Configuration, error) {
 	if err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrInvalid, err)
 	}
-	c := Default()
-	// The envelope has no default: a file must say what it is.
-	c.APIVersion, c.Kind = "", ""
-	// Replace maps whole instead of merging keys into the defaults, so a
-	// file that lists only memory does not silently keep the cpu default.
-	var probe struct {
-		Policies struct {
-			NodeOvercommit map[string]json.RawMessage `json:"nodeOvercommit"`
-		} `json:"policies"`
-	}
-	if err := kjson.UnmarshalCaseSensitivePreserveInts(js, &probe); err == nil {
-		if _, ok := probe.Policies.NodeOvercommit["ratios"]; ok {
-			c.Policies.NodeOvercommit.Ratios = nil
-		}
-	}
+	var env envelope
 	// sigs.k8s.io/json matches field names case-sensitively, unlike
-	// encoding/json, so "podname" is an unknown field, not podName.
-	strictErrs, err := kjson.UnmarshalStrict(js, c, kjson.DisallowDuplicateFields, kjson.DisallowUnknownFields)
+	// encoding/json, so "Policies" is an unknown field, not policies.
+	strictErrs, err := kjson.UnmarshalStrict(js, &env, kjson.DisallowDuplicateFields, kjson.DisallowUnknownFields)
 	if err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrInvalid, err)
 	}
 	if len(strictErrs) > 0 {
 		return nil, fmt.Errorf("%w: %w", ErrInvalid, strictErrs[0])
 	}
-	if err := c.Validate(); err != nil {
+	c := &Configuration{APIVersion: env.APIVersion, Kind: env.Kind}
+	if err := c.validateEnvelope(); err != nil {
 		return nil, err
+	}
+	for key := range env.Policies {
+		if _, ok := l.Registry.Lookup(key); !ok {
+			return nil, fmt.Errorf("%w: policies.%s: unknown policy (known: %s)", ErrInvalid, key, l.keys())
+		}
+	}
+	for _, k := range l.Registry {
+		raw, ok := env.Policies[k.Key()]
+		if !ok {
+			c.Policies = append(c.Policies, k.Default())
+			continue
+		}
+		s, err := k.Decode(raw)
+		var de *policy.DecodeError
+		switch {
+		case errors.As(err, &de):
+			return nil, fmt.Errorf("%w: policies.%s: %w", ErrInvalid, k.Key(), err)
+		case err != nil:
+			// Validation errors start with the field: "max: must be >= 0".
+			return nil, fmt.Errorf("%w: policies.%s.%w", ErrInvalid, k.Key(), err)
+		}
+		c.Policies = append(c.Policies, s)
 	}
 	return c, nil
 }
 
-// Validate checks the envelope and every policy section; the error wraps
-// ErrInvalid and names the first bad field.
-func (c *Configuration) Validate() error {
+func (l Loader) keys() string {
+	var b bytes.Buffer
+	for i, k := range l.Registry {
+		if i > 0 {
+			b.WriteString(", ")
+		}
+		b.WriteString(k.Key())
+	}
+	return b.String()
+}
+
+func (c *Configuration) validateEnvelope() error {
 	if c.APIVersion != APIVersion {
 		return fmt.Errorf("%w: apiVersion: must be %s, got %q", ErrInvalid, APIVersion, c.APIVersion)
 	}
 	if c.Kind != Kind {
 		return fmt.Errorf("%w: kind: must be %s, got %q", ErrInvalid, Kind, c.Kind)
-	}
-	for _, p := range []struct {
-		field string
-		err   error
-	}{
-		{"podName", c.Policies.PodName.Validate()},
-		{"lifespan", c.Policies.Lifespan.Validate()},
-		{"nodeOvercommit", c.Policies.NodeOvercommit.Validate()},
-		{"jobQueue", c.Policies.JobQueue.Validate()},
-		{"resourceFlavor", c.Policies.ResourceFlavor.Validate()},
-		{"elasticQuota", c.Policies.ElasticQuota.Validate()},
-		{"colocation", c.Policies.Colocation.Validate()},
-		{"kadmitConfig", c.Policies.KadmitConfig.Validate()},
-	} {
-		if p.err != nil {
-			return fmt.Errorf("%w: policies.%s.%w", ErrInvalid, p.field, p.err)
-		}
 	}
 	return nil
 }

@@ -1,4 +1,4 @@
-package config
+package config_test
 
 import (
 	"errors"
@@ -10,7 +10,37 @@ import (
 
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	corev1 "k8s.io/api/core/v1"
+
+	. "github.com/kadmit/kadmit/internal/config"
+	"github.com/kadmit/kadmit/internal/policy"
+	"github.com/kadmit/kadmit/internal/policy/builtin"
+	"github.com/kadmit/kadmit/internal/policy/lifespan"
+	"github.com/kadmit/kadmit/internal/policy/nodeovercommit"
+	"github.com/kadmit/kadmit/internal/policy/podname"
 )
+
+// The loader under test is the built-in registry's.
+var (
+	Parse    = builtin.Config.Parse
+	Default  = builtin.Config.Default
+	LoadFile = builtin.Config.LoadFile
+)
+
+func section(t *testing.T, c *Configuration, key string) policy.Section {
+	t.Helper()
+	s, ok := c.Section(key)
+	if !ok {
+		t.Fatalf("no section %s", key)
+	}
+	return s
+}
+
+func fp(s policy.Section) string {
+	if s.FailurePolicy() == nil {
+		return ""
+	}
+	return string(*s.FailurePolicy())
+}
 
 // seedYAML is the seed profile as the README documents it.
 const seedYAML = `apiVersion: kadmit.io/v1alpha1
@@ -30,9 +60,6 @@ func TestParseSeedDefault(t *testing.T) {
 	}
 	if !reflect.DeepEqual(c, Default()) {
 		t.Fatalf("seed file parsed to %+v, want Default() %+v", c, Default())
-	}
-	if err := Default().Validate(); err != nil {
-		t.Fatalf("Default() is invalid: %v", err)
 	}
 	// The envelope alone keeps every default.
 	c, err = Parse([]byte(header))
@@ -73,18 +100,31 @@ func TestParseFullFile(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	p := c.Policies
-	if p.PodName.Enabled || !reflect.DeepEqual(p.PodName.Words, []string{"bad", "worse"}) || !p.PodName.CaseInsensitive ||
-		p.PodName.FailurePolicy == nil || *p.PodName.FailurePolicy != admissionregistrationv1.Ignore {
-		t.Errorf("podName = %+v", p.PodName)
+	pn, pnOn := policy.ConfigOf(c.Policies, podname.Definition)
+	if pnOn || !reflect.DeepEqual(pn.Words, []string{"bad", "worse"}) || !pn.CaseInsensitive ||
+		fp(section(t, c, "podName")) != string(admissionregistrationv1.Ignore) {
+		t.Errorf("podName = %+v", pn)
 	}
-	if !p.Lifespan.Enabled || p.Lifespan.Max != 30 || p.Lifespan.FailurePolicy == nil || *p.Lifespan.FailurePolicy != admissionregistrationv1.Ignore {
-		t.Errorf("lifespan = %+v", p.Lifespan)
+	ls, lsOn := policy.ConfigOf(c.Policies, lifespan.Definition)
+	if !lsOn || ls.Max != 30 || fp(section(t, c, "lifespan")) != string(admissionregistrationv1.Ignore) {
+		t.Errorf("lifespan = %+v", ls)
 	}
+	no, noOn := policy.ConfigOf(c.Policies, nodeovercommit.Definition)
 	wantRatios := map[corev1.ResourceName]string{corev1.ResourceCPU: "1.5", corev1.ResourceMemory: "1.25"}
-	if !p.NodeOvercommit.Enabled || !reflect.DeepEqual(p.NodeOvercommit.Ratios, wantRatios) || p.NodeOvercommit.MaxRatio != "3" ||
-		p.NodeOvercommit.FailurePolicy == nil || *p.NodeOvercommit.FailurePolicy != admissionregistrationv1.Fail {
-		t.Errorf("nodeOvercommit = %+v", p.NodeOvercommit)
+	if !noOn || !reflect.DeepEqual(no.Ratios, wantRatios) || no.MaxRatio != "3" ||
+		fp(section(t, c, "nodeOvercommit")) != string(admissionregistrationv1.Fail) {
+		t.Errorf("nodeOvercommit = %+v", no)
+	}
+	// failurePolicy replaces each hook's default.
+	hooks, err := builtin.Hooks(c, policy.Env{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, h := range hooks {
+		want := map[string]admissionregistrationv1.FailurePolicyType{"lifespan": admissionregistrationv1.Ignore, "node-overcommit": admissionregistrationv1.Fail}[h.Policy]
+		if h.FailurePolicy != want {
+			t.Errorf("hook %s %s: failurePolicy %s, want %s", h.Policy, h.Path, h.FailurePolicy, want)
+		}
 	}
 }
 
@@ -93,19 +133,21 @@ func TestParsePartialKeepsDefaults(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := Default()
-	want.Policies.Lifespan.Max = 7
-	want.Policies.NodeOvercommit.MaxRatio = "8"
-	if !reflect.DeepEqual(c, want) {
-		t.Fatalf("got %+v, want %+v", c, want)
+	ls, _ := policy.ConfigOf(c.Policies, lifespan.Definition)
+	no, _ := policy.ConfigOf(c.Policies, nodeovercommit.Definition)
+	wantNO := nodeovercommit.DefaultConfig()
+	wantNO.MaxRatio = "8"
+	if ls != (lifespan.Config{Max: 7}) || !reflect.DeepEqual(no, wantNO) {
+		t.Fatalf("got lifespan %+v, nodeOvercommit %+v", ls, no)
 	}
 	// A section that says only enabled: false keeps its other defaults.
 	c, err = Parse([]byte(header + "policies:\n  podName: {enabled: false}\n"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	if c.Policies.PodName.Enabled || !reflect.DeepEqual(c.Policies.PodName.Words, []string{"offensive"}) ||
-		!c.Policies.Lifespan.Enabled || !c.Policies.NodeOvercommit.Enabled {
+	pn, pnOn := policy.ConfigOf(c.Policies, podname.Definition)
+	if pnOn || !reflect.DeepEqual(pn.Words, []string{"offensive"}) ||
+		!section(t, c, "lifespan").Enabled() || !section(t, c, "nodeOvercommit").Enabled() {
 		t.Fatalf("got %+v", c.Policies)
 	}
 }
@@ -116,14 +158,15 @@ func TestParseRatiosReplacedWhole(t *testing.T) {
 		t.Fatal(err)
 	}
 	want := map[corev1.ResourceName]string{corev1.ResourceMemory: "1.5"}
-	if !reflect.DeepEqual(c.Policies.NodeOvercommit.Ratios, want) {
-		t.Fatalf("ratios = %v, want %v (the cpu default must not survive)", c.Policies.NodeOvercommit.Ratios, want)
+	no, on := policy.ConfigOf(c.Policies, nodeovercommit.Definition)
+	if !reflect.DeepEqual(no.Ratios, want) {
+		t.Fatalf("ratios = %v, want %v (the cpu default must not survive)", no.Ratios, want)
 	}
-	if c.Policies.NodeOvercommit.MaxRatio != "4" || !c.Policies.NodeOvercommit.Enabled {
-		t.Fatalf("other nodeOvercommit defaults lost: %+v", c.Policies.NodeOvercommit)
+	if no.MaxRatio != "4" || !on {
+		t.Fatalf("other nodeOvercommit defaults lost: %+v", no)
 	}
 	// Parsing must not have altered the defaults it started from.
-	if got := Default().Policies.NodeOvercommit.Ratios; !reflect.DeepEqual(got, map[corev1.ResourceName]string{corev1.ResourceCPU: "2"}) {
+	if got := nodeovercommit.DefaultConfig().Ratios; !reflect.DeepEqual(got, map[corev1.ResourceName]string{corev1.ResourceCPU: "2"}) {
 		t.Fatalf("Default() ratios changed to %v", got)
 	}
 	// An empty map replaces the defaults too, and is then refused.
@@ -135,11 +178,11 @@ func TestParseRatiosReplacedWhole(t *testing.T) {
 
 func TestParseUnknownField(t *testing.T) {
 	for _, tc := range []struct{ in, want string }{
-		{header + "policies:\n  podName: {enabled: true, wrods: [x]}\n", `invalid kadmit configuration: unknown field "policies.podName.wrods"`},
+		{header + "policies:\n  podName: {enabled: true, wrods: [x]}\n", `invalid kadmit configuration: policies.podName: unknown field "wrods"`},
 		{header + "extra: 1\n", `invalid kadmit configuration: unknown field "extra"`},
 		// Field names are case-sensitive, as in Kubernetes objects.
-		{header + "policies:\n  podname: {enabled: false}\n", `invalid kadmit configuration: unknown field "policies.podname"`},
-		{header + "policies:\n  lifespan: {Max: 3}\n", `invalid kadmit configuration: unknown field "policies.lifespan.Max"`},
+		{header + "policies:\n  podname: {enabled: false}\n", `invalid kadmit configuration: policies.podname: unknown policy (known: podName, lifespan, nodeOvercommit, jobQueue, resourceFlavor, elasticQuota, colocation, kadmitConfig)`},
+		{header + "policies:\n  lifespan: {Max: 3}\n", `invalid kadmit configuration: policies.lifespan: unknown field "Max"`},
 	} {
 		_, err := Parse([]byte(tc.in))
 		if !errors.Is(err, ErrInvalid) || err.Error() != tc.want {
@@ -156,7 +199,7 @@ func TestParseUnknownField(t *testing.T) {
 		}
 	}
 	_, err := Parse([]byte(header + "policies:\n  lifespan: {max: seven}\n"))
-	if !errors.Is(err, ErrInvalid) || !strings.Contains(err.Error(), "policies.lifespan.max") {
+	if !errors.Is(err, ErrInvalid) || !strings.Contains(err.Error(), "policies.lifespan: ") || !strings.Contains(err.Error(), ".max") {
 		t.Errorf("wrong type: %v", err)
 	}
 }
@@ -211,7 +254,7 @@ func TestLoadFile(t *testing.T) {
 		t.Fatal(err)
 	}
 	c, err := LoadFile(good)
-	if err != nil || c.Policies.Lifespan.Max != 3 {
+	if ls, _ := policy.ConfigOf(c.Policies, lifespan.Definition); err != nil || ls.Max != 3 {
 		t.Fatalf("LoadFile: %v, %+v", err, c)
 	}
 	bad := filepath.Join(dir, "bad.yaml")
@@ -235,8 +278,11 @@ func TestParseJSON(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if c.Policies.Lifespan.Max != 5 || !reflect.DeepEqual(c.Policies.NodeOvercommit.Ratios, map[corev1.ResourceName]string{"memory": "2"}) ||
-		!reflect.DeepEqual(c.Policies.PodName, Default().Policies.PodName) {
+	ls, _ := policy.ConfigOf(c.Policies, lifespan.Definition)
+	no, _ := policy.ConfigOf(c.Policies, nodeovercommit.Definition)
+	pn, _ := policy.ConfigOf(c.Policies, podname.Definition)
+	if ls.Max != 5 || !reflect.DeepEqual(no.Ratios, map[corev1.ResourceName]string{"memory": "2"}) ||
+		!reflect.DeepEqual(pn, podname.DefaultConfig()) {
 		t.Fatalf("got %+v", c.Policies)
 	}
 	_, err = Parse([]byte(`{"apiVersion":"kadmit.io/v1alpha1","kind":"Configuration","policies":{"lifespan":{"maximum":5}}}`))

@@ -19,12 +19,12 @@ const DefaultConfigMapKey = "config.yaml"
 
 // LoadConfigMap reads data[key] of the ConfigMap namespace/name from the API
 // server and parses it with FromConfigMap.
-func LoadConfigMap(ctx context.Context, cs kubernetes.Interface, namespace, name, key string) (*Configuration, error) {
+func (l Loader) LoadConfigMap(ctx context.Context, cs kubernetes.Interface, namespace, name, key string) (*Configuration, error) {
 	cm, err := cs.CoreV1().ConfigMaps(namespace).Get(ctx, name, metav1.GetOptions{})
 	if err != nil {
 		return nil, fmt.Errorf("read ConfigMap %s/%s: %w", namespace, name, err)
 	}
-	return FromConfigMap(cm, key)
+	return l.FromConfigMap(cm, key)
 }
 
 // WatchConfigMap follows the ConfigMap namespace/name through an informer
@@ -33,7 +33,7 @@ func LoadConfigMap(ctx context.Context, cs kubernetes.Interface, namespace, name
 // (the caller keeps what it runs: a bad edit never takes policies away). A
 // deleted ConfigMap is reported to onInvalid too. Callbacks run one at a
 // time. It returns an error when the informer does not sync within a minute.
-func WatchConfigMap(ctx context.Context, cs kubernetes.Interface, namespace, name, key string, onChange func(*Configuration), onInvalid func(error)) error {
+func (l Loader) WatchConfigMap(ctx context.Context, cs kubernetes.Interface, namespace, name, key string, onChange func(*Configuration), onInvalid func(error)) error {
 	f := informers.NewSharedInformerFactoryWithOptions(cs, 10*time.Minute,
 		informers.WithNamespace(namespace),
 		informers.WithTweakListOptions(func(lo *metav1.ListOptions) {
@@ -55,7 +55,7 @@ func WatchConfigMap(ctx context.Context, cs kubernetes.Interface, namespace, nam
 			return
 		}
 		seen, last = true, data
-		c, err := FromConfigMap(cm, key)
+		c, err := l.FromConfigMap(cm, key)
 		if err != nil {
 			onInvalid(err)
 			return

@@ -22,9 +22,9 @@ import (
 
 	"github.com/kadmit/kadmit/internal/admission"
 	"github.com/kadmit/kadmit/internal/certs"
-	"github.com/kadmit/kadmit/internal/config"
 	"github.com/kadmit/kadmit/internal/lifecycle"
 	"github.com/kadmit/kadmit/internal/metrics"
+	"github.com/kadmit/kadmit/internal/policy/builtin"
 	"github.com/kadmit/kadmit/internal/registration"
 	"github.com/kadmit/kadmit/internal/server"
 )
@@ -280,7 +280,7 @@ func Run(ctx context.Context, opts Options, log *slog.Logger) error {
 	if opts.ConfigMap != "" {
 		rl.serve = srv.SetWebhooks
 		ns, name, _ := strings.Cut(opts.ConfigMap, "/")
-		if err := config.WatchConfigMap(serveCtx, cs, ns, name, configKey(opts), rl.reload, rl.invalid); err != nil {
+		if err := builtin.Config.WatchConfigMap(serveCtx, cs, ns, name, configKey(opts), rl.reload, rl.invalid); err != nil {
 			cancel()
 			return errors.Join(err, <-done)
 		}

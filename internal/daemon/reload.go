@@ -11,8 +11,10 @@ import (
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/kadmit/kadmit/internal/admission"
+	"github.com/kadmit/kadmit/internal/clustercache"
 	"github.com/kadmit/kadmit/internal/config"
 	"github.com/kadmit/kadmit/internal/metrics"
+	"github.com/kadmit/kadmit/internal/policy"
 	"github.com/kadmit/kadmit/internal/policy/builtin"
 )
 
@@ -27,11 +29,11 @@ func loadConfig(ctx context.Context, cs kubernetes.Interface, opts Options) (*co
 		if !ok || ns == "" || name == "" {
 			return nil, fmt.Errorf("%w: --config-map %q: want NAMESPACE/NAME", ErrUsage, opts.ConfigMap)
 		}
-		return config.LoadConfigMap(ctx, cs, ns, name, configKey(opts))
+		return builtin.Config.LoadConfigMap(ctx, cs, ns, name, configKey(opts))
 	case opts.ConfigFile != "":
-		return config.LoadFile(opts.ConfigFile)
+		return builtin.Config.LoadFile(opts.ConfigFile)
 	}
-	return config.Default(), nil
+	return builtin.Config.Default(), nil
 }
 
 func configKey(opts Options) string {
@@ -59,7 +61,7 @@ type reloader struct {
 
 	mu          sync.Mutex
 	cfg         *config.Configuration
-	cluster     *builtin.Cluster
+	cluster     *clustercache.Caches
 	clusterKey  string
 	stopCluster context.CancelFunc
 }
@@ -68,10 +70,11 @@ type reloader struct {
 // waiting for them to sync) when they differ from the running ones.
 func (r *reloader) build(ctx context.Context, cfg *config.Configuration) ([]admission.Hook, error) {
 	cluster, stop := r.cluster, context.CancelFunc(nil)
-	key := clusterKey(cfg)
+	resources := builtin.Caches(cfg)
+	key := clustercache.Key(resources)
 	if key != r.clusterKey {
 		cluster = nil
-		if builtin.NeedsCluster(cfg) {
+		if len(resources) > 0 {
 			rc, err := restConfig(r.opts.Kubeconfig, r.opts.KubeContext)
 			if err != nil {
 				return nil, err
@@ -79,7 +82,7 @@ func (r *reloader) build(ctx context.Context, cfg *config.Configuration) ([]admi
 			// The caches outlive this call: they stop when a later reload
 			// replaces them or when serve's context ends.
 			cctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
-			if cluster, err = builtin.StartCluster(cctx, rc, cfg, r.log); err != nil {
+			if cluster, err = clustercache.Start(cctx, rc, resources, r.log); err != nil {
 				cancel()
 				return nil, err
 			}
@@ -87,7 +90,7 @@ func (r *reloader) build(ctx context.Context, cfg *config.Configuration) ([]admi
 			stop = cancel
 		}
 	}
-	hooks, err := builtin.Hooks(cfg, cluster)
+	hooks, err := builtin.Hooks(cfg, policy.Env{Cluster: cluster, Log: r.log})
 	if err != nil {
 		if stop != nil {
 			stop()
@@ -101,15 +104,6 @@ func (r *reloader) build(ctx context.Context, cfg *config.Configuration) ([]admi
 		r.cluster, r.clusterKey, r.stopCluster = cluster, key, stop
 	}
 	return hooks, nil
-}
-
-// clusterKey says which cluster caches cfg needs; equal keys share caches.
-func clusterKey(cfg *config.Configuration) string {
-	if !builtin.NeedsCluster(cfg) {
-		return ""
-	}
-	p := cfg.Policies
-	return fmt.Sprintf("job=%t quota=%t colocation=%t", p.JobQueue.Enabled, p.ElasticQuota.Enabled, p.Colocation.Enabled)
 }
 
 // reload applies a new valid configuration from the ConfigMap.

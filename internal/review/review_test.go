@@ -15,7 +15,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 
 	"github.com/kadmit/kadmit/internal/admission"
-	"github.com/kadmit/kadmit/internal/config"
+	"github.com/kadmit/kadmit/internal/policy"
 	"github.com/kadmit/kadmit/internal/policy/builtin"
 )
 
@@ -195,7 +195,7 @@ func TestReadBadYAML(t *testing.T) {
 
 func seedWebhooks(t *testing.T) []*admission.Webhook {
 	t.Helper()
-	whs, err := builtin.Webhooks(config.Default(), nil)
+	whs, err := builtin.Webhooks(builtin.Config.Default(), policy.Env{})
 	if err != nil {
 		t.Fatal(err)
 	}

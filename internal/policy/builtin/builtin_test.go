@@ -2,13 +2,14 @@ package builtin
 
 import (
 	"slices"
-	"strings"
 	"testing"
 
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 
 	"github.com/kadmit/kadmit/internal/admission"
 	"github.com/kadmit/kadmit/internal/config"
+	"github.com/kadmit/kadmit/internal/policy"
+	"github.com/kadmit/kadmit/internal/policy/lifespan"
 )
 
 type hookKey struct {
@@ -26,7 +27,7 @@ func keys(hooks []admission.Hook) []hookKey {
 }
 
 func TestSeedHooks(t *testing.T) {
-	hooks, err := Hooks(config.Default(), nil)
+	hooks, err := Hooks(Config.Default(), policy.Env{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -45,7 +46,7 @@ func TestSeedHooks(t *testing.T) {
 		}
 	}
 
-	whs, err := Webhooks(config.Default(), nil)
+	whs, err := Webhooks(Config.Default(), policy.Env{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -59,19 +60,35 @@ func TestSeedHooks(t *testing.T) {
 	}
 }
 
+func parse(t *testing.T, policies string) *config.Configuration {
+	t.Helper()
+	cfg, err := Config.Parse([]byte("apiVersion: kadmit.io/v1alpha1\nkind: Configuration\npolicies:\n" + policies))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return cfg
+}
+
+func TestRegistryValid(t *testing.T) {
+	if err := Registry.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	if err := append(Registry, lifespan.Definition).Validate(); err == nil {
+		t.Fatal("a registry listing lifespan twice validated")
+	}
+}
+
 func TestDisabledPolicyHasNoHooks(t *testing.T) {
 	for _, tc := range []struct {
-		disable func(*config.Configuration)
+		section string
 		gone    string
 		left    int
 	}{
-		{func(c *config.Configuration) { c.Policies.PodName.Enabled = false }, "pod-name", 3},
-		{func(c *config.Configuration) { c.Policies.Lifespan.Enabled = false }, "lifespan", 3},
-		{func(c *config.Configuration) { c.Policies.NodeOvercommit.Enabled = false }, "node-overcommit", 2},
+		{"  podName: {enabled: false}\n", "pod-name", 3},
+		{"  lifespan: {enabled: false}\n", "lifespan", 3},
+		{"  nodeOvercommit: {enabled: false}\n", "node-overcommit", 2},
 	} {
-		cfg := config.Default()
-		tc.disable(cfg)
-		hooks, err := Hooks(cfg, nil)
+		hooks, err := Hooks(parse(t, tc.section), policy.Env{})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -84,27 +101,21 @@ func TestDisabledPolicyHasNoHooks(t *testing.T) {
 			}
 		}
 	}
-	cfg := config.Default()
-	cfg.Policies.PodName.Enabled = false
-	cfg.Policies.Lifespan.Enabled = false
-	cfg.Policies.NodeOvercommit.Enabled = false
-	hooks, err := Hooks(cfg, nil)
+	cfg := parse(t, "  podName: {enabled: false}\n  lifespan: {enabled: false}\n  nodeOvercommit: {enabled: false}\n")
+	hooks, err := Hooks(cfg, policy.Env{})
 	if err != nil || len(hooks) != 0 {
 		t.Fatalf("all disabled: %v, %+v", err, keys(hooks))
 	}
-	// A disabled policy is not built, so its invalid settings do not matter.
-	cfg.Policies.Lifespan.Max = -1
-	if _, err := Hooks(cfg, nil); err != nil {
-		t.Fatalf("disabled invalid policy: %v", err)
+	// A disabled section is still validated: a typo surfaces before the
+	// policy is switched on.
+	if _, err := Config.Parse([]byte("apiVersion: kadmit.io/v1alpha1\nkind: Configuration\npolicies:\n  lifespan: {enabled: false, max: -1}\n")); err == nil {
+		t.Fatal("disabled invalid section parsed")
 	}
 }
 
 func TestFailurePolicyOverride(t *testing.T) {
-	ignore, fail := admissionregistrationv1.Ignore, admissionregistrationv1.Fail
-	cfg := config.Default()
-	cfg.Policies.PodName.FailurePolicy = &ignore
-	cfg.Policies.NodeOvercommit.FailurePolicy = &fail
-	hooks, err := Hooks(cfg, nil)
+	cfg := parse(t, "  podName: {failurePolicy: Ignore}\n  nodeOvercommit: {failurePolicy: Fail}\n")
+	hooks, err := Hooks(cfg, policy.Env{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -118,19 +129,5 @@ func TestFailurePolicyOverride(t *testing.T) {
 		if h.FailurePolicy != want[h.Path] {
 			t.Errorf("%s: failurePolicy %s, want %s", h.Path, h.FailurePolicy, want[h.Path])
 		}
-	}
-}
-
-func TestInvalidPolicyNamed(t *testing.T) {
-	cfg := config.Default()
-	cfg.Policies.Lifespan.Max = -1
-	_, err := Hooks(cfg, nil)
-	if err == nil || !strings.HasPrefix(err.Error(), "policy lifespan: max: ") {
-		t.Fatalf("err = %v", err)
-	}
-	cfg = config.Default()
-	cfg.Policies.NodeOvercommit.Ratios = nil
-	if _, err := Webhooks(cfg, nil); err == nil || !strings.HasPrefix(err.Error(), "policy node-overcommit: ratios: ") {
-		t.Fatalf("err = %v", err)
 	}
 }

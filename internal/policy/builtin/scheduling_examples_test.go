@@ -6,7 +6,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/kadmit/kadmit/internal/config"
+	"github.com/kadmit/kadmit/internal/policy"
 	"github.com/kadmit/kadmit/internal/review"
 )
 
@@ -15,11 +15,11 @@ import (
 // example config must agree.
 func TestSchedulingExamples(t *testing.T) {
 	dir := filepath.Join("..", "..", "..", "examples", "scheduling")
-	cfg, err := config.LoadFile(filepath.Join(dir, "kadmit.yaml"))
+	cfg, err := Config.LoadFile(filepath.Join(dir, "kadmit.yaml"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	whs, err := Webhooks(cfg, nil)
+	whs, err := Webhooks(cfg, policy.Env{})
 	if err != nil {
 		t.Fatal(err)
 	}

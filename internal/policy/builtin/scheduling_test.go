@@ -8,7 +8,8 @@ import (
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 
 	"github.com/kadmit/kadmit/internal/admission"
-	"github.com/kadmit/kadmit/internal/config"
+	"github.com/kadmit/kadmit/internal/clustercache"
+	"github.com/kadmit/kadmit/internal/policy"
 )
 
 const schedulingConfig = `apiVersion: kadmit.io/v1alpha1
@@ -22,11 +23,11 @@ policies:
 `
 
 func TestSchedulingHooks(t *testing.T) {
-	cfg, err := config.Parse([]byte(schedulingConfig))
+	cfg, err := Config.Parse([]byte(schedulingConfig))
 	if err != nil {
 		t.Fatal(err)
 	}
-	hooks, err := Hooks(cfg, nil)
+	hooks, err := Hooks(cfg, policy.Env{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -50,7 +51,7 @@ func TestSchedulingHooks(t *testing.T) {
 	if got := keys(hooks); !slices.Equal(got, want) {
 		t.Fatalf("hooks =\n%+v\nwant\n%+v", got, want)
 	}
-	whs, err := Webhooks(cfg, nil)
+	whs, err := Webhooks(cfg, policy.Env{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -62,8 +63,14 @@ func TestSchedulingHooks(t *testing.T) {
 			t.Fatalf("/mutate-pod hooks %+v", wh.Hooks)
 		}
 	}
-	if !NeedsCluster(cfg) || NeedsCluster(config.Default()) {
-		t.Fatal("NeedsCluster")
+	// job-queue reads LocalQueues, elastic-quota quotas and pods; the
+	// colocation profile has no namespaceSelector, so no namespaces.
+	if got, want := clustercache.Key(Caches(cfg)), clustercache.Key([]clustercache.Resource{
+		clustercache.LocalQueues, clustercache.ElasticQuotas, clustercache.Pods}); got != want {
+		t.Fatalf("caches %s, want %s", got, want)
+	}
+	if got := Caches(Config.Default()); len(got) != 0 {
+		t.Fatalf("seed profile reads the cluster: %v", got)
 	}
 }
 
@@ -75,7 +82,7 @@ func TestSchedulingConfigErrors(t *testing.T) {
 		{"kadmitConfig: {enabled: true}", "policies.kadmitConfig.namespace"},
 		{"resourceFlavor: {addFinalizers: true}", "unknown field"},
 	} {
-		_, err := config.Parse([]byte("apiVersion: kadmit.io/v1alpha1\nkind: Configuration\npolicies:\n  " + tc.yaml + "\n"))
+		_, err := Config.Parse([]byte("apiVersion: kadmit.io/v1alpha1\nkind: Configuration\npolicies:\n  " + tc.yaml + "\n"))
 		if err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("%s: err = %v, want %q", tc.yaml, err, tc.want)
 		}

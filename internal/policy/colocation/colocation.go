@@ -31,14 +31,8 @@ const Path = "/mutate-pod"
 
 // Config is the colocation policy's configuration (policies.colocation).
 type Config struct {
-	// Enabled turns the policy on.
-	Enabled bool `json:"enabled"`
 	// Profiles are applied in list order to every pod they match.
 	Profiles []Profile `json:"profiles,omitempty"`
-	// FailurePolicy overrides the default failurePolicy (Ignore): a pod
-	// created while kadmit is down only misses its profile, which is better
-	// than not being created at all.
-	FailurePolicy *admissionregistrationv1.FailurePolicyType `json:"failurePolicy,omitempty"`
 }
 
 // Profile is one colocation profile.
@@ -120,9 +114,6 @@ func (c Config) Validate() error {
 			}
 		}
 	}
-	if fp := c.FailurePolicy; fp != nil && *fp != admissionregistrationv1.Fail && *fp != admissionregistrationv1.Ignore {
-		return fmt.Errorf("failurePolicy: must be Fail or Ignore, got %q", *fp)
-	}
 	return nil
 }
 
@@ -181,9 +172,6 @@ func New(cfg Config, namespaces Namespaces) (*Policy, error) {
 // Ignore unless configured.
 func (p *Policy) Hooks() []admission.Hook {
 	fp := admissionregistrationv1.Ignore
-	if p.cfg.FailurePolicy != nil {
-		fp = *p.cfg.FailurePolicy
-	}
 	return []admission.Hook{{
 		Policy: Name, Path: Path, Type: admission.Mutating,
 		Rules: []admissionregistrationv1.RuleWithOperations{{

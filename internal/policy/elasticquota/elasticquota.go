@@ -40,8 +40,6 @@ const (
 
 // Config is the elastic-quota policy's configuration (policies.elasticQuota).
 type Config struct {
-	// Enabled turns the policy on.
-	Enabled bool `json:"enabled"`
 	// RootQuota and SystemQuota name Koordinator's built-in quotas; they
 	// cannot be changed or deleted. Defaults koordinator-root-quota and
 	// koordinator-system-quota. A quota without a parent label gets
@@ -50,8 +48,6 @@ type Config struct {
 	SystemQuota string `json:"systemQuota,omitempty"`
 	// PodCheck adds the pod hook on /validate-pod; default true.
 	PodCheck *bool `json:"podCheck,omitempty"`
-	// FailurePolicy overrides every hook's default failurePolicy (Fail).
-	FailurePolicy *admissionregistrationv1.FailurePolicyType `json:"failurePolicy,omitempty"`
 }
 
 // DefaultConfig is the seed profile: disabled, Koordinator's quota names.
@@ -68,9 +64,6 @@ func (c Config) Validate() error {
 	}
 	if c.RootQuota == c.SystemQuota {
 		return fmt.Errorf("systemQuota: must differ from rootQuota %q", c.RootQuota)
-	}
-	if fp := c.FailurePolicy; fp != nil && *fp != admissionregistrationv1.Fail && *fp != admissionregistrationv1.Ignore {
-		return fmt.Errorf("failurePolicy: must be Fail or Ignore, got %q", *fp)
 	}
 	return nil
 }
@@ -108,9 +101,6 @@ func New(cfg Config, cache Cache) (*Policy, error) {
 // the pod hook (pods CREATE on /validate-pod); all failurePolicy Fail.
 func (p *Policy) Hooks() []admission.Hook {
 	fp := admissionregistrationv1.Fail
-	if p.cfg.FailurePolicy != nil {
-		fp = *p.cfg.FailurePolicy
-	}
 	rule := func(group, resource string, ops ...admissionregistrationv1.OperationType) []admissionregistrationv1.RuleWithOperations {
 		v := "v1alpha1"
 		if group == "" {

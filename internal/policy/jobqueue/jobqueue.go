@@ -42,8 +42,6 @@ const (
 
 // Config is the job-queue policy's configuration (policies.jobQueue).
 type Config struct {
-	// Enabled turns the policy on; a disabled policy registers no hook.
-	Enabled bool `json:"enabled"`
 	// DefaultQueues maps a namespace to the queue its jobs get when they
 	// name none, e.g. {team-a: main}. Jobs in other namespaces are only
 	// mutated when they name a queue themselves.
@@ -56,8 +54,6 @@ type Config struct {
 	// their optional quotas. A queue also exists when a Kueue LocalQueue of
 	// that namespace and name is in the informer cache.
 	Queues []Queue `json:"queues,omitempty"`
-	// FailurePolicy overrides both hooks' default failurePolicy (Fail).
-	FailurePolicy *admissionregistrationv1.FailurePolicyType `json:"failurePolicy,omitempty"`
 }
 
 // Queue is one configured queue.
@@ -107,9 +103,6 @@ func (c Config) Validate() error {
 				return fmt.Errorf("queues[%d].quota.%s: must be >= 0, got %s", i, r, v.String())
 			}
 		}
-	}
-	if fp := c.FailurePolicy; fp != nil && *fp != admissionregistrationv1.Fail && *fp != admissionregistrationv1.Ignore {
-		return fmt.Errorf("failurePolicy: must be Fail or Ignore, got %q", *fp)
 	}
 	return nil
 }
@@ -165,9 +158,6 @@ func New(cfg Config, opts Options) (*Policy, error) {
 // mutation would start unsuspended, outside the queue.
 func (p *Policy) Hooks() []admission.Hook {
 	fp := admissionregistrationv1.Fail
-	if p.cfg.FailurePolicy != nil {
-		fp = *p.cfg.FailurePolicy
-	}
 	rule := func(ops ...admissionregistrationv1.OperationType) []admissionregistrationv1.RuleWithOperations {
 		return []admissionregistrationv1.RuleWithOperations{{
 			Operations: ops,

@@ -7,7 +7,6 @@ import (
 	"testing"
 
 	admissionv1 "k8s.io/api/admission/v1"
-	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -50,7 +49,6 @@ func must(t *testing.T, cfg Config, opts Options) *Policy {
 }
 
 func TestConfigValidate(t *testing.T) {
-	ign := "Maybe"
 	for _, tc := range []struct {
 		name string
 		cfg  Config
@@ -63,7 +61,6 @@ func TestConfigValidate(t *testing.T) {
 		{"bad queue name", Config{Queues: []Queue{{Name: "bad name"}}}, `queues[0].name: queue name "bad name" is not a valid label value`},
 		{"duplicate", Config{Queues: []Queue{{Name: "q"}, {Name: "q"}}}, `queues[1]: duplicate queue "q"`},
 		{"negative quota", Config{Queues: []Queue{{Name: "q", Quota: corev1.ResourceList{"cpu": resource.MustParse("-1")}}}}, "queues[0].quota.cpu: must be >= 0"},
-		{"failure policy", Config{FailurePolicy: ptr(admissionregistrationv1.FailurePolicyType(ign))}, `failurePolicy: must be Fail or Ignore, got "Maybe"`},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			err := tc.cfg.Validate()

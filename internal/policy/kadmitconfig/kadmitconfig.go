@@ -28,8 +28,6 @@ const DefaultKey = "config.yaml"
 
 // Config is the kadmit-config policy's configuration (policies.kadmitConfig).
 type Config struct {
-	// Enabled turns the policy on.
-	Enabled bool `json:"enabled"`
 	// Namespace and Name locate the ConfigMap; both required when enabled.
 	// The namespace must be one kadmit's webhooks see: not kube-system, and
 	// not kadmit's own --namespace, which its registration excludes.
@@ -37,9 +35,6 @@ type Config struct {
 	Name      string `json:"name,omitempty"`
 	// Key is the data key holding the configuration; default config.yaml.
 	Key string `json:"key,omitempty"`
-	// FailurePolicy overrides the default failurePolicy (Fail): with Ignore,
-	// a config written while kadmit is down goes unchecked.
-	FailurePolicy *admissionregistrationv1.FailurePolicyType `json:"failurePolicy,omitempty"`
 }
 
 // DefaultConfig is the seed profile: disabled, key config.yaml.
@@ -47,22 +42,28 @@ func DefaultConfig() Config { return Config{Key: DefaultKey} }
 
 // Validate reports the first problem as "<field>: <problem>".
 func (c Config) Validate() error {
-	if c.Enabled || c.Namespace != "" || c.Name != "" {
-		if errs := validation.IsDNS1123Label(c.Namespace); len(errs) > 0 {
-			return fmt.Errorf("namespace: %q: %s", c.Namespace, errs[0])
-		}
-		if c.Namespace == "kube-system" {
-			return errors.New("namespace: kube-system is excluded from kadmit's webhooks")
-		}
-		if errs := validation.IsDNS1123Subdomain(c.Name); len(errs) > 0 {
-			return fmt.Errorf("name: %q: %s", c.Name, errs[0])
+	if c.Namespace != "" || c.Name != "" {
+		if err := c.ValidateEnabled(); err != nil {
+			return err
 		}
 	}
 	if errs := validation.IsConfigMapKey(c.Key); len(errs) > 0 {
 		return fmt.Errorf("key: %q: %s", c.Key, errs[0])
 	}
-	if fp := c.FailurePolicy; fp != nil && *fp != admissionregistrationv1.Fail && *fp != admissionregistrationv1.Ignore {
-		return fmt.Errorf("failurePolicy: must be Fail or Ignore, got %q", *fp)
+	return nil
+}
+
+// ValidateEnabled checks the fields an enabled policy needs: the
+// ConfigMap's namespace and name (policy.EnabledValidator).
+func (c Config) ValidateEnabled() error {
+	if errs := validation.IsDNS1123Label(c.Namespace); len(errs) > 0 {
+		return fmt.Errorf("namespace: %q: %s", c.Namespace, errs[0])
+	}
+	if c.Namespace == "kube-system" {
+		return errors.New("namespace: kube-system is excluded from kadmit's webhooks")
+	}
+	if errs := validation.IsDNS1123Subdomain(c.Name); len(errs) > 0 {
+		return fmt.Errorf("name: %q: %s", c.Name, errs[0])
 	}
 	return nil
 }
@@ -84,6 +85,9 @@ func New(cfg Config, load LoadFunc) (*Policy, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
+	if err := cfg.ValidateEnabled(); err != nil {
+		return nil, err
+	}
 	if load == nil {
 		return nil, errors.New("no configuration loader")
 	}
@@ -96,9 +100,6 @@ func New(cfg Config, load LoadFunc) (*Policy, error) {
 // after decoding only their metadata.
 func (p *Policy) Hooks() []admission.Hook {
 	fp := admissionregistrationv1.Fail
-	if p.cfg.FailurePolicy != nil {
-		fp = *p.cfg.FailurePolicy
-	}
 	return []admission.Hook{{
 		Policy: Name, Path: Path, Type: admission.Validating,
 		Rules: []admissionregistrationv1.RuleWithOperations{{

@@ -14,12 +14,12 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 
 	"github.com/kadmit/kadmit/internal/admission"
-	"github.com/kadmit/kadmit/internal/config"
+	"github.com/kadmit/kadmit/internal/policy/builtin"
 	"github.com/kadmit/kadmit/internal/policy/kadmitconfig"
 )
 
 func load(cm *corev1.ConfigMap, key string) error {
-	_, err := config.FromConfigMap(cm, key)
+	_, err := builtin.Config.FromConfigMap(cm, key)
 	return err
 }
 
@@ -36,7 +36,7 @@ const bad = "apiVersion: kadmit.io/v1alpha1\nkind: Configuration\npolicies:\n  l
 
 func TestValidate(t *testing.T) {
 	cfg := kadmitconfig.DefaultConfig()
-	cfg.Enabled, cfg.Namespace, cfg.Name = true, "kadmit-config", "kadmit"
+	cfg.Namespace, cfg.Name = "kadmit-config", "kadmit"
 	p, err := kadmitconfig.New(cfg, load)
 	if err != nil {
 		t.Fatal(err)
@@ -56,7 +56,7 @@ func TestValidate(t *testing.T) {
 	if err := os.WriteFile(file, []byte(bad), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	_, fileErr := config.LoadFile(file)
+	_, fileErr := builtin.Config.LoadFile(file)
 	wantTail := strings.TrimPrefix(fileErr.Error(), file+": ")
 	if want := "ConfigMap kadmit-config/kadmit data[config.yaml]: " + wantTail; v.Message != want {
 		t.Fatalf("message %q, want %q", v.Message, want)
@@ -81,16 +81,20 @@ func TestValidate(t *testing.T) {
 
 func TestConfig(t *testing.T) {
 	for _, tc := range []struct {
-		cfg  kadmitconfig.Config
-		want string
+		cfg     kadmitconfig.Config
+		enabled bool
+		want    string
 	}{
-		{kadmitconfig.DefaultConfig(), ""},
-		{kadmitconfig.Config{Enabled: true, Key: "config.yaml"}, `namespace: ""`},
-		{kadmitconfig.Config{Enabled: true, Namespace: "kube-system", Name: "k", Key: "config.yaml"}, "namespace: kube-system is excluded"},
-		{kadmitconfig.Config{Enabled: true, Namespace: "a", Name: "B_", Key: "config.yaml"}, `name: "B_"`},
-		{kadmitconfig.Config{Enabled: true, Namespace: "a", Name: "b", Key: "a/b"}, `key: "a/b"`},
+		{kadmitconfig.DefaultConfig(), false, ""},
+		{kadmitconfig.Config{Key: "config.yaml"}, true, `namespace: ""`},
+		{kadmitconfig.Config{Namespace: "kube-system", Name: "k", Key: "config.yaml"}, false, "namespace: kube-system is excluded"},
+		{kadmitconfig.Config{Namespace: "a", Name: "B_", Key: "config.yaml"}, false, `name: "B_"`},
+		{kadmitconfig.Config{Namespace: "a", Name: "b", Key: "a/b"}, false, `key: "a/b"`},
 	} {
 		err := tc.cfg.Validate()
+		if err == nil && tc.enabled {
+			err = tc.cfg.ValidateEnabled()
+		}
 		if tc.want == "" && err != nil || tc.want != "" && (err == nil || !strings.HasPrefix(err.Error(), tc.want)) {
 			t.Errorf("%+v: Validate() = %v, want %q", tc.cfg, err, tc.want)
 		}
@@ -98,7 +102,7 @@ func TestConfig(t *testing.T) {
 	if _, err := kadmitconfig.New(kadmitconfig.DefaultConfig(), nil); err == nil {
 		t.Error("New without a loader succeeded")
 	}
-	p, _ := kadmitconfig.New(kadmitconfig.Config{Enabled: true, Namespace: "a", Name: "b", Key: "k"}, load)
+	p, _ := kadmitconfig.New(kadmitconfig.Config{Namespace: "a", Name: "b", Key: "k"}, load)
 	hs := p.Hooks()
 	if len(hs) != 1 || hs[0].Path != "/validate-configmap" || hs[0].FailurePolicy != "Fail" || hs[0].Rules[0].Resources[0] != "configmaps" {
 		t.Fatalf("hooks %+v", hs)

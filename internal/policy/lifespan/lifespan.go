@@ -41,19 +41,14 @@ const MaxLimit = 1000
 
 // Config is the lifespan policy's configuration (policies.lifespan).
 type Config struct {
-	// Enabled turns the policy on; a disabled policy registers no hook.
-	Enabled bool `json:"enabled"`
 	// Max is the largest lifespan, in days, a node can have left: integer in
 	// [0, MaxLimit]. A labelled pod gets one toleration per day N..Max.
 	Max int `json:"max"`
-	// FailurePolicy overrides the hook's default failurePolicy (Fail): Fail or
-	// Ignore.
-	FailurePolicy *admissionregistrationv1.FailurePolicyType `json:"failurePolicy,omitempty"`
 }
 
 // DefaultConfig is the seed profile: enabled, max 14 days, failurePolicy Fail.
 func DefaultConfig() Config {
-	return Config{Enabled: true, Max: 14}
+	return Config{Max: 14}
 }
 
 // Validate reports the first problem in c as "<field>: <problem>", e.g.
@@ -65,9 +60,6 @@ func (c Config) Validate() error {
 	}
 	if c.Max > MaxLimit {
 		return fmt.Errorf("max: must be <= %d, got %d", MaxLimit, c.Max)
-	}
-	if fp := c.FailurePolicy; fp != nil && *fp != admissionregistrationv1.Fail && *fp != admissionregistrationv1.Ignore {
-		return fmt.Errorf("failurePolicy: must be Fail or Ignore, got %q", *fp)
 	}
 	return nil
 }
@@ -92,9 +84,6 @@ func New(cfg Config) (*Policy, error) {
 // to a running pod's spec except in narrow cases.
 func (p *Policy) Hooks() []admission.Hook {
 	fp := admissionregistrationv1.Fail
-	if p.cfg.FailurePolicy != nil {
-		fp = *p.cfg.FailurePolicy
-	}
 	return []admission.Hook{{
 		Policy: Name,
 		Path:   Path,

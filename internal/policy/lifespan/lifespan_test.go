@@ -74,10 +74,8 @@ func TestConfigValidate(t *testing.T) {
 		{"default", DefaultConfig(), ""},
 		{"zero", Config{Max: 0}, ""},
 		{"limit", Config{Max: 1000}, ""},
-		{"ignore", Config{Max: 3, FailurePolicy: ptr(admissionregistrationv1.Ignore)}, ""},
 		{"negative", Config{Max: -1}, "max: must be >= 0, got -1"},
 		{"too large", Config{Max: 1001}, "max: must be <= 1000, got 1001"},
-		{"bad failure policy", Config{Max: 1, FailurePolicy: ptr(admissionregistrationv1.FailurePolicyType("fail"))}, `failurePolicy: must be Fail or Ignore, got "fail"`},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -100,7 +98,7 @@ func TestConfigValidate(t *testing.T) {
 }
 
 func TestDefaultConfig(t *testing.T) {
-	if c := DefaultConfig(); !c.Enabled || c.Max != 14 || c.FailurePolicy != nil {
+	if c := DefaultConfig(); c.Max != 14 {
 		t.Fatalf("DefaultConfig() = %+v", c)
 	}
 }
@@ -122,12 +120,6 @@ func TestHooks(t *testing.T) {
 	if h.Policy != Name || h.Path != "/mutate-pod" || h.Type != admission.Mutating || h.Mutator == nil || h.Validator != nil ||
 		h.FailurePolicy != admissionregistrationv1.Fail || !reflect.DeepEqual(h.Rules, want) {
 		t.Fatalf("unexpected hook %+v", h)
-	}
-	cfg := DefaultConfig()
-	cfg.FailurePolicy = ptr(admissionregistrationv1.Ignore)
-	p, _ = New(cfg)
-	if got := p.Hooks()[0].FailurePolicy; got != admissionregistrationv1.Ignore {
-		t.Fatalf("FailurePolicy = %s", got)
 	}
 }
 

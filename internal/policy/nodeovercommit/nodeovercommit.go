@@ -43,8 +43,6 @@ const (
 // Config is the node-overcommit policy's configuration
 // (policies.node-overcommit).
 type Config struct {
-	// Enabled turns the policy on; a disabled policy registers no hook.
-	Enabled bool `json:"enabled"`
 	// Ratios maps each resource to amplify to its ratio, a decimal string in
 	// [1, MaxRatio] ("1.5"). Resources not listed are never touched, even if
 	// a node's override annotation names them.
@@ -53,17 +51,12 @@ type Config struct {
 	// decimal string ≥ 1. It keeps a mistyped annotation from turning a node
 	// into a black hole for pods.
 	MaxRatio string `json:"maxRatio"`
-	// FailurePolicy overrides both hooks' default failurePolicy (Ignore):
-	// Fail or Ignore. Fail lets an unavailable kadmit block kubelets from
-	// registering and reporting status, so it is rarely what you want.
-	FailurePolicy *admissionregistrationv1.FailurePolicyType `json:"failurePolicy,omitempty"`
 }
 
 // DefaultConfig is the seed profile: enabled, ratios {cpu: "2"}, maxRatio
 // "4", failurePolicy Ignore.
 func DefaultConfig() Config {
 	return Config{
-		Enabled:  true,
 		Ratios:   map[corev1.ResourceName]string{corev1.ResourceCPU: "2"},
 		MaxRatio: "4",
 	}
@@ -103,9 +96,6 @@ func (c Config) parse() (map[corev1.ResourceName]*inf.Dec, *inf.Dec, error) {
 		}
 		ratios[name] = r
 	}
-	if fp := c.FailurePolicy; fp != nil && *fp != admissionregistrationv1.Fail && *fp != admissionregistrationv1.Ignore {
-		return nil, nil, fmt.Errorf("failurePolicy: must be Fail or Ignore, got %q", *fp)
-	}
 	return ratios, maxRatio, nil
 }
 
@@ -143,9 +133,6 @@ func New(cfg Config) (*Policy, error) {
 // only through nodes/status after registration.
 func (p *Policy) Hooks() []admission.Hook {
 	fp := admissionregistrationv1.Ignore
-	if p.cfg.FailurePolicy != nil {
-		fp = *p.cfg.FailurePolicy
-	}
 	rule := func(resource string, ops ...admissionregistrationv1.OperationType) admissionregistrationv1.RuleWithOperations {
 		return admissionregistrationv1.RuleWithOperations{
 			Operations: ops,

@@ -177,7 +177,6 @@ func TestConfigValidate(t *testing.T) {
 		{"default", DefaultConfig(), ""},
 		{"several", Config{Ratios: map[corev1.ResourceName]string{"cpu": "1.5", "memory": "1.2", "pods": "4"}, MaxRatio: "4"}, ""},
 		{"ratio 1 and max 1", Config{Ratios: map[corev1.ResourceName]string{"cpu": "1"}, MaxRatio: "1"}, ""},
-		{"ignore", Config{Ratios: map[corev1.ResourceName]string{"cpu": "2"}, MaxRatio: "4", FailurePolicy: ptr(admissionregistrationv1.Fail)}, ""},
 		{"ratio below 1", Config{Ratios: map[corev1.ResourceName]string{"cpu": "0.5"}, MaxRatio: "4"}, `ratios.cpu: must be a decimal in [1, 4], got "0.5"`},
 		{"ratio above max", Config{Ratios: map[corev1.ResourceName]string{"cpu": "4.5"}, MaxRatio: "4"}, `ratios.cpu: must be a decimal in [1, 4], got "4.5"`},
 		{"ratio not decimal", Config{Ratios: map[corev1.ResourceName]string{"memory": "1.2x"}, MaxRatio: "4"}, `ratios.memory: must be a decimal in [1, 4], got "1.2x"`},
@@ -186,7 +185,6 @@ func TestConfigValidate(t *testing.T) {
 		{"no ratios", Config{MaxRatio: "4"}, "ratios: must name at least one resource"},
 		{"max below 1", Config{Ratios: map[corev1.ResourceName]string{"cpu": "1"}, MaxRatio: "0.9"}, `maxRatio: must be a decimal >= 1, got "0.9"`},
 		{"max missing", Config{Ratios: map[corev1.ResourceName]string{"cpu": "1"}}, `maxRatio: must be a decimal >= 1, got ""`},
-		{"bad failure policy", Config{Ratios: map[corev1.ResourceName]string{"cpu": "1"}, MaxRatio: "4", FailurePolicy: ptr(admissionregistrationv1.FailurePolicyType("x"))}, `failurePolicy: must be Fail or Ignore, got "x"`},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -210,7 +208,7 @@ func TestConfigValidate(t *testing.T) {
 
 func TestDefaultConfig(t *testing.T) {
 	c := DefaultConfig()
-	if !c.Enabled || c.MaxRatio != "4" || c.FailurePolicy != nil || !reflect.DeepEqual(c.Ratios, map[corev1.ResourceName]string{"cpu": "2"}) {
+	if c.MaxRatio != "4" || !reflect.DeepEqual(c.Ratios, map[corev1.ResourceName]string{"cpu": "2"}) {
 		t.Fatalf("DefaultConfig() = %+v", c)
 	}
 	c.Ratios["memory"] = "2"
@@ -242,14 +240,6 @@ func TestHooks(t *testing.T) {
 	if v.Policy != Name || v.Path != "/validate-node" || v.Type != admission.Validating || v.Validator == nil ||
 		v.FailurePolicy != admissionregistrationv1.Ignore || !reflect.DeepEqual(v.Rules, wantV) {
 		t.Fatalf("unexpected validating hook %+v", v)
-	}
-	cfg := DefaultConfig()
-	cfg.FailurePolicy = ptr(admissionregistrationv1.Fail)
-	p, _ = New(cfg)
-	for _, h := range p.Hooks() {
-		if h.FailurePolicy != admissionregistrationv1.Fail {
-			t.Fatalf("FailurePolicy = %s on %s", h.FailurePolicy, h.Path)
-		}
 	}
 
 	// Which requests each hook sees.
@@ -337,7 +327,7 @@ func TestMutateLifecycle(t *testing.T) {
 }
 
 func TestMutate(t *testing.T) {
-	cpuMem := Config{Enabled: true, Ratios: map[corev1.ResourceName]string{"cpu": "2", "memory": "1.2"}, MaxRatio: "4"}
+	cpuMem := Config{Ratios: map[corev1.ResourceName]string{"cpu": "2", "memory": "1.2"}, MaxRatio: "4"}
 	tests := []struct {
 		name         string
 		cfg          Config
@@ -392,7 +382,7 @@ func TestMutate(t *testing.T) {
 		},
 		{
 			name:        "ratio 1 records raw values only",
-			cfg:         Config{Enabled: true, Ratios: map[corev1.ResourceName]string{"cpu": "1"}, MaxRatio: "4"},
+			cfg:         Config{Ratios: map[corev1.ResourceName]string{"cpu": "1"}, MaxRatio: "4"},
 			capacity:    map[string]string{"cpu": "4"},
 			allocatable: map[string]string{"cpu": "3500m"},
 			want: &state{

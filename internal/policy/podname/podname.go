@@ -23,8 +23,6 @@ const Path = "/validate-pod"
 
 // Config is the pod-name policy's configuration (policies.pod-name).
 type Config struct {
-	// Enabled turns the policy on; a disabled policy registers no hook.
-	Enabled bool `json:"enabled"`
 	// Words are the forbidden substrings: non-empty list of non-empty strings.
 	// The first one found in the name is reported.
 	Words []string `json:"words"`
@@ -32,15 +30,12 @@ type Config struct {
 	// default because Kubernetes names are lowercase DNS labels anyway, and
 	// exact matching is what an operator reading the list expects.
 	CaseInsensitive bool `json:"caseInsensitive"`
-	// FailurePolicy overrides the hook's default failurePolicy (Fail): Fail or
-	// Ignore.
-	FailurePolicy *admissionregistrationv1.FailurePolicyType `json:"failurePolicy,omitempty"`
 }
 
 // DefaultConfig is the seed profile: enabled, words ["offensive"],
 // case-sensitive, failurePolicy Fail.
 func DefaultConfig() Config {
-	return Config{Enabled: true, Words: []string{"offensive"}}
+	return Config{Words: []string{"offensive"}}
 }
 
 // Validate reports the first problem in c as "<field>: <problem>", e.g.
@@ -55,9 +50,6 @@ func (c Config) Validate() error {
 		if w == "" {
 			return fmt.Errorf("words[%d]: must not be empty", i)
 		}
-	}
-	if fp := c.FailurePolicy; fp != nil && *fp != admissionregistrationv1.Fail && *fp != admissionregistrationv1.Ignore {
-		return fmt.Errorf("failurePolicy: must be Fail or Ignore, got %q", *fp)
 	}
 	return nil
 }
@@ -93,9 +85,6 @@ func New(cfg Config) (*Policy, error) {
 // Names are immutable, so UPDATE needs no check.
 func (p *Policy) Hooks() []admission.Hook {
 	fp := admissionregistrationv1.Fail
-	if p.cfg.FailurePolicy != nil {
-		fp = *p.cfg.FailurePolicy
-	}
 	return []admission.Hook{{
 		Policy: Name,
 		Path:   Path,

@@ -33,11 +33,9 @@ func TestConfigValidate(t *testing.T) {
 	}{
 		{"default", DefaultConfig(), ""},
 		{"several words", Config{Words: []string{"a", "bad"}, CaseInsensitive: true}, ""},
-		{"failure policy ignore", Config{Words: []string{"a"}, FailurePolicy: ptr(admissionregistrationv1.Ignore)}, ""},
-		{"no words", Config{Enabled: true}, "words: must list at least one word"},
+		{"no words", Config{}, "words: must list at least one word"},
 		{"empty list", Config{Words: []string{}}, "words: must list at least one word"},
 		{"empty word", Config{Words: []string{"a", ""}}, "words[1]: must not be empty"},
-		{"bad failure policy", Config{Words: []string{"a"}, FailurePolicy: ptr(admissionregistrationv1.FailurePolicyType("Maybe"))}, `failurePolicy: must be Fail or Ignore, got "Maybe"`},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -63,7 +61,7 @@ func TestConfigValidate(t *testing.T) {
 
 func TestDefaultConfig(t *testing.T) {
 	c := DefaultConfig()
-	if !c.Enabled || c.CaseInsensitive || c.FailurePolicy != nil || len(c.Words) != 1 || c.Words[0] != "offensive" {
+	if c.CaseInsensitive || len(c.Words) != 1 || c.Words[0] != "offensive" {
 		t.Fatalf("DefaultConfig() = %+v", c)
 	}
 	// Callers may edit the returned slice; it must not leak into later calls.
@@ -96,16 +94,6 @@ func TestHooks(t *testing.T) {
 		len(r.APIVersions) != 1 || r.APIVersions[0] != "v1" ||
 		len(r.Resources) != 1 || r.Resources[0] != "pods" {
 		t.Fatalf("unexpected rule %+v", r)
-	}
-
-	cfg := DefaultConfig()
-	cfg.FailurePolicy = ptr(admissionregistrationv1.Ignore)
-	p, err = New(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if got := p.Hooks()[0].FailurePolicy; got != admissionregistrationv1.Ignore {
-		t.Fatalf("FailurePolicy = %s, want Ignore", got)
 	}
 }
 
@@ -144,12 +132,12 @@ func TestReview(t *testing.T) {
 			raw: `{"apiVersion":"v1","kind":"Pod","metadata":{"name":"Offensive"}}`, allowed: true, matched: 1,
 		},
 		{
-			name: "case-insensitive reports word as configured", cfg: Config{Enabled: true, Words: []string{"OffEnsive"}, CaseInsensitive: true},
+			name: "case-insensitive reports word as configured", cfg: Config{Words: []string{"OffEnsive"}, CaseInsensitive: true},
 			op: admissionv1.Create, raw: `{"apiVersion":"v1","kind":"Pod","metadata":{"name":"an-OFFENSIVE-one"}}`,
 			allowed: false, code: 403, message: `pod name contains "OffEnsive"`, matched: 1,
 		},
 		{
-			name: "first configured word reported", cfg: Config{Enabled: true, Words: []string{"zzz", "bad", "ad"}},
+			name: "first configured word reported", cfg: Config{Words: []string{"zzz", "bad", "ad"}},
 			op: admissionv1.Create, raw: `{"apiVersion":"v1","kind":"Pod","metadata":{"name":"bad-zzz"}}`,
 			allowed: false, code: 403, message: `pod name contains "zzz"`, matched: 1,
 		},
@@ -223,7 +211,7 @@ func TestReview(t *testing.T) {
 }
 
 func TestNewCopiesWords(t *testing.T) {
-	cfg := Config{Enabled: true, Words: []string{"bad"}}
+	cfg := Config{Words: []string{"bad"}}
 	p, err := New(cfg)
 	if err != nil {
 		t.Fatal(err)

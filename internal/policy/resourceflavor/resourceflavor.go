@@ -45,15 +45,11 @@ const ResourceInUseFinalizer = "kueue.x-k8s.io/resource-in-use"
 
 // Config is the resource-flavor policy's configuration (policies.resourceFlavor).
 type Config struct {
-	// Enabled turns the policy on.
-	Enabled bool `json:"enabled"`
 	// AddFinalizer makes the mutating hook add ResourceInUseFinalizer on
 	// CREATE, as Kueue's webhook does. Default false: the finalizer is only
 	// safe when Kueue's controller runs to remove it, else deleting the
 	// flavor hangs.
 	AddFinalizer bool `json:"addFinalizer,omitempty"`
-	// FailurePolicy overrides both hooks' default failurePolicy (Fail).
-	FailurePolicy *admissionregistrationv1.FailurePolicyType `json:"failurePolicy,omitempty"`
 }
 
 // DefaultConfig is the seed profile: disabled, no finalizer.
@@ -61,9 +57,6 @@ func DefaultConfig() Config { return Config{} }
 
 // Validate reports the first problem as "<field>: <problem>".
 func (c Config) Validate() error {
-	if fp := c.FailurePolicy; fp != nil && *fp != admissionregistrationv1.Fail && *fp != admissionregistrationv1.Ignore {
-		return fmt.Errorf("failurePolicy: must be Fail or Ignore, got %q", *fp)
-	}
 	return nil
 }
 
@@ -98,9 +91,6 @@ func New(cfg Config) (*Policy, error) {
 // UPDATE) for kueue.x-k8s.io/v1beta1 resourceflavors, failurePolicy Fail.
 func (p *Policy) Hooks() []admission.Hook {
 	fp := admissionregistrationv1.Fail
-	if p.cfg.FailurePolicy != nil {
-		fp = *p.cfg.FailurePolicy
-	}
 	rule := func(ops ...admissionregistrationv1.OperationType) []admissionregistrationv1.RuleWithOperations {
 		return []admissionregistrationv1.RuleWithOperations{{Operations: ops, Rule: admissionregistrationv1.Rule{
 			APIGroups: []string{"kueue.x-k8s.io"}, APIVersions: []string{"v1beta1"}, Resources: []string{"resourceflavors"}}}}

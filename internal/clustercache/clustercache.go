@@ -1,0 +1,188 @@
+// Package clustercache holds the informer caches that policies reading
+// cluster state (Kueue LocalQueues, Koordinator ElasticQuotas and pods,
+// namespace labels) consult on the admission path. Policies never call the
+// API server while answering a review: they read these caches.
+//
+// A policy declares the resources it reads (policy.Definition.Caches); the
+// server starts one informer per resource, waits for them to sync, and only
+// then serves. A custom resource whose CRD is not served at start is left
+// out and reported: the policy sees no such objects until a restart.
+package clustercache
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/client-go/discovery"
+	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/dynamic/dynamicinformer"
+	"k8s.io/client-go/informers"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/cache"
+)
+
+// SyncTimeout bounds the wait for the caches before serving.
+const SyncTimeout = 2 * time.Minute
+
+// Resource is one cached resource. Built-in resources (core/v1 pods,
+// namespaces) are cached as typed objects (*corev1.Pod); custom resources as
+// *unstructured.Unstructured.
+type Resource struct {
+	schema.GroupVersionResource
+	// Custom is true for a resource served by a CRD, which may be absent.
+	Custom bool
+}
+
+// The resources policies read today.
+var (
+	Pods        = Resource{GroupVersionResource: schema.GroupVersionResource{Version: "v1", Resource: "pods"}}
+	Namespaces  = Resource{GroupVersionResource: schema.GroupVersionResource{Version: "v1", Resource: "namespaces"}}
+	LocalQueues = Resource{GroupVersionResource: schema.GroupVersionResource{Group: "kueue.x-k8s.io", Version: "v1beta1", Resource: "localqueues"}, Custom: true}
+	// ElasticQuotas is the scheduler-plugins ElasticQuota that Koordinator uses.
+	ElasticQuotas = Resource{GroupVersionResource: schema.GroupVersionResource{Group: "scheduling.sigs.k8s.io", Version: "v1alpha1", Resource: "elasticquotas"}, Custom: true}
+)
+
+// Key returns a stable identity for a set of resources: two sets with the
+// same key can share one Caches.
+func Key(rs []Resource) string {
+	out := make([]string, 0, len(rs))
+	for _, r := range rs {
+		out = append(out, r.String())
+	}
+	slices.Sort(out)
+	return strings.Join(slices.Compact(out), ";")
+}
+
+// Caches is a set of started, synced informers.
+type Caches struct {
+	informers map[schema.GroupVersionResource]cache.SharedIndexInformer
+
+	mu     sync.Mutex
+	shared map[string]any
+}
+
+// Informer returns the informer of r, or false when r's CRD was not served
+// at start. It panics when r was not requested from Start: a policy that
+// reads a resource must declare it, and a test would catch the omission.
+func (c *Caches) Informer(r Resource) (cache.SharedIndexInformer, bool) {
+	if c == nil {
+		return nil, false
+	}
+	inf, ok := c.informers[r.GroupVersionResource]
+	if !ok {
+		panic(fmt.Sprintf("clustercache: %s was not declared by any enabled policy", r.String()))
+	}
+	return inf, inf != nil
+}
+
+// Start starts an informer for each resource, running until ctx ends, and
+// returns once they have synced, or an error after SyncTimeout. Managed
+// fields are dropped from every cached object: they are most of a pod's
+// bytes and no policy reads them.
+func Start(ctx context.Context, rc *rest.Config, resources []Resource, log *slog.Logger) (*Caches, error) {
+	cs, err := kubernetes.NewForConfig(rc)
+	if err != nil {
+		return nil, fmt.Errorf("cluster caches: client: %w", err)
+	}
+	dyn, err := dynamic.NewForConfig(rc)
+	if err != nil {
+		return nil, fmt.Errorf("cluster caches: dynamic client: %w", err)
+	}
+	typed := informers.NewSharedInformerFactory(cs, 0)
+	dynamicF := dynamicinformer.NewDynamicSharedInformerFactory(dyn, 0)
+	c := &Caches{informers: map[schema.GroupVersionResource]cache.SharedIndexInformer{}}
+	for _, r := range resources {
+		if _, done := c.informers[r.GroupVersionResource]; done {
+			continue
+		}
+		var inf cache.SharedIndexInformer
+		if r.Custom {
+			ok, err := served(cs.Discovery(), r.GroupVersionResource)
+			if err != nil {
+				return nil, err
+			}
+			if !ok {
+				log.Warn("CRD not served; the policies that read it see no such objects until kadmit restarts", "resource", r.String())
+				c.informers[r.GroupVersionResource] = nil
+				continue
+			}
+			inf = dynamicF.ForResource(r.GroupVersionResource).Informer()
+		} else {
+			gi, err := typed.ForResource(r.GroupVersionResource)
+			if err != nil {
+				return nil, fmt.Errorf("cluster caches: %s: %w", r.String(), err)
+			}
+			inf = gi.Informer()
+		}
+		if err := inf.SetTransform(dropManagedFields); err != nil {
+			return nil, fmt.Errorf("cluster caches: %s transform: %w", r.String(), err)
+		}
+		c.informers[r.GroupVersionResource] = inf
+	}
+	typed.Start(ctx.Done())
+	dynamicF.Start(ctx.Done())
+	syncCtx, cancel := context.WithTimeout(ctx, SyncTimeout)
+	defer cancel()
+	for t, ok := range typed.WaitForCacheSync(syncCtx.Done()) {
+		if !ok {
+			return nil, fmt.Errorf("cluster caches: %v did not sync within %s: %w", t, SyncTimeout, context.Cause(syncCtx))
+		}
+	}
+	for r, ok := range dynamicF.WaitForCacheSync(syncCtx.Done()) {
+		if !ok {
+			return nil, fmt.Errorf("cluster caches: %s did not sync within %s: %w", r.String(), SyncTimeout, context.Cause(syncCtx))
+		}
+	}
+	return c, nil
+}
+
+func dropManagedFields(obj any) (any, error) {
+	if m, err := meta.Accessor(obj); err == nil {
+		m.SetManagedFields(nil)
+	}
+	return obj, nil
+}
+
+// served asks discovery, once at start, whether the API server serves gvr.
+func served(d discovery.DiscoveryInterface, gvr schema.GroupVersionResource) (bool, error) {
+	list, err := d.ServerResourcesForGroupVersion(gvr.GroupVersion().String())
+	if err != nil {
+		// An unknown group version is a 404: not served, not a failure.
+		if apierrors.IsNotFound(err) {
+			return false, nil
+		}
+		return false, fmt.Errorf("cluster caches: discover %s: %w", gvr.GroupVersion(), err)
+	}
+	return slices.ContainsFunc(list.APIResources, func(r metav1.APIResource) bool { return r.Name == gvr.Resource }), nil
+}
+
+// Shared returns the value build makes from these caches, building it once
+// per Caches: a view that registers indexers or event handlers on an
+// informer (the ElasticQuota tree) is made once however often policies are
+// rebuilt on a configuration reload, and goes away with the caches.
+func (c *Caches) Shared(name string, build func() (any, error)) (any, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if v, ok := c.shared[name]; ok {
+		return v, nil
+	}
+	v, err := build()
+	if err != nil {
+		return nil, err
+	}
+	if c.shared == nil {
+		c.shared = map[string]any{}
+	}
+	c.shared[name] = v
+	return v, nil
+}

@@ -1,0 +1,60 @@
+package elasticquota
+
+import (
+	"errors"
+
+	"github.com/kadmit/kadmit/internal/admission"
+	"github.com/kadmit/kadmit/internal/clustercache"
+	"github.com/kadmit/kadmit/internal/policy"
+)
+
+// Definition is the elastic-quota policy's entry in builtin.Registry:
+// section policies.elasticQuota, off in the seed profile. It reads
+// ElasticQuotas and pods from the cluster caches; offline it skips the
+// checks against other quotas and pods with a warning.
+var Definition = &policy.Definition[Config]{
+	PolicyName: Name,
+	SectionKey: "elasticQuota",
+	Defaults:   DefaultConfig,
+	Caches: func(Config) []clustercache.Resource {
+		return []clustercache.Resource{clustercache.ElasticQuotas, clustercache.Pods}
+	},
+	Build: func(cfg Config, env policy.Env) ([]admission.Hook, error) {
+		var c Cache
+		if env.Cluster != nil {
+			// One tree per set of caches: a reload that keeps the caches
+			// keeps the tree and its single event handler.
+			v, err := env.Cluster.Shared(Name, func() (any, error) {
+				quotas, _ := env.Cluster.Informer(clustercache.ElasticQuotas)
+				pods, ok := env.Cluster.Informer(clustercache.Pods)
+				if !ok {
+					return nil, errPodsNotCached
+				}
+				ic, err := NewInformerCache(quotas, pods)
+				if err != nil {
+					return nil, err
+				}
+				if env.Log != nil {
+					ic.OnParseError = func(ns, name string, err error) {
+						env.Log.Warn("ElasticQuota left out of the quota tree", "namespace", ns, "name", name, "err", err)
+					}
+				}
+				ic.Rebuild()
+				return ic, nil
+			})
+			if err != nil {
+				return nil, err
+			}
+			c = v.(*InformerCache)
+		}
+		p, err := New(cfg, c)
+		if err != nil {
+			return nil, err
+		}
+		return p.Hooks(), nil
+	},
+}
+
+// errPodsNotCached means the server started the caches without pods, which
+// Definition.Caches asks for: a programming error.
+var errPodsNotCached = errors.New("the pod cache is not running")

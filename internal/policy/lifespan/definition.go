@@ -1,0 +1,22 @@
+package lifespan
+
+import (
+	"github.com/kadmit/kadmit/internal/admission"
+	"github.com/kadmit/kadmit/internal/policy"
+)
+
+// Definition is the Lifespan policy's entry in builtin.Registry: section
+// policies.lifespan, enabled in the seed profile.
+var Definition = &policy.Definition[Config]{
+	PolicyName:       Name,
+	SectionKey:       "lifespan",
+	EnabledByDefault: true,
+	Defaults:         DefaultConfig,
+	Build: func(cfg Config, _ policy.Env) ([]admission.Hook, error) {
+		p, err := New(cfg)
+		if err != nil {
+			return nil, err
+		}
+		return p.Hooks(), nil
+	},
+}

@@ -1,0 +1,22 @@
+package resourceflavor
+
+import (
+	"github.com/kadmit/kadmit/internal/admission"
+	"github.com/kadmit/kadmit/internal/policy"
+)
+
+// Definition is the resource-flavor policy's entry in builtin.Registry: section
+// policies.resourceFlavor, off in the seed profile.
+var Definition = &policy.Definition[Config]{
+	PolicyName:       Name,
+	SectionKey:       "resourceFlavor",
+	EnabledByDefault: false,
+	Defaults:         DefaultConfig,
+	Build: func(cfg Config, _ policy.Env) ([]admission.Hook, error) {
+		p, err := New(cfg)
+		if err != nil {
+			return nil, err
+		}
+		return p.Hooks(), nil
+	},
+}
