@@ -17,20 +17,30 @@ build: ## build bin/kadmit
 controlplane: ## build the pinned kube-apiserver and etcd into the cache (skips what is built)
 	bash hack/controlplane.sh
 
+# The test infrastructure (control plane, network namespace, seed scenarios,
+# demo, e2e suites) is the nested module test/, so that envtest and
+# controller-runtime are dependencies of the tests only, never of kadmit.
 demo: build controlplane ## the main job: a real kube-apiserver admits, mutates and rejects through kadmit
-	$(GO) run ./hack/demo --kadmit $(BIN)/kadmit
+	cd test && $(GO) run ./demo --kadmit $(abspath $(BIN))/kadmit
+
+# Modules kadmit itself must never depend on; their place is test/,
+# test/deploy and bench/reference.
+TEST_ONLY_MODULES := sigs.k8s.io/controller-runtime|helm.sh/helm
 
 vet:
 	$(GO) vet ./...
+	cd test && $(GO) vet ./...
 	@test -z "$$(gofmt -l cmd internal hack test)" || { gofmt -l cmd internal hack test; echo "gofmt needed"; exit 1; }
+	@! $(GO) mod graph | grep -E '$(TEST_ONLY_MODULES)' || { echo "kadmit's go.mod depends on a test-only module (above)"; exit 1; }
 
 unit: ## unit tests (no control plane)
-	$(GO) test -count=1 $$($(GO) list ./... | grep -v /test/e2e)
+	$(GO) test -count=1 ./...
+	cd test && $(GO) test -count=1 $$($(GO) list ./... | grep -v /e2e)
 
 # -p 1: the suites assert recovery windows under load; running them side by
 # side on two cores would make those windows measure each other.
 e2e: controlplane ## end-to-end tests against the real kube-apiserver and etcd
-	KADMIT_E2E_REQUIRED=1 KADMIT_CONTROLPLANE_DIR=$(CONTROLPLANE_DIR) $(GO) test -p 1 -count=1 -timeout 30m ./test/e2e/...
+	cd test && KADMIT_E2E_REQUIRED=1 KADMIT_CONTROLPLANE_DIR=$(CONTROLPLANE_DIR) $(GO) test -p 1 -count=1 -timeout 30m ./e2e/...
 
 fuzz: ## a short run of each fuzz target
 	$(GO) test -run '^$$' -fuzz '^FuzzDecodeReview$$' -fuzztime $(FUZZTIME) ./internal/admission

@@ -29,9 +29,13 @@ type Report struct {
 	Allowed     int64            // correct answers that allowed
 	Denied      int64            // correct answers that denied
 	Patched     int64            // correct answers that carried a patch
-	Connections int64            // TCP connections opened
-	Duration    time.Duration    // from the first request sent to the last answer
-	StoppedBy   string           // "requests", "duration" or "interrupted"
+	// Connections counts the TCP connections opened. At most Concurrency
+	// are open at once, but more may be opened in all: the server may close
+	// kept-alive connections, and net/http retires one whose request write
+	// it has not seen finish within 50ms of the answer (a starved CPU).
+	Connections int64
+	Duration    time.Duration // from the first request sent to the last answer
+	StoppedBy   string        // "requests", "duration" or "interrupted"
 
 	hist *histogram
 }

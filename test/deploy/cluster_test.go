@@ -34,8 +34,8 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 	"sigs.k8s.io/yaml"
 
-	"github.com/kadmit/kadmit/internal/controlplane"
-	"github.com/kadmit/kadmit/internal/controlplane/kadmitproc"
+	"github.com/kadmit/kadmit/test/controlplane"
+	"github.com/kadmit/kadmit/test/controlplane/kadmitproc"
 	"github.com/kadmit/kadmit/test/deploy/chart"
 	"github.com/kadmit/kadmit/test/deploy/internal/audit"
 	"github.com/kadmit/kadmit/test/deploy/internal/proc"

@@ -2,10 +2,13 @@ module github.com/kadmit/kadmit/test/deploy
 
 go 1.26.0
 
-replace github.com/kadmit/kadmit => ../..
+replace (
+	github.com/kadmit/kadmit => ../..
+	github.com/kadmit/kadmit/test => ..
+)
 
 require (
-	github.com/kadmit/kadmit v0.0.0-00010101000000-000000000000
+	github.com/kadmit/kadmit/test v0.0.0-00010101000000-000000000000
 	helm.sh/helm/v4 v4.3.1
 	k8s.io/api v0.37.1
 	k8s.io/apimachinery v0.37.1
@@ -105,6 +108,7 @@ require (
 	go.yaml.in/yaml/v2 v2.4.4 // indirect
 	go.yaml.in/yaml/v3 v3.0.5 // indirect
 	golang.org/x/crypto v0.58.0 // indirect
+	golang.org/x/mod v0.41.0 // indirect
 	golang.org/x/net v0.60.0 // indirect
 	golang.org/x/oauth2 v0.37.0 // indirect
 	golang.org/x/sync v0.24.0 // indirect

@@ -3,7 +3,7 @@
 // server stores or refuses. Nothing is mocked: if these pass, a cluster
 // configured the same way behaves the same.
 //
-// Run with `go test ./test/e2e/...` after `make controlplane`. Without the
+// Run with `cd test && go test ./e2e/...` after `make controlplane`. Without the
 // control plane binaries the tests skip, unless KADMIT_E2E_REQUIRED=1, which
 // turns their absence into a failure (for CI). KADMIT_E2E_KEEP=1 keeps the
 // temporary directory (kadmit.log, controlplane.log, kubeconfig) for a

@@ -18,7 +18,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
-	"github.com/kadmit/kadmit/internal/controlplane/kadmitproc"
+	"github.com/kadmit/kadmit/test/controlplane/kadmitproc"
 	"github.com/kadmit/kadmit/test/e2e/e2eenv"
 )
 

@@ -10,7 +10,7 @@ import (
 	"time"
 
 	"github.com/kadmit/kadmit/internal/certs"
-	"github.com/kadmit/kadmit/internal/controlplane/kadmitproc"
+	"github.com/kadmit/kadmit/test/controlplane/kadmitproc"
 	"github.com/kadmit/kadmit/test/e2e/e2eenv"
 )
 

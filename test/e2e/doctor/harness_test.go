@@ -27,8 +27,8 @@ import (
 
 	"github.com/kadmit/kadmit/internal/certs"
 	"github.com/kadmit/kadmit/internal/doctor"
-	"github.com/kadmit/kadmit/internal/netns"
 	"github.com/kadmit/kadmit/test/e2e/e2eenv"
+	"github.com/kadmit/kadmit/test/netns"
 )
 
 const (

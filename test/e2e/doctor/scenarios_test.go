@@ -23,10 +23,10 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
 
-	"github.com/kadmit/kadmit/internal/controlplane/kadmitproc"
 	"github.com/kadmit/kadmit/internal/doctor"
-	"github.com/kadmit/kadmit/internal/netns"
+	"github.com/kadmit/kadmit/test/controlplane/kadmitproc"
 	"github.com/kadmit/kadmit/test/e2e/e2eenv"
+	"github.com/kadmit/kadmit/test/netns"
 )
 
 // runPlugin runs `kubectl kadmit <args>` (kubectl finds kubectl-kadmit on

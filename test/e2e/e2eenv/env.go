@@ -11,9 +11,9 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 
-	"github.com/kadmit/kadmit/internal/controlplane"
-	"github.com/kadmit/kadmit/internal/controlplane/kadmitproc"
-	"github.com/kadmit/kadmit/internal/netns"
+	"github.com/kadmit/kadmit/test/controlplane"
+	"github.com/kadmit/kadmit/test/controlplane/kadmitproc"
+	"github.com/kadmit/kadmit/test/netns"
 )
 
 // APIServerIP is the API server's --advertise-address, on lo inside the

@@ -34,12 +34,12 @@ import (
 	"github.com/go-logr/logr"
 	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
 
-	"github.com/kadmit/kadmit/internal/controlplane"
-	"github.com/kadmit/kadmit/internal/netns"
+	"github.com/kadmit/kadmit/test/controlplane"
+	"github.com/kadmit/kadmit/test/netns"
 )
 
 // Netns says whether a suite runs in a private network namespace
-// (internal/netns).
+// (test/netns).
 type Netns int
 
 const (

@@ -27,8 +27,8 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/utils/ptr"
 
-	"github.com/kadmit/kadmit/internal/controlplane/kadmitproc"
-	"github.com/kadmit/kadmit/internal/netns"
+	"github.com/kadmit/kadmit/test/controlplane/kadmitproc"
+	"github.com/kadmit/kadmit/test/netns"
 )
 
 // ---------------------------------------------------------------------------

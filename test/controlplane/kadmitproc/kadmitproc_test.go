@@ -2,6 +2,8 @@ package kadmitproc
 
 import (
 	"fmt"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 )
@@ -46,5 +48,27 @@ func TestDecisions(t *testing.T) {
 	d := ds[0]
 	if d.Webhook != "/validate-pod" || d.Object != "default/offensive-pod" || d.Allowed || d.Code != 403 || d.LatencyString() != "160µs" {
 		t.Fatalf("decision = %+v (latency %s)", d, d.LatencyString())
+	}
+}
+
+func TestRepoRootSkipsNestedModules(t *testing.T) {
+	root := t.TempDir()
+	nested := filepath.Join(root, "test", "e2e")
+	if err := os.MkdirAll(nested, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	for dir, mod := range map[string]string{root: MainModule, filepath.Join(root, "test"): MainModule + "/test"} {
+		if err := os.WriteFile(filepath.Join(dir, "go.mod"), []byte("module "+mod+"\n\ngo 1.26.0\n"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	t.Chdir(nested)
+	got, err := RepoRoot()
+	if err != nil || got != root {
+		t.Fatalf("RepoRoot() = %q, %v; want %q", got, err, root)
+	}
+	t.Chdir(t.TempDir())
+	if _, err := RepoRoot(); err == nil {
+		t.Fatal("RepoRoot() outside any kadmit module succeeded")
 	}
 }

@@ -10,7 +10,7 @@ import (
 	"os/signal"
 	"syscall"
 
-	"github.com/kadmit/kadmit/internal/controlplane"
+	"github.com/kadmit/kadmit/test/controlplane"
 )
 
 func main() {

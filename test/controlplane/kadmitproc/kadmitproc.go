@@ -22,38 +22,42 @@ import (
 	"syscall"
 	"time"
 
+	"golang.org/x/mod/modfile"
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
+
+	"github.com/kadmit/kadmit/test/poll"
 )
 
 // ConfigName is the name of the MutatingWebhookConfiguration and the
 // ValidatingWebhookConfiguration `kadmit serve --register` writes.
 const ConfigName = "kadmit"
 
-// pollInterval paces every wait in this package: short enough that tests do
-// not idle, long enough not to hammer the API server.
-const pollInterval = 100 * time.Millisecond
-
 // maxLogLines bounds the log lines kept in memory; older ones are dropped.
 const maxLogLines = 20000
 
-// RepoRoot walks up from the working directory to the directory holding
-// go.mod, since `go test` runs in the package directory and `go run` wherever
-// the user stands.
+// MainModule is the module path of kadmit itself, whose root RepoRoot finds.
+const MainModule = "github.com/kadmit/kadmit"
+
+// RepoRoot walks up from the working directory to the root of kadmit's main
+// module: the first directory whose go.mod declares MainModule. `go test`
+// runs in the package directory and `go run` wherever the user stands, and
+// the test module's own go.mod (test/go.mod) sits below the root, so the
+// nearest go.mod is not necessarily the one wanted.
 func RepoRoot() (string, error) {
 	dir, err := os.Getwd()
 	if err != nil {
 		return "", fmt.Errorf("kadmitproc: working directory: %w", err)
 	}
 	for {
-		if _, err := os.Stat(filepath.Join(dir, "go.mod")); err == nil {
+		if data, err := os.ReadFile(filepath.Join(dir, "go.mod")); err == nil && modfile.ModulePath(data) == MainModule {
 			return dir, nil
 		}
 		parent := filepath.Dir(dir)
 		if parent == dir {
-			return "", errors.New("kadmitproc: no go.mod in the working directory or any parent")
+			return "", fmt.Errorf("kadmitproc: no go.mod of module %s in the working directory or any parent", MainModule)
 		}
 		dir = parent
 	}
@@ -209,27 +213,29 @@ func (p *Process) ExitCode() int {
 func (p *Process) WaitReady(ctx context.Context) error {
 	url := "http://" + p.opts.MetricsAddr + "/readyz"
 	hc := &http.Client{Timeout: 2 * time.Second}
-	var last string
-	for {
+	err := poll.Until(ctx, 0, func(ctx context.Context) error {
+		if err := p.exitErr(); err != nil {
+			return poll.Stop(err)
+		}
 		req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
 		if err != nil {
-			return fmt.Errorf("kadmitproc: readiness request: %w", err)
+			return poll.Stop(fmt.Errorf("readiness request: %w", err))
 		}
 		resp, err := hc.Do(req)
-		if err == nil {
-			body, _ := io.ReadAll(io.LimitReader(resp.Body, 4096))
-			_ = resp.Body.Close()
-			if resp.StatusCode == http.StatusOK {
-				return nil
-			}
-			last = fmt.Sprintf("HTTP %d: %s", resp.StatusCode, strings.TrimSpace(string(body)))
-		} else {
-			last = err.Error()
+		if err != nil {
+			return err
 		}
-		if err := p.sleep(ctx); err != nil {
-			return fmt.Errorf("kadmitproc: %s not ready (last answer: %s): %w", url, last, err)
+		body, _ := io.ReadAll(io.LimitReader(resp.Body, 4096))
+		_ = resp.Body.Close()
+		if resp.StatusCode != http.StatusOK {
+			return fmt.Errorf("HTTP %d: %s", resp.StatusCode, strings.TrimSpace(string(body)))
 		}
+		return nil
+	})
+	if err != nil {
+		return p.waitErr(url+" not ready", err)
 	}
+	return nil
 }
 
 // WaitRegistered polls until the MutatingWebhookConfiguration and the
@@ -237,17 +243,22 @@ func (p *Process) WaitReady(ctx context.Context) error {
 // caBundle and a URL under p.WebhookURL, and returns them. It fails when ctx
 // ends or the process exits first.
 func (p *Process) WaitRegistered(ctx context.Context, client kubernetes.Interface) (*admissionregistrationv1.MutatingWebhookConfiguration, *admissionregistrationv1.ValidatingWebhookConfiguration, error) {
-	var last error
-	for {
-		m, v, err := p.registration(ctx, client)
-		if err == nil {
-			return m, v, nil
+	var (
+		m *admissionregistrationv1.MutatingWebhookConfiguration
+		v *admissionregistrationv1.ValidatingWebhookConfiguration
+	)
+	err := poll.Until(ctx, 0, func(ctx context.Context) error {
+		if err := p.exitErr(); err != nil {
+			return poll.Stop(err)
 		}
-		last = err
-		if err := p.sleep(ctx); err != nil {
-			return nil, nil, fmt.Errorf("kadmitproc: webhook configurations %q not registered (last: %v): %w", ConfigName, last, err)
-		}
+		var err error
+		m, v, err = p.registration(ctx, client)
+		return err
+	})
+	if err != nil {
+		return nil, nil, p.waitErr(fmt.Sprintf("webhook configurations %q not registered", ConfigName), err)
 	}
+	return m, v, nil
 }
 
 func (p *Process) registration(ctx context.Context, client kubernetes.Interface) (*admissionregistrationv1.MutatingWebhookConfiguration, *admissionregistrationv1.ValidatingWebhookConfiguration, error) {
@@ -293,32 +304,32 @@ const ProbePodName = "kadmit-probe-offensive"
 func (p *Process) WaitEffective(ctx context.Context, client kubernetes.Interface, namespace string) error {
 	pods := client.CoreV1().Pods(namespace)
 	dry := metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}}
-	var last string
-	for {
+	err := poll.Until(ctx, 0, func(ctx context.Context) error {
+		if err := p.exitErr(); err != nil {
+			return poll.Stop(err)
+		}
 		_, err := pods.Create(ctx, probePod(ProbePodName), dry)
 		// The pod's own name shows up in unrelated errors too; only the
 		// policy's message proves the webhook answered.
-		validating := err != nil && strings.Contains(err.Error(), `pod name contains "offensive"`)
-		if err == nil {
-			last = "pod-name webhook: offensive probe pod was admitted"
-		} else if !validating {
-			last = "pod-name webhook: " + err.Error()
+		switch {
+		case err == nil:
+			return errors.New("pod-name webhook: offensive probe pod was admitted")
+		case !strings.Contains(err.Error(), `pod name contains "offensive"`):
+			return fmt.Errorf("pod-name webhook: %w", err)
 		}
-		if validating {
-			got, err := pods.Create(ctx, probePod("kadmit-probe"), dry)
-			switch {
-			case err != nil:
-				last = "lifespan webhook: " + err.Error()
-			case hasTolerationKey(got.Spec.Tolerations, "acme.com/lifespan-remaining"):
-				return nil
-			default:
-				last = "lifespan webhook: probe pod got no acme.com/lifespan-remaining toleration"
-			}
+		got, err := pods.Create(ctx, probePod("kadmit-probe"), dry)
+		switch {
+		case err != nil:
+			return fmt.Errorf("lifespan webhook: %w", err)
+		case !hasTolerationKey(got.Spec.Tolerations, "acme.com/lifespan-remaining"):
+			return errors.New("lifespan webhook: probe pod got no acme.com/lifespan-remaining toleration")
 		}
-		if err := p.sleep(ctx); err != nil {
-			return fmt.Errorf("kadmitproc: webhooks not in effect (last: %s): %w", last, err)
-		}
+		return nil
+	})
+	if err != nil {
+		return p.waitErr("webhooks not in effect", err)
 	}
+	return nil
 }
 
 func probePod(name string) *corev1.Pod {
@@ -339,19 +350,20 @@ func hasTolerationKey(ts []corev1.Toleration, key string) bool {
 	return false
 }
 
-// sleep waits one poll interval; it fails with ctx's error when ctx ends and
-// with ErrExited when the process has ended, since waiting longer is futile.
-func (p *Process) sleep(ctx context.Context) error {
-	t := time.NewTimer(pollInterval)
-	defer t.Stop()
+// exitErr is ErrExited, with the exit code, once the process has ended:
+// waiting on it any longer is futile.
+func (p *Process) exitErr() error {
 	select {
-	case <-ctx.Done():
-		return fmt.Errorf("%w; kadmit's last log lines:\n%s", ctx.Err(), p.Tail(15))
 	case <-p.exited:
-		return fmt.Errorf("%w with code %d; kadmit's last log lines:\n%s", ErrExited, p.ExitCode(), p.Tail(15))
-	case <-t.C:
+		return fmt.Errorf("%w with code %d", ErrExited, p.ExitCode())
+	default:
 		return nil
 	}
+}
+
+// waitErr reports a failed wait with kadmit's last log lines.
+func (p *Process) waitErr(what string, err error) error {
+	return fmt.Errorf("kadmitproc: %s: %w; kadmit's last log lines:\n%s", what, err, p.Tail(15))
 }
 
 // ErrExited reports that kadmit ended while something waited on it.

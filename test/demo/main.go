@@ -4,8 +4,8 @@
 // examples/seed/ and prints, for each step, what was expected next to what the
 // API server answered.
 //
-//	make controlplane                    # once: builds kube-apiserver and etcd
-//	go run ./hack/demo [--kadmit PATH]   # or: make demo
+//	make controlplane                          # once: builds kube-apiserver and etcd
+//	cd test && go run ./demo [--kadmit PATH]   # or: make demo
 //
 // It exits 0 when every outcome matched and 1 otherwise, and stops kadmit and
 // the control plane on every path out, Ctrl-C included.
@@ -38,8 +38,8 @@ import (
 	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
 	"sigs.k8s.io/yaml"
 
-	"github.com/kadmit/kadmit/internal/controlplane"
-	"github.com/kadmit/kadmit/internal/controlplane/kadmitproc"
+	"github.com/kadmit/kadmit/test/controlplane"
+	"github.com/kadmit/kadmit/test/controlplane/kadmitproc"
 )
 
 type options struct {
