@@ -168,7 +168,14 @@ func (d *daemon) validate(context.Context) error {
 // when a part surely needs it.
 func (d *daemon) connect(context.Context) error {
 	d.kube = sync.OnceValues(func() (*rest.Config, error) {
-		return kubeconfig.Load(d.opts.Kubeconfig, d.opts.KubeContext, "kadmit")
+		rc, err := kubeconfig.Load(d.opts.Kubeconfig, d.opts.KubeContext, "kadmit")
+		if err == nil && rc.QPS == 0 {
+			// client-go's 5 QPS / burst 10 would queue a caBundle repair
+			// behind a few earlier writes; controller-runtime's defaults
+			// (pkg/client/config, QPS 20, Burst 30) keep it immediate.
+			rc.QPS, rc.Burst = 20, 30
+		}
+		return rc, err
 	})
 	if !d.opts.Register && d.opts.TLSMode != TLSSelfManaged && d.opts.ConfigMap == "" {
 		return nil

@@ -279,7 +279,8 @@ func (r *Registrar) Inject(ctx context.Context, bundle []byte) (held bool, err e
 	if err != nil {
 		return false, fmt.Errorf("registrar: %w", err)
 	}
-	if r.upToDate(mwc, vwc) {
+	mUp, vUp := r.upToDate(mwc, vwc)
+	if mUp && vUp {
 		r.hold("")
 		return false, nil
 	}
@@ -289,6 +290,14 @@ func (r *Registrar) Inject(ctx context.Context, bundle []byte) (held bool, err e
 	}
 	r.hold("")
 	stale := r.staleBundles(bundle)
+	// Only what differs: each write counts against the client's rate
+	// limit, and a repair should not wait behind a no-op.
+	if mUp {
+		mwc = nil
+	}
+	if vUp {
+		vwc = nil
+	}
 	if err := Apply(ctx, r.o.Client, mwc, vwc); err != nil {
 		return false, err
 	}
@@ -340,25 +349,23 @@ func (r *Registrar) Run(ctx context.Context) {
 	}
 }
 
-// upToDate reports whether the cache holds both configurations with
-// exactly the webhooks wanted; a write would then change nothing.
-func (r *Registrar) upToDate(mwc *admissionregistrationv1.MutatingWebhookConfiguration, vwc *admissionregistrationv1.ValidatingWebhookConfiguration) bool {
+// upToDate reports, per configuration, whether the cache holds it with
+// exactly the webhooks wanted (a nil one is up to date); writing it would
+// change nothing.
+func (r *Registrar) upToDate(mwc *admissionregistrationv1.MutatingWebhookConfiguration, vwc *admissionregistrationv1.ValidatingWebhookConfiguration) (mutating, validating bool) {
 	if r.mutating == nil {
-		return false
+		return mwc == nil, vwc == nil
 	}
+	mutating, validating = true, true
 	if mwc != nil {
 		live, err := r.mutating.Get(mwc.Name)
-		if err != nil || !apiequality.Semantic.DeepEqual(live.Webhooks, mwc.Webhooks) {
-			return false
-		}
+		mutating = err == nil && apiequality.Semantic.DeepEqual(live.Webhooks, mwc.Webhooks)
 	}
 	if vwc != nil {
 		live, err := r.validating.Get(vwc.Name)
-		if err != nil || !apiequality.Semantic.DeepEqual(live.Webhooks, vwc.Webhooks) {
-			return false
-		}
+		validating = err == nil && apiequality.Semantic.DeepEqual(live.Webhooks, vwc.Webhooks)
 	}
-	return true
+	return mutating, validating
 }
 
 // exists reports whether every configuration to write is in the cache.
