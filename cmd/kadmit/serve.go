@@ -14,6 +14,7 @@ import (
 	"github.com/kadmit/kadmit/internal/admission"
 	"github.com/kadmit/kadmit/internal/certs"
 	"github.com/kadmit/kadmit/internal/daemon"
+	"github.com/kadmit/kadmit/internal/registration"
 )
 
 func newServeCmd() *cobra.Command {
@@ -29,7 +30,9 @@ func newServeCmd() *cobra.Command {
 (debugging only, off by default) that port also serves /debug/pprof/.
 
 With --register, kadmit writes its own MutatingWebhookConfiguration and
-ValidatingWebhookConfiguration (named kadmit) once it is ready to answer.`,
+ValidatingWebhookConfiguration (named by --webhook-config-name, one name per
+install) once it is ready to answer, and repairs them whenever they change,
+whatever the --tls mode.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			log, err := newLogger(logFormat, logLevel)
@@ -83,9 +86,10 @@ ValidatingWebhookConfiguration (named kadmit) once it is ready to answer.`,
 	f.DurationVar(&o.RetryPeriod, "retry-period", 2*time.Second, "leader-election retry period")
 	f.DurationVar(&o.SettleDelay, "settle-delay", 3*time.Second, "how long a new caBundle must be in place before certificates move to a new CA, and old CAs stay after")
 	f.BoolVar(&o.Register, "register", false, "write kadmit's webhook configurations once a replica is ready, and repair them when changed")
+	f.StringVar(&o.WebhookConfigName, "webhook-config-name", registration.DefaultName, "name of the MutatingWebhookConfiguration and ValidatingWebhookConfiguration --register writes and readiness checks; one per install (the Helm chart uses the release's full name)")
 	f.StringVar(&o.WebhookURL, "webhook-url", "", "base URL the API server calls (dev mode), e.g. https://127.0.0.1:9443; default: the Service")
-	f.StringVar(&o.CABundleFile, "ca-bundle-file", "", "CA (PEM) to register as caBundle with --tls=files")
-	f.StringVar(&o.Kubeconfig, "kubeconfig", "", "kubeconfig for --register (default: in-cluster or $KUBECONFIG)")
+	f.StringVar(&o.CABundleFile, "ca-bundle-file", "", "CA bundle (PEM) to register as caBundle with --tls=files, followed on change like --cert-dir")
+	f.StringVar(&o.Kubeconfig, "kubeconfig", "", "kubeconfig (default: $KUBECONFIG, ~/.kube/config, then in-cluster)")
 	f.StringVar(&o.KubeContext, "context", "", "kubeconfig context")
 	f.StringVar(&logFormat, "log-format", "json", "log format: json or text")
 	f.StringVar(&logLevel, "log-level", "info", "log level: debug, info, warn or error")

@@ -8,14 +8,14 @@ import (
 
 	"github.com/spf13/cobra"
 	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/tools/clientcmd"
 
+	"github.com/kadmit/kadmit/internal/kubeconfig"
 	"github.com/kadmit/kadmit/internal/uninstall"
 )
 
 func newUninstallCmd() *cobra.Command {
 	var o uninstall.Options
-	var kubeconfig, kubeContext, logFormat, logLevel string
+	var kubeconfigPath, kubeContext, logFormat, logLevel string
 	var timeout time.Duration
 	cmd := &cobra.Command{
 		Use:   "uninstall",
@@ -38,13 +38,10 @@ Exit status: 0 done, 1 failed (the error says what is left), 2 usage.`,
 			if timeout <= 0 {
 				return cmdexit.New(2, fmt.Errorf("--timeout %s: must be positive", timeout))
 			}
-			rules := clientcmd.NewDefaultClientConfigLoadingRules()
-			rules.ExplicitPath = kubeconfig
-			rc, err := clientcmd.NewNonInteractiveDeferredLoadingClientConfig(rules, &clientcmd.ConfigOverrides{CurrentContext: kubeContext}).ClientConfig()
+			rc, err := kubeconfig.Load(kubeconfigPath, kubeContext, "kadmit-uninstall")
 			if err != nil {
-				return cmdexit.New(2, fmt.Errorf("load kubeconfig: %w", err))
+				return cmdexit.New(2, err)
 			}
-			rc.UserAgent = "kadmit-uninstall"
 			if o.Client, err = kubernetes.NewForConfig(rc); err != nil {
 				return cmdexit.New(2, fmt.Errorf("build client: %w", err))
 			}
@@ -65,7 +62,7 @@ Exit status: 0 done, 1 failed (the error says what is left), 2 usage.`,
 	f.StringVar(&o.PodSelector, "pod-selector", "", "label selector of kadmit's pods, waited for when the Deployment is gone or not named")
 	f.StringVar(&o.ConfigurationName, "configuration-name", uninstall.DefaultConfigurationName, "name of kadmit's MutatingWebhookConfiguration and ValidatingWebhookConfiguration")
 	f.DurationVar(&timeout, "timeout", 3*time.Minute, "bound for the whole run, including waiting for kadmit's pods to end")
-	f.StringVar(&kubeconfig, "kubeconfig", "", "kubeconfig (default: in-cluster or $KUBECONFIG)")
+	f.StringVar(&kubeconfigPath, "kubeconfig", "", "kubeconfig (default: in-cluster or $KUBECONFIG)")
 	f.StringVar(&kubeContext, "context", "", "kubeconfig context")
 	f.StringVar(&logFormat, "log-format", "text", "log format: json or text")
 	f.StringVar(&logLevel, "log-level", "info", "log level: debug, info, warn or error")

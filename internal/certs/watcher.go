@@ -3,10 +3,12 @@ package certs
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"os"
 	"path/filepath"
+	"sync/atomic"
 	"time"
 
 	"github.com/fsnotify/fsnotify"
@@ -20,6 +22,10 @@ import (
 type DirWatcher struct {
 	Dir    string
 	Holder *Holder
+	// BundleFile, when set, is a PEM CA bundle (the caBundle to register,
+	// e.g. cert-manager's ca.crt) followed like the pair: Bundle returns its
+	// newest content. Its directory is watched too.
+	BundleFile string
 	// Poll is the fallback interval; default 10s.
 	Poll time.Duration
 	// OnReload, when set, is called after each successful swap.
@@ -29,11 +35,44 @@ type DirWatcher struct {
 	Logger  *slog.Logger
 
 	lastCert, lastKey []byte
+	bundle            atomic.Pointer[[]byte]
+}
+
+// Bundle returns the newest valid content of BundleFile, or nil.
+func (w *DirWatcher) Bundle() []byte {
+	if b := w.bundle.Load(); b != nil {
+		return *b
+	}
+	return nil
+}
+
+// loadBundle reads BundleFile and keeps it when it holds a certificate. An
+// unreadable or empty file keeps the previous bundle: registering nothing
+// would take the webhooks down.
+func (w *DirWatcher) loadBundle() error {
+	if w.BundleFile == "" {
+		return nil
+	}
+	b, err := os.ReadFile(w.BundleFile)
+	if err != nil {
+		return fmt.Errorf("read CA bundle: %w", err)
+	}
+	if _, err := ParseCertificates(b); err != nil {
+		return fmt.Errorf("CA bundle %s: %w", w.BundleFile, err)
+	}
+	if !bytes.Equal(b, w.Bundle()) {
+		w.bundle.Store(&b)
+	}
+	return nil
 }
 
 // Load reads the pair once and swaps it in when it changed. It returns the
 // error of an unreadable or invalid pair and keeps the current certificate.
 func (w *DirWatcher) Load() error {
+	return errors.Join(w.loadPair(), w.loadBundle())
+}
+
+func (w *DirWatcher) loadPair() error {
 	certPEM, err := os.ReadFile(filepath.Join(w.Dir, "tls.crt"))
 	if err != nil {
 		return fmt.Errorf("read serving certificate: %w", err)
@@ -74,7 +113,10 @@ func (w *DirWatcher) Run(ctx context.Context) {
 	var errs chan error
 	fw, err := fsnotify.NewWatcher()
 	if err == nil {
-		if err = fw.Add(w.Dir); err == nil {
+		if err = fw.Add(w.Dir); err == nil && w.BundleFile != "" && filepath.Dir(w.BundleFile) != filepath.Clean(w.Dir) {
+			err = fw.Add(filepath.Dir(w.BundleFile))
+		}
+		if err == nil {
 			events, errs = fw.Events, fw.Errors
 			defer fw.Close()
 		} else {

@@ -1,30 +1,33 @@
-// Package daemon assembles the `kadmit serve` process: configuration,
-// serving certificate and its lifecycle, HTTPS server and self-registration.
+// Package daemon wires the `kadmit serve` process together: configuration
+// and policies, one certificate source (certs.Source, one per --tls mode),
+// the registrar (registration.Registrar) that writes and repairs the webhook
+// configurations, one readiness gate and the HTTPS server. It holds no logic
+// of its own beyond choosing and connecting those parts.
 package daemon
 
 import (
 	"context"
+	"crypto/x509"
 	"errors"
 	"fmt"
 	"log/slog"
-	"net"
-	"net/url"
-	"os"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
-	"k8s.io/client-go/tools/clientcmd"
 	"k8s.io/klog/v2"
 
 	"github.com/kadmit/kadmit/internal/admission"
 	"github.com/kadmit/kadmit/internal/certs"
+	"github.com/kadmit/kadmit/internal/kubeconfig"
 	"github.com/kadmit/kadmit/internal/lifecycle"
 	"github.com/kadmit/kadmit/internal/metrics"
 	"github.com/kadmit/kadmit/internal/policy/builtin"
+	"github.com/kadmit/kadmit/internal/readiness"
 	"github.com/kadmit/kadmit/internal/registration"
 	"github.com/kadmit/kadmit/internal/server"
 )
@@ -74,8 +77,12 @@ type Options struct {
 	RetryPeriod                 time.Duration
 	SettleDelay                 time.Duration
 
-	// Register writes kadmit's webhook configurations once a replica is ready.
+	// Register writes kadmit's webhook configurations once a replica is
+	// ready, and repairs them whenever they change.
 	Register bool
+	// WebhookConfigName names both webhook configurations; one per install
+	// (default registration.DefaultName).
+	WebhookConfigName string
 	// WebhookURL is the base URL the API server calls in dev mode.
 	WebhookURL string
 	// Namespace is kadmit's own namespace (Secret, Lease, Service); it is
@@ -91,320 +98,258 @@ type Options struct {
 // ErrUsage is wrapped by errors in Options themselves (exit code 2).
 var ErrUsage = errors.New("usage")
 
+func usage(format string, args ...any) error {
+	return fmt.Errorf("%w: %s", ErrUsage, fmt.Sprintf(format, args...))
+}
+
+// daemon is one `kadmit serve` being assembled, then run.
+type daemon struct {
+	opts Options
+	log  *slog.Logger
+	// kube loads the kubeconfig, once, when a part needs the cluster.
+	kube       func() (*rest.Config, error)
+	client     kubernetes.Interface
+	hooks      []admission.Hook
+	reloads    *reloader
+	promReg    *prometheus.Registry
+	certs      *metrics.Certificates
+	names      certs.Names
+	serverName string
+	source     certs.Source
+	manager    *lifecycle.Manager      // the source in self-managed mode
+	registrar  *registration.Registrar // nil without --register
+	srv        *server.Server
+}
+
 // Run serves until ctx is cancelled and returns nil after a clean drain.
+// Errors wrapping ErrUsage are about opts themselves.
 func Run(ctx context.Context, opts Options, log *slog.Logger) error {
 	// client-go (leader election, informers) logs through klog: keep one
 	// log stream in one format.
 	klog.SetSlogLogger(log)
-	var cs kubernetes.Interface
-	var err error
-	if opts.Register || opts.TLSMode == TLSSelfManaged || opts.ConfigMap != "" {
-		if cs, err = clientset(opts.Kubeconfig, opts.KubeContext); err != nil {
+	d := &daemon{opts: opts, log: log}
+	for _, step := range []func(context.Context) error{
+		d.validate, d.connect, d.loadPolicies, d.newMetrics, d.newSource, d.newRegistrar, d.newServer,
+	} {
+		if err := step(ctx); err != nil {
 			return err
 		}
 	}
-	cfg, err := loadConfig(ctx, cs, opts)
-	if err != nil {
-		return err
-	}
-	rl := &reloader{ctx: ctx, opts: opts, log: log, cfg: cfg}
-	hooks, err := rl.build(ctx, cfg)
-	if err != nil {
-		return err
-	}
-	webhooks, err := admission.NewWebhooks(hooks)
-	if err != nil {
-		return err
-	}
-	reg := prometheus.NewRegistry()
-	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-	certMetrics, err := metrics.NewCertificates(reg)
-	if err != nil {
-		return err
-	}
-	if rl.metrics, err = metrics.NewConfigReloads(reg); err != nil {
-		return err
-	}
+	return d.serve(ctx)
+}
 
-	regOpts := registration.Options{URL: opts.WebhookURL, ServicePort: opts.ServicePort}
-	if opts.WebhookURL == "" {
-		regOpts.ServiceNamespace, regOpts.ServiceName = opts.Namespace, opts.ServiceName
-	}
-	if opts.Namespace != "" {
-		regOpts.ExcludeNamespaces = []string{opts.Namespace}
-	}
-	if opts.Register {
-		if _, _, err := registration.Build(hooks, regOpts); err != nil {
-			return fmt.Errorf("%w: %w", ErrUsage, err)
-		}
-	}
-
-	holder := &certs.Holder{}
-	var srv *server.Server
-	var readyChecks []func() error
-	var start func(context.Context) error // runs once the listener is bound
-	var caBundle []byte
-	switch opts.TLSMode {
-	case TLSSelfSigned:
-		b, err := selfSigned(opts.SANs, opts.WebhookURL)
-		if err != nil {
-			return err
-		}
-		c, err := b.TLSCertificate()
-		if err != nil {
-			return err
-		}
-		holder.Set(c)
-		certMetrics.Loaded(c.Leaf, nil)
-		caBundle = b.CACert
-		if opts.CAFile != "" {
-			if err := os.WriteFile(opts.CAFile, b.CACert, 0o644); err != nil {
-				return fmt.Errorf("write CA to %s: %w", opts.CAFile, err)
-			}
-		}
-		log.Info("issued self-signed serving certificate", "sans", c.Leaf.DNSNames, "ips", c.Leaf.IPAddresses, "notAfter", c.Leaf.NotAfter, "caFile", opts.CAFile)
-	case TLSFiles:
-		if opts.CertDir == "" {
-			return fmt.Errorf("%w: --tls=files needs --cert-dir", ErrUsage)
-		}
-		w := &certs.DirWatcher{Dir: opts.CertDir, Holder: holder, Logger: log,
-			OnReload: func(h *certs.Holder) {
-				certMetrics.Loaded(h.Current().Leaf, nil)
-				log.Info("serving certificate loaded", "dir", opts.CertDir, "sans", h.Current().Leaf.DNSNames, "notAfter", h.Current().Leaf.NotAfter)
-			},
-			OnError: func(error) { certMetrics.ReloadError() },
-		}
-		if err := w.Load(); err != nil {
-			return err
-		}
-		start = func(ctx context.Context) error { go w.Run(ctx); return nil }
-		if opts.CABundleFile != "" {
-			if caBundle, err = os.ReadFile(opts.CABundleFile); err != nil {
-				return fmt.Errorf("read CA bundle: %w", err)
-			}
-		}
-	case TLSSelfManaged:
-		spec, serverName, err := selfManagedSpec(opts)
-		if err != nil {
-			return err
-		}
-		identity := opts.Identity
-		if identity == "" {
-			identity, _ = os.Hostname()
-		}
-		mgr, err := lifecycle.New(lifecycle.Options{
-			Client: cs, Namespace: opts.Namespace, SecretName: opts.SecretName, Spec: spec, ServerName: serverName,
-			Holder: holder, Register: opts.Register, Hooks: hooks, Registration: regOpts,
-			LeaseName: opts.LeaseName, Identity: identity, LeaseDuration: opts.LeaseDuration,
-			RenewDeadline: opts.RenewDeadline, RetryPeriod: opts.RetryPeriod, SettleDelay: opts.SettleDelay,
-			ListenerReady: func() error { return srv.Serving() }, Metrics: certMetrics, Logger: log,
-		})
-		if err != nil {
-			return fmt.Errorf("%w: %w", ErrUsage, err)
-		}
-		readyChecks = append(readyChecks, mgr.Ready)
-		start = mgr.Start
-		rl.register = mgr.SetHooks
+// validate checks what needs no cluster, before anything starts.
+func (d *daemon) validate(context.Context) error {
+	o := d.opts
+	switch o.TLSMode {
+	case TLSSelfManaged, TLSFiles, TLSSelfSigned:
 	default:
-		return fmt.Errorf("%w: --tls %q: must be %s, %s or %s", ErrUsage, opts.TLSMode, TLSSelfManaged, TLSFiles, TLSSelfSigned)
+		return usage("--tls %q: must be %s, %s or %s", o.TLSMode, TLSSelfManaged, TLSFiles, TLSSelfSigned)
 	}
-
-	if opts.Register && opts.TLSMode != TLSSelfManaged {
-		// Readiness must mean "the API server can call me" whatever the
-		// certificate source: a cert-manager certificate the registered
-		// caBundle does not trust makes this replica unready.
-		bundle := caBundle
-		trust := &lifecycle.Trust{ServerName: apiServerName(opts), Holder: holder,
-			Fallback: func() (string, []byte) { return "the registered CA", bundle }}
-		readyChecks = append(readyChecks, trust.Ready)
-		prev := start
-		start = func(ctx context.Context) error {
-			if prev != nil {
-				if err := prev(ctx); err != nil {
-					return err
-				}
-			}
-			return trust.Start(ctx, cs, nil)
+	if o.TLSMode == TLSFiles && o.CertDir == "" {
+		return usage("--tls=files needs --cert-dir")
+	}
+	if o.TLSMode == TLSFiles && o.Register && o.CABundleFile == "" {
+		return usage("--register with --tls=files needs --ca-bundle-file")
+	}
+	d.names = certs.Names{WebhookURL: o.WebhookURL, Service: o.ServiceName, Namespace: o.Namespace, ClusterDomain: o.ClusterDomain, Extra: o.SANs}
+	if o.Register || o.TLSMode == TLSSelfManaged {
+		name, err := d.names.ServerName()
+		if err != nil {
+			return usage("--webhook-url or --service-name and --namespace: %v", err)
 		}
+		d.serverName = name
 	}
-	srv, err = server.New(server.Options{
-		Addr: opts.Addr, MetricsAddr: opts.MetricsAddr, Webhooks: webhooks, Certs: holder, Logger: log,
-		ShutdownGrace: opts.ShutdownGrace, MaxRequestBytes: opts.MaxRequestBytes, Registry: reg, ReadyChecks: readyChecks,
-		Pprof: opts.Pprof,
+	return nil
+}
+
+// connect prepares the one kubeconfig load (deferred: a dev run without
+// --register or cluster-reading policies never needs one) and the client
+// when a part surely needs it.
+func (d *daemon) connect(context.Context) error {
+	d.kube = sync.OnceValues(func() (*rest.Config, error) {
+		rc, err := kubeconfig.Load(d.opts.Kubeconfig, d.opts.KubeContext, "kadmit")
+		if err == nil && rc.QPS == 0 {
+			// client-go's 5 QPS / burst 10 would queue a caBundle repair
+			// behind a few earlier writes; controller-runtime's defaults
+			// (pkg/client/config, QPS 20, Burst 30) keep it immediate.
+			rc.QPS, rc.Burst = 20, 30
+		}
+		return rc, err
+	})
+	if !d.opts.Register && d.opts.TLSMode != TLSSelfManaged && d.opts.ConfigMap == "" {
+		return nil
+	}
+	rc, err := d.kube()
+	if err != nil {
+		return err
+	}
+	if d.client, err = kubernetes.NewForConfig(rc); err != nil {
+		return fmt.Errorf("build client: %w", err)
+	}
+	return nil
+}
+
+// loadPolicies reads the configuration and builds its hooks.
+func (d *daemon) loadPolicies(ctx context.Context) error {
+	cfg, err := loadConfig(ctx, d.client, d.opts)
+	if err != nil {
+		return err
+	}
+	d.reloads = &reloader{ctx: ctx, opts: d.opts, log: d.log, cfg: cfg, kube: d.kube}
+	d.hooks, err = d.reloads.build(ctx, cfg)
+	return err
+}
+
+func (d *daemon) newMetrics(context.Context) error {
+	d.promReg = prometheus.NewRegistry()
+	d.promReg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	var err error
+	if d.certs, err = metrics.NewCertificates(d.promReg); err != nil {
+		return err
+	}
+	d.reloads.metrics, err = metrics.NewConfigReloads(d.promReg)
+	return err
+}
+
+// newRegistrar builds the registrar with --register; a configuration set
+// that cannot be registered (no URL or Service, a bad name) is a usage error.
+func (d *daemon) newRegistrar(context.Context) error {
+	if !d.opts.Register {
+		return nil
+	}
+	reg, err := registration.NewRegistrar(registration.RegistrarOptions{
+		Client: d.client, Registration: d.registrationOptions(), Hooks: d.hooks,
+		ServerName: d.serverName, Holder: d.source.Holder(), Bundle: d.source.CABundle,
+		Listening: func() error { return d.srv.Serving() }, Probe: d.probe(), Logger: d.log,
 	})
 	if err != nil {
-		return err
+		return usage("--register: %v", err)
 	}
-	if err := srv.Listen(); err != nil {
-		return err
+	d.registrar = reg
+	d.reloads.register = reg.SetHooks
+	if d.manager != nil {
+		d.manager.SetRegistrar(reg)
 	}
-	serveCtx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	if start != nil {
-		if err := start(serveCtx); err != nil {
-			return err
-		}
-	}
-	done := make(chan error, 1)
-	go func() { done <- srv.Serve(serveCtx) }()
+	return nil
+}
 
-	if opts.Register && opts.TLSMode != TLSSelfManaged {
-		if len(caBundle) == 0 {
-			cancel()
-			return errors.Join(fmt.Errorf("%w: --register with --tls=files needs --ca-bundle-file", ErrUsage), <-done)
-		}
-		// Registering before the server answers would send the API server's
-		// first calls into a closed port: with failurePolicy Fail that is an
-		// outage. Wait until ready, then write the configurations.
-		if err := waitReady(ctx, srv, 30*time.Second); err != nil {
-			cancel()
-			return errors.Join(err, <-done)
-		}
-		regOpts.CABundle = caBundle
-		mwc, vwc, _ := registration.Build(hooks, regOpts)
-		if err := registration.Apply(ctx, cs, mwc, vwc); err != nil {
-			cancel()
-			return errors.Join(err, <-done)
-		}
-		log.Info("registered webhook configurations", "name", "kadmit", "url", opts.WebhookURL)
-		rl.register = func(hooks []admission.Hook) {
-			mwc, vwc, err := registration.Build(hooks, regOpts)
-			if err == nil {
-				err = registration.Apply(serveCtx, cs, mwc, vwc)
-			}
-			if err != nil {
-				log.Error("re-registering webhooks after a configuration reload failed", "error", err)
-			}
-		}
+func (d *daemon) registrationOptions() registration.Options {
+	o := registration.Options{Name: d.opts.WebhookConfigName, URL: d.opts.WebhookURL, ServicePort: d.opts.ServicePort}
+	if o.URL == "" {
+		o.ServiceNamespace, o.ServiceName = d.opts.Namespace, d.opts.ServiceName
 	}
-	if opts.ConfigMap != "" {
-		rl.serve = srv.SetWebhooks
-		ns, name, _ := strings.Cut(opts.ConfigMap, "/")
-		if err := builtin.Config.WatchConfigMap(serveCtx, cs, ns, name, configKey(opts), rl.reload, rl.invalid); err != nil {
-			cancel()
-			return errors.Join(err, <-done)
+	if d.opts.Namespace != "" {
+		o.ExcludeNamespaces = []string{d.opts.Namespace}
+	}
+	return o
+}
+
+// probe handshakes with the Service's ready endpoints; nil in URL mode,
+// where the API server calls this process directly.
+func (d *daemon) probe() func(context.Context) ([]*x509.Certificate, error) {
+	if d.opts.WebhookURL != "" {
+		return nil
+	}
+	return registration.EndpointProber{Client: d.client, Namespace: d.opts.Namespace, Service: d.opts.ServiceName,
+		Port: d.opts.ServicePort, ServerName: d.serverName}.Probe
+}
+
+// ready is the one readiness condition /readyz answers: the listener
+// serves (server.Ready checks that first), the certificate source is synced
+// with a fresh certificate, and the API server would trust it: against the
+// registered caBundles with --register, else against the source's own
+// bundle. Policies' cluster caches need no condition: the hooks that read
+// them are served only after StartCluster waited for their sync.
+func (d *daemon) ready() readiness.Gate {
+	trust := func() error {
+		b := d.source.CABundle()
+		if len(b) == 0 || d.serverName == "" {
+			return nil
 		}
+		return certs.VerifyServed(d.source.Holder(), "the certificate source", b, d.serverName, time.Now())
+	}
+	if d.registrar != nil {
+		trust = d.registrar.Ready
+	}
+	return readiness.Gate{
+		{Name: "certificate", Check: d.source.Ready},
+		{Name: "caBundle", Check: trust},
+	}
+}
+
+func (d *daemon) newServer(context.Context) error {
+	webhooks, err := admission.NewWebhooks(d.hooks)
+	if err != nil {
+		return err
+	}
+	d.srv, err = server.New(server.Options{
+		Addr: d.opts.Addr, MetricsAddr: d.opts.MetricsAddr, Webhooks: webhooks, Certs: d.source.Holder(),
+		Logger: d.log, ShutdownGrace: d.opts.ShutdownGrace, MaxRequestBytes: d.opts.MaxRequestBytes,
+		Registry: d.promReg, Ready: d.ready().Check, Pprof: d.opts.Pprof,
+	})
+	d.reloads.serve = d.srv.SetWebhooks
+	return err
+}
+
+// serve binds the listeners, starts the certificate source, the registrar
+// and the configuration watch, and serves until ctx ends.
+func (d *daemon) serve(ctx context.Context) error {
+	if err := d.srv.Listen(); err != nil {
+		return err
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	done := make(chan error, 1)
+	go func() { done <- d.srv.Serve(ctx) }()
+	if err := d.start(ctx); err != nil {
+		cancel()
+		return errors.Join(err, <-done)
 	}
 	return <-done
 }
 
-// selfManagedSpec derives the serving certificate's SANs and the name the
-// API server verifies: <svc>, <svc>.<ns>, <svc>.<ns>.svc and
-// <svc>.<ns>.svc.<domain> in Service mode; the URL host in dev mode.
-func selfManagedSpec(opts Options) (certs.Spec, string, error) {
-	kt, err := certs.ParseKeyType(opts.KeyType)
-	if err != nil {
-		return certs.Spec{}, "", fmt.Errorf("%w: --key-type: %w", ErrUsage, err)
-	}
-	if opts.Namespace == "" || opts.SecretName == "" {
-		return certs.Spec{}, "", fmt.Errorf("%w: --tls=self-managed needs --namespace and --secret-name", ErrUsage)
-	}
-	if opts.ServingValidity < time.Minute || opts.CAValidity < opts.ServingValidity {
-		return certs.Spec{}, "", fmt.Errorf("%w: validities must be >= 1m with --ca-validity >= --serving-validity", ErrUsage)
-	}
-	spec := certs.Spec{KeyType: kt, ServingValidity: opts.ServingValidity, CAValidity: opts.CAValidity}
-	var serverName string
-	sans := append([]string(nil), opts.SANs...)
-	if opts.WebhookURL != "" {
-		u, err := url.Parse(opts.WebhookURL)
-		if err != nil || u.Hostname() == "" {
-			return certs.Spec{}, "", fmt.Errorf("%w: --webhook-url %q has no host", ErrUsage, opts.WebhookURL)
+func (d *daemon) start(ctx context.Context) error {
+	if d.registrar != nil {
+		if err := d.registrar.Start(ctx); err != nil {
+			return err
 		}
-		serverName = u.Hostname()
-		sans = append(sans, serverName)
-	} else {
-		if opts.ServiceName == "" {
-			return certs.Spec{}, "", fmt.Errorf("%w: --tls=self-managed needs --service-name or --webhook-url", ErrUsage)
-		}
-		svc, ns, domain := opts.ServiceName, opts.Namespace, opts.ClusterDomain
-		serverName = svc + "." + ns + ".svc"
-		sans = append(sans, svc, svc+"."+ns, serverName, serverName+"."+domain)
 	}
-	spec.DNSNames, spec.IPs = splitSANs(sans)
-	return spec, serverName, nil
+	if err := d.source.Start(ctx); err != nil {
+		return err
+	}
+	d.log.Info("serving certificate source started", "tls", d.opts.TLSMode, "sans", d.source.SANs(), "serverName", d.serverName)
+	if d.registrar != nil && d.opts.TLSMode != TLSSelfManaged {
+		// Self-managed writes are the elected replica's (lifecycle);
+		// here every replica keeps its configurations written.
+		if err := waitServing(ctx, d.srv, 10*time.Second); err != nil {
+			return err
+		}
+		go d.registrar.Run(ctx)
+	}
+	if d.opts.ConfigMap != "" {
+		ns, name, _ := strings.Cut(d.opts.ConfigMap, "/")
+		return builtin.Config.WatchConfigMap(ctx, d.client, ns, name, configKey(d.opts), d.reloads.reload, d.reloads.invalid)
+	}
+	return nil
 }
 
-// splitSANs sorts SANs into DNS names and IP literals, dropping repeats.
-func splitSANs(sans []string) (dnsNames []string, ips []net.IP) {
-	seen := map[string]bool{}
-	for _, s := range sans {
-		if seen[s] {
-			continue
-		}
-		seen[s] = true
-		if ip := net.ParseIP(s); ip != nil {
-			ips = append(ips, ip)
-		} else {
-			dnsNames = append(dnsNames, s)
-		}
-	}
-	return dnsNames, ips
-}
-
-// apiServerName is the name the API server verifies kadmit's certificate
-// for: the --webhook-url host in dev mode, else <svc>.<ns>.svc.
-func apiServerName(opts Options) string {
-	if u, err := url.Parse(opts.WebhookURL); opts.WebhookURL != "" && err == nil {
-		return u.Hostname()
-	}
-	return opts.ServiceName + "." + opts.Namespace + ".svc"
-}
-
-func waitReady(ctx context.Context, srv *server.Server, timeout time.Duration) error {
-	deadline := time.NewTimer(timeout)
-	defer deadline.Stop()
-	tick := time.NewTicker(20 * time.Millisecond)
+// waitServing waits until the HTTPS listener accepts connections, so the
+// first registration is not held back for a retry interval.
+func waitServing(ctx context.Context, srv *server.Server, timeout time.Duration) error {
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	tick := time.NewTicker(5 * time.Millisecond)
 	defer tick.Stop()
 	for {
-		err := srv.Ready()
+		err := srv.Serving()
 		if err == nil {
 			return nil
 		}
 		select {
 		case <-ctx.Done():
-			return ctx.Err()
-		case <-deadline.C:
-			return fmt.Errorf("server not ready after %s: %w", timeout, err)
+			return fmt.Errorf("HTTPS listener not serving after %s: %w", timeout, err)
 		case <-tick.C:
 		}
 	}
-}
-
-func selfSigned(sans []string, webhookURL string) (*certs.Bundle, error) {
-	if u, err := url.Parse(webhookURL); webhookURL != "" && err == nil && u.Hostname() != "" {
-		sans = append(sans, u.Hostname())
-	}
-	if len(sans) == 0 {
-		return nil, fmt.Errorf("%w: --tls=self-signed needs --dns-name or --webhook-url", ErrUsage)
-	}
-	var opts certs.SelfSignedOptions
-	opts.DNSNames, opts.IPs = splitSANs(sans)
-	return certs.NewSelfSigned(opts)
-}
-
-func clientset(kubeconfig, kubeContext string) (kubernetes.Interface, error) {
-	rc, err := restConfig(kubeconfig, kubeContext)
-	if err != nil {
-		return nil, err
-	}
-	cs, err := kubernetes.NewForConfig(rc)
-	if err != nil {
-		return nil, fmt.Errorf("build client: %w", err)
-	}
-	return cs, nil
-}
-
-// restConfig loads --kubeconfig (default rules: $KUBECONFIG, ~/.kube/config,
-// in-cluster) with user agent kadmit.
-func restConfig(kubeconfig, kubeContext string) (*rest.Config, error) {
-	rules := clientcmd.NewDefaultClientConfigLoadingRules()
-	if kubeconfig != "" {
-		rules.ExplicitPath = kubeconfig
-	}
-	rc, err := clientcmd.NewNonInteractiveDeferredLoadingClientConfig(rules, &clientcmd.ConfigOverrides{CurrentContext: kubeContext}).ClientConfig()
-	if err != nil {
-		return nil, fmt.Errorf("load kubeconfig: %w", err)
-	}
-	rc.UserAgent = "kadmit"
-	return rc, nil
 }

@@ -12,15 +12,19 @@ import (
 )
 
 func TestSelfManagedSpecServiceMode(t *testing.T) {
-	spec, name, err := selfManagedSpec(Options{
+	d := &daemon{opts: Options{TLSMode: TLSSelfManaged,
 		Namespace: "kadmit-system", SecretName: "kadmit-tls", ServiceName: "kadmit", ClusterDomain: "cluster.local",
 		ServingValidity: time.Hour, CAValidity: 10 * time.Hour, SANs: []string{"extra.example", "198.18.0.2", "kadmit"},
-	})
+	}}
+	if err := d.validate(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	spec, err := d.selfManagedSpec()
 	if err != nil {
 		t.Fatal(err)
 	}
-	if name != "kadmit.kadmit-system.svc" {
-		t.Fatalf("server name %q", name)
+	if d.serverName != "kadmit.kadmit-system.svc" {
+		t.Fatalf("server name %q", d.serverName)
 	}
 	want := []string{"extra.example", "kadmit", "kadmit.kadmit-system", "kadmit.kadmit-system.svc", "kadmit.kadmit-system.svc.cluster.local"}
 	if !slices.Equal(spec.DNSNames, want) {
@@ -32,26 +36,27 @@ func TestSelfManagedSpecServiceMode(t *testing.T) {
 }
 
 func TestSelfManagedSpecURLMode(t *testing.T) {
-	spec, name, err := selfManagedSpec(Options{
-		Namespace: "kadmit-system", SecretName: "kadmit-tls", WebhookURL: "https://127.0.0.1:9443",
+	d := &daemon{opts: Options{TLSMode: TLSSelfManaged,
+		Namespace: "kadmit-system", SecretName: "kadmit-tls", WebhookURL: "https://127.0.0.1:9443", ServiceName: "kadmit",
 		ServingValidity: time.Hour, CAValidity: time.Hour,
-	})
+	}}
+	if err := d.validate(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	spec, err := d.selfManagedSpec()
 	if err != nil {
 		t.Fatal(err)
 	}
-	if name != "127.0.0.1" || len(spec.IPs) != 1 || len(spec.DNSNames) != 0 {
-		t.Fatalf("name %q spec %+v", name, spec)
+	if d.serverName != "127.0.0.1" || len(spec.IPs) != 1 || len(spec.DNSNames) != 0 {
+		t.Fatalf("name %q spec %+v", d.serverName, spec)
 	}
-	if got := apiServerName(Options{WebhookURL: "https://127.0.0.1:9443"}); got != "127.0.0.1" {
-		t.Fatalf("apiServerName in URL mode: %q", got)
-	}
-	if got := apiServerName(Options{ServiceName: "kadmit", Namespace: "ns"}); got != "kadmit.ns.svc" {
-		t.Fatalf("apiServerName in Service mode: %q", got)
+	if d.probe() != nil {
+		t.Fatal("URL mode probes Service endpoints")
 	}
 }
 
 func TestUsageErrors(t *testing.T) {
-	base := Options{Namespace: "ns", SecretName: "s", ServiceName: "svc", ServingValidity: time.Hour, CAValidity: time.Hour}
+	base := Options{TLSMode: TLSSelfManaged, Namespace: "ns", SecretName: "s", ServiceName: "svc", ServingValidity: time.Hour, CAValidity: time.Hour}
 	for name, mutate := range map[string]func(*Options){
 		"key type":           func(o *Options) { o.KeyType = "dsa-1024" },
 		"short validity":     func(o *Options) { o.ServingValidity = time.Second },
@@ -62,7 +67,12 @@ func TestUsageErrors(t *testing.T) {
 	} {
 		o := base
 		mutate(&o)
-		if _, _, err := selfManagedSpec(o); !errors.Is(err, ErrUsage) {
+		d := &daemon{opts: o}
+		err := d.validate(context.Background())
+		if err == nil {
+			_, err = d.selfManagedSpec()
+		}
+		if !errors.Is(err, ErrUsage) {
 			t.Errorf("%s: err = %v, want ErrUsage", name, err)
 		}
 	}
@@ -74,10 +84,18 @@ func TestUsageErrors(t *testing.T) {
 			t.Errorf("%s: err = %v, want ErrUsage", name, err)
 		}
 	}
-	if _, err := selfSigned(nil, ""); !errors.Is(err, ErrUsage) {
+	if err := (&daemon{opts: Options{TLSMode: TLSSelfSigned}}).selfSignedSource(); !errors.Is(err, ErrUsage) {
 		t.Errorf("self-signed without SANs: %v", err)
 	}
-	if err := Run(context.Background(), Options{TLSMode: "bogus"}, slog.New(slog.NewTextHandler(io.Discard, nil))); !errors.Is(err, ErrUsage) {
-		t.Errorf("Run with --tls=bogus: %v, want ErrUsage", err)
+	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
+	for name, o := range map[string]Options{
+		"--tls=bogus":                       {TLSMode: "bogus"},
+		"files without --cert-dir":          {TLSMode: TLSFiles},
+		"files --register, no bundle file":  {TLSMode: TLSFiles, CertDir: t.TempDir(), Register: true, WebhookURL: "https://127.0.0.1:1"},
+		"--register without URL or Service": {TLSMode: TLSSelfSigned, SANs: []string{"localhost"}, Register: true},
+	} {
+		if err := Run(context.Background(), o, quiet); !errors.Is(err, ErrUsage) {
+			t.Errorf("Run with %s: %v, want ErrUsage", name, err)
+		}
 	}
 }

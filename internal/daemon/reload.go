@@ -9,6 +9,7 @@ import (
 	"sync"
 
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
 
 	"github.com/kadmit/kadmit/internal/admission"
 	"github.com/kadmit/kadmit/internal/clustercache"
@@ -50,7 +51,9 @@ func configKey(opts Options) string {
 // the old.
 type reloader struct {
 	// ctx is serve's: cluster caches and reloads end with it.
-	ctx     context.Context
+	ctx context.Context
+	// kube returns serve's one client configuration (loaded once).
+	kube    func() (*rest.Config, error)
 	opts    Options
 	log     *slog.Logger
 	metrics *metrics.ConfigReloads
@@ -75,7 +78,7 @@ func (r *reloader) build(ctx context.Context, cfg *config.Configuration) ([]admi
 	if key != r.clusterKey {
 		cluster = nil
 		if len(resources) > 0 {
-			rc, err := restConfig(r.opts.Kubeconfig, r.opts.KubeContext)
+			rc, err := r.kube()
 			if err != nil {
 				return nil, err
 			}

@@ -1,8 +1,9 @@
-// Package lifecycle keeps kadmit's TLS material and webhook registration
-// right in a cluster: every replica bootstraps and watches the certificate
+// Package lifecycle is the self-managed certificate source (--tls=
+// self-managed): every replica bootstraps and watches the certificate
 // Secret and swaps its serving certificate without a restart; the replica
-// holding the Lease writes the Secret (renewals, CA rotation, recovery) and
-// the caBundle of kadmit's webhook configurations.
+// holding the Lease writes the Secret (renewals, CA rotation, recovery) and,
+// through the registrar, the caBundle of kadmit's webhook configurations,
+// step by step so the API server never meets an unknown authority.
 package lifecycle
 
 import (
@@ -24,7 +25,6 @@ import (
 	listerscorev1 "k8s.io/client-go/listers/core/v1"
 	"k8s.io/client-go/tools/cache"
 
-	"github.com/kadmit/kadmit/internal/admission"
 	"github.com/kadmit/kadmit/internal/certs"
 	"github.com/kadmit/kadmit/internal/metrics"
 	"github.com/kadmit/kadmit/internal/registration"
@@ -40,23 +40,19 @@ type Options struct {
 	Client     kubernetes.Interface
 	Namespace  string
 	SecretName string
-	Spec       certs.Spec
-	// ServerName is the name the API server verifies: <svc>.<ns>.svc, or the
-	// URL host in dev mode.
-	ServerName string
-	Holder     *certs.Holder
-	// Register, when set, makes the leader write kadmit's webhook
-	// configurations with the Secret's CA bundle as caBundle.
-	Register     bool
-	Hooks        []admission.Hook
-	Registration registration.Options
+	// Spec is what the serving certificate must look like; its SANs come
+	// from certs.Names.ServiceSANs.
+	Spec certs.Spec
+	// Probe, when set, returns the certificates served by the ready
+	// endpoints of kadmit's Service (registration.EndpointProber.Probe): an
+	// old CA leaves the bundle only once all of them come from the new one.
+	// Nil in URL mode, where only this replica is checked.
+	Probe func(context.Context) ([]*x509.Certificate, error)
 	// LeaseName and Identity configure leader election; LeaseDuration,
 	// RenewDeadline and RetryPeriod default to 15s, 10s and 2s.
 	LeaseName                                 string
 	Identity                                  string
 	LeaseDuration, RenewDeadline, RetryPeriod time.Duration
-	// ListenerReady reports whether this replica's HTTPS listener serves.
-	ListenerReady func() error
 	// SettleDelay is how long a caBundle must have been in every
 	// configuration before serving certificates move to a new CA, and how
 	// long old CAs stay trusted after the last replica moved, covering the
@@ -68,27 +64,34 @@ type Options struct {
 	Now func() time.Time
 }
 
-// Manager runs the TLS lifecycle of one replica.
+// Manager runs the TLS lifecycle of one replica: it is the self-managed
+// certs.Source.
 type Manager struct {
 	o       Options
 	log     *slog.Logger
+	holder  certs.Holder
 	secrets listerscorev1.SecretLister
-	trust   *Trust
 	kick    chan struct{}
 	leading atomic.Bool
+	// registrar writes the configurations; nil without --register.
+	registrar *registration.Registrar
 
 	mu       sync.Mutex
 	last     *certs.Material // newest valid material seen, to restore a deleted Secret
 	bundleAt map[string]time.Time
 	movedAt  time.Time
-	heldFor  string // why inject last held the configurations back (leader only)
 	synced   atomic.Bool
 }
 
+var _ certs.Source = (*Manager)(nil)
+
 // New checks opts and builds a Manager; Start runs it.
 func New(opts Options) (*Manager, error) {
-	if opts.Client == nil || opts.Namespace == "" || opts.SecretName == "" || opts.Holder == nil || opts.ServerName == "" {
-		return nil, errors.New("lifecycle: client, namespace, secret name, server name and holder are required")
+	if opts.Client == nil || opts.Namespace == "" || opts.SecretName == "" {
+		return nil, errors.New("lifecycle: client, namespace and secret name are required")
+	}
+	if len(opts.Spec.DNSNames) == 0 && len(opts.Spec.IPs) == 0 {
+		return nil, fmt.Errorf("lifecycle: %w", certs.ErrNoSANs)
 	}
 	if opts.Now == nil {
 		opts.Now = time.Now
@@ -111,20 +114,18 @@ func New(opts Options) (*Manager, error) {
 	if opts.RetryPeriod <= 0 {
 		opts.RetryPeriod = 2 * time.Second
 	}
-	if opts.Registration.Name == "" {
-		opts.Registration.Name = "kadmit"
-	}
-	m := &Manager{o: opts, log: opts.Logger.With("component", "tls-lifecycle"), kick: make(chan struct{}, 1), bundleAt: map[string]time.Time{}}
-	m.trust = &Trust{ConfigName: opts.Registration.Name, ServerName: opts.ServerName, Holder: opts.Holder, Now: opts.Now,
-		Fallback: func() (string, []byte) {
-			m.mu.Lock()
-			defer m.mu.Unlock()
-			if m.last == nil {
-				return "", nil
-			}
-			return "Secret " + opts.SecretName, m.last.BundlePEM()
-		}}
-	return m, nil
+	return &Manager{o: opts, log: opts.Logger.With("component", "tls-lifecycle"), kick: make(chan struct{}, 1), bundleAt: map[string]time.Time{}}, nil
+}
+
+// SetRegistrar makes the leader write the webhook configurations through
+// reg (--register), with the Secret's bundle as caBundle at each step of a
+// rotation; reg's configuration events and hook changes wake the leader.
+// Call it before Start.
+func (m *Manager) SetRegistrar(reg *registration.Registrar) {
+	m.registrar = reg
+	// A blanked caBundle, a deleted configuration or new hooks: the leader
+	// re-injects at once.
+	reg.OnChange(m.trigger)
 }
 
 // Start bootstraps the Secret (Create, or read what another replica created),
@@ -155,12 +156,9 @@ func (m *Manager) Start(ctx context.Context) error {
 			return fmt.Errorf("lifecycle: %v informer did not sync", typ)
 		}
 	}
-	if err := m.trust.Start(ctx, m.o.Client, m.onEvent); err != nil {
-		return fmt.Errorf("lifecycle: %w", err)
-	}
 	m.synced.Store(true)
 	m.load()
-	if m.o.Holder.Current() == nil {
+	if m.holder.Current() == nil {
 		return fmt.Errorf("lifecycle: Secret %s/%s holds no usable certificate", m.o.Namespace, m.o.SecretName)
 	}
 	go m.elect(ctx)
@@ -241,24 +239,48 @@ func (m *Manager) load() {
 	m.mu.Lock()
 	m.last = mat
 	m.mu.Unlock()
-	cur := m.o.Holder.Current()
+	cur := m.holder.Current()
 	if cur != nil && cur.Leaf != nil && cur.Leaf.Equal(mat.Serving.Leaf) {
 		return
 	}
-	m.o.Holder.Set(mat.Serving)
+	m.holder.Set(mat.Serving)
 	m.o.Metrics.Loaded(mat.Serving.Leaf, mat.Bundle[0])
 	m.log.Info("serving certificate loaded", "serial", mat.Serving.Leaf.SerialNumber.Text(16),
 		"issuer", mat.Serving.Leaf.Issuer.CommonName, "notAfter", mat.Serving.Leaf.NotAfter, "renewAt", certs.RenewAt(mat.Serving.Leaf))
 }
 
-// Ready is the readiness condition "the API server can call me" (see
-// Trust.Ready), checked against the Secret's bundle before any webhook
-// configuration exists.
+// Holder implements certs.Source: the Secret's serving certificate.
+func (m *Manager) Holder() *certs.Holder { return &m.holder }
+
+// CABundle implements certs.Source: the ca.crt of the newest valid Secret
+// seen (every CA the API server must trust, newest first), or nil.
+func (m *Manager) CABundle() []byte {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.last == nil {
+		return nil
+	}
+	return m.last.BundlePEM()
+}
+
+// SANs implements certs.Source: the SANs every serving certificate is
+// issued for.
+func (m *Manager) SANs() []string {
+	out := append([]string(nil), m.o.Spec.DNSNames...)
+	for _, ip := range m.o.Spec.IPs {
+		out = append(out, ip.String())
+	}
+	return out
+}
+
+// Ready implements certs.Source: the Secret informer synced and the served
+// certificate is fresh (certs.Fresh). Whether the API server trusts it is
+// the registrar's check.
 func (m *Manager) Ready() error {
 	if !m.synced.Load() {
-		return errors.New("certificate informers not synced")
+		return errors.New("certificate Secret informer not synced")
 	}
-	return m.trust.Ready()
+	return certs.Fresh(&m.holder, m.o.Now())
 }
 
 // IsLeader reports whether this replica writes the Secret and caBundle.

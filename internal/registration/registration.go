@@ -12,6 +12,7 @@ import (
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/kadmit/kadmit/internal/admission"
@@ -19,6 +20,11 @@ import (
 
 // FieldManager is the server-side apply field manager kadmit writes with.
 const FieldManager = "kadmit"
+
+// DefaultName is the name of both configurations unless an install names
+// them (kadmit serve --webhook-config-name; the Helm chart uses the
+// release's full name so two releases never share them).
+const DefaultName = "kadmit"
 
 // IgnoreLabel on a namespace excludes it from every kadmit webhook.
 const IgnoreLabel = "kadmit.io/ignore"
@@ -33,7 +39,7 @@ const mirrorPodCondition = `!has(object.metadata.annotations) || !('kubernetes.i
 
 // Options describe where the API server reaches kadmit.
 type Options struct {
-	// Name of both configurations; default "kadmit".
+	// Name of both configurations; default DefaultName.
 	Name string
 	// URL, when set, is the base URL of kadmit (dev mode), e.g.
 	// https://127.0.0.1:9443; each webhook calls URL+path.
@@ -62,7 +68,10 @@ func Build(hooks []admission.Hook, opts Options) (*admissionregistrationv1.Mutat
 		return nil, nil, ErrNoEndpoint
 	}
 	if opts.Name == "" {
-		opts.Name = "kadmit"
+		opts.Name = DefaultName
+	}
+	if errs := validation.IsDNS1123Subdomain(opts.Name); len(errs) > 0 {
+		return nil, nil, fmt.Errorf("webhook configuration name %q: %s", opts.Name, strings.Join(errs, "; "))
 	}
 	if opts.TimeoutSeconds == 0 {
 		opts.TimeoutSeconds = DefaultTimeoutSeconds

@@ -45,8 +45,10 @@ type Options struct {
 	// Registry receives kadmit's metrics; default a new registry with the Go
 	// and process collectors.
 	Registry *prometheus.Registry
-	// ReadyChecks are extra readiness conditions; each returns nil when ready.
-	ReadyChecks []func() error
+	// Ready, when set, is the whole readiness condition /readyz answers
+	// (readiness.Gate.Check, which includes Serving). Default: Serving and
+	// a valid certificate in Certs.
+	Ready func() error
 	// Pprof serves net/http/pprof under /debug/pprof/ on the plain-HTTP
 	// metrics listener (never on the admission listener), for debugging:
 	// heap and CPU profiles of a running server. Off by default; ignored
@@ -173,22 +175,18 @@ func (s *Server) Serving() error {
 	return nil
 }
 
-// Ready returns nil when the HTTPS listener serves, a valid serving
-// certificate is loaded, the server is not shutting down and every extra
-// ReadyCheck passes; otherwise the first reason it is not.
+// Ready is what /readyz answers: Options.Ready when set; else nil when the
+// HTTPS listener serves, the server is not shutting down and a valid
+// serving certificate is loaded. Shutting down always makes it fail, so
+// endpoints drain whatever Options.Ready says.
 func (s *Server) Ready() error {
 	if err := s.Serving(); err != nil {
 		return err
 	}
-	if err := s.opts.Certs.Check(time.Now()); err != nil {
-		return err
+	if s.opts.Ready != nil {
+		return s.opts.Ready()
 	}
-	for _, c := range s.opts.ReadyChecks {
-		if err := c(); err != nil {
-			return err
-		}
-	}
-	return nil
+	return s.opts.Certs.Check(time.Now())
 }
 
 // Listen binds both listeners, so callers know the addresses (Addr,

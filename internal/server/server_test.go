@@ -263,16 +263,23 @@ func TestPanicMetrics(t *testing.T) {
 }
 
 func TestReadyzWithoutCertificate(t *testing.T) {
+	// Options.Ready is the whole condition, as the daemon composes it: here
+	// the certificate check plus one more.
 	var extra atomic.Pointer[error]
+	var holder atomic.Pointer[certs.Holder]
 	ts := start(t, Options{
 		Webhooks: []*admission.Webhook{webhook(t, "test", "/validate", allowAll)},
-		ReadyChecks: []func() error{func() error {
+		Ready: func() error {
+			if err := holder.Load().Check(time.Now()); err != nil {
+				return err
+			}
 			if e := extra.Load(); e != nil {
 				return *e
 			}
 			return nil
-		}},
+		},
 	}, false)
+	holder.Store(ts.holder)
 	plain := &http.Client{Timeout: wait}
 	code, body := get(t, plain, ts.plainURL+"/readyz")
 	if code != http.StatusServiceUnavailable || !strings.Contains(body, certs.ErrNoCertificate.Error()) {

@@ -27,7 +27,14 @@ func TestFilesReplicaUntrustedByCABundleIsNotReady(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for name, data := range map[string][]byte{"tls.crt": b.ServerCert, "tls.key": b.ServerKey, "ca.crt": b.CACert} {
+	// Its bundle file is yet another CA, so its registrar never takes over
+	// the shared kadmit's configurations: it only writes a bundle that
+	// verifies its own certificate.
+	other, err := certs.NewSelfSigned(certs.SelfSignedOptions{DNSNames: []string{"localhost"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for name, data := range map[string][]byte{"tls.crt": b.ServerCert, "tls.key": b.ServerKey, "ca.crt": other.CACert} {
 		if err := os.WriteFile(filepath.Join(dir, name), data, 0o600); err != nil {
 			t.Fatal(err)
 		}

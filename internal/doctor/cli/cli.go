@@ -13,9 +13,9 @@ import (
 	"github.com/spf13/cobra"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
-	"k8s.io/client-go/tools/clientcmd"
 
 	"github.com/kadmit/kadmit/internal/doctor"
+	"github.com/kadmit/kadmit/internal/kubeconfig"
 )
 
 // NewCommand returns the `doctor` command. Its RunE returns nil (exit 0) when
@@ -93,13 +93,10 @@ and the fix. Exit status: 0 no errors, 1 errors found, 2 doctor could not run.`,
 // $KUBECONFIG, else ~/.kube/config; --context overrides the current context.
 // Server warnings (which a probe may trigger) are dropped: the report says
 // what matters.
-func clientFor(kubeconfig, kubeContext string) (kubernetes.Interface, error) {
-	rules := clientcmd.NewDefaultClientConfigLoadingRules()
-	rules.ExplicitPath = kubeconfig
-	overrides := &clientcmd.ConfigOverrides{CurrentContext: kubeContext}
-	cfg, err := clientcmd.NewNonInteractiveDeferredLoadingClientConfig(rules, overrides).ClientConfig()
+func clientFor(kubeconfigPath, kubeContext string) (kubernetes.Interface, error) {
+	cfg, err := kubeconfig.Load(kubeconfigPath, kubeContext, "")
 	if err != nil {
-		return nil, fmt.Errorf("load kubeconfig: %w", err)
+		return nil, err
 	}
 	cfg.WarningHandler = rest.NoWarnings{}
 	cs, err := kubernetes.NewForConfig(cfg)

@@ -1,0 +1,30 @@
+// Package readiness composes kadmit's one readiness answer, /readyz: ready
+// means "the API server can call me now", and every condition that decides
+// it is listed in one place (internal/daemon) as a Gate.
+package readiness
+
+import "fmt"
+
+// Condition is one named readiness condition; Check returns nil when it
+// holds, else why not.
+type Condition struct {
+	Name  string
+	Check func() error
+}
+
+// Gate is an ordered list of conditions, all of which must hold.
+type Gate []Condition
+
+// Check returns nil when every condition holds, else the first failing one
+// as "<name>: <reason>" (wrapping the reason). A nil Check is skipped.
+func (g Gate) Check() error {
+	for _, c := range g {
+		if c.Check == nil {
+			continue
+		}
+		if err := c.Check(); err != nil {
+			return fmt.Errorf("%s: %w", c.Name, err)
+		}
+	}
+	return nil
+}

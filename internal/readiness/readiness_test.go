@@ -1,0 +1,25 @@
+package readiness
+
+import (
+	"errors"
+	"testing"
+)
+
+func TestGateReportsFirstFailure(t *testing.T) {
+	var calls []string
+	cond := func(name string, err error) Condition {
+		return Condition{Name: name, Check: func() error { calls = append(calls, name); return err }}
+	}
+	boom := errors.New("not synced")
+	g := Gate{cond("listener", nil), {Name: "skipped"}, cond("caches", boom), cond("never", errors.New("x"))}
+	err := g.Check()
+	if !errors.Is(err, boom) || err.Error() != "caches: not synced" {
+		t.Fatalf("Check = %v, want caches: not synced", err)
+	}
+	if len(calls) != 2 {
+		t.Fatalf("conditions checked %v, want to stop at the first failure", calls)
+	}
+	if err := (Gate{cond("a", nil)}).Check(); err != nil {
+		t.Fatalf("all holding: %v", err)
+	}
+}

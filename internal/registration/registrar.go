@@ -1,0 +1,444 @@
+package registration
+
+import (
+	"bytes"
+	"context"
+	"crypto/x509"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sort"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
+	apiequality "k8s.io/apimachinery/pkg/api/equality"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/client-go/informers"
+	"k8s.io/client-go/kubernetes"
+	listersadmissionv1 "k8s.io/client-go/listers/admissionregistration/v1"
+	"k8s.io/client-go/tools/cache"
+
+	"github.com/kadmit/kadmit/internal/admission"
+	"github.com/kadmit/kadmit/internal/certs"
+)
+
+// RetryInterval is how often a held back or failed write is retried: no
+// event announces a ready endpoint (EndpointSlices are not watched).
+const RetryInterval = time.Second
+
+// RegistrarOptions configure a Registrar.
+type RegistrarOptions struct {
+	Client kubernetes.Interface
+	// Registration names the configurations (Options.Name, one per
+	// install) and where the API server calls; its CABundle is ignored: each
+	// write injects the bundle it is given.
+	Registration Options
+	Hooks        []admission.Hook
+	// ServerName is the name the API server verifies kadmit's certificate
+	// for (certs.Names.ServerName).
+	ServerName string
+	// Holder is this replica's served certificate.
+	Holder *certs.Holder
+	// Bundle returns the certificate source's current caBundle: what Run
+	// injects, and what readiness verifies against before any configuration
+	// exists (certs.Source.CABundle).
+	Bundle func() []byte
+	// Listening reports whether this replica's HTTPS listener serves
+	// (server.Server.Serving); nothing is written before it does.
+	Listening func() error
+	// Probe, when set, returns the certificates the ready endpoints of
+	// kadmit's Service serve (EndpointProber.Probe). A first registration
+	// waits until one verifies against the bundle. Nil in URL mode.
+	Probe  func(context.Context) ([]*x509.Certificate, error)
+	Logger *slog.Logger
+	// Now is the clock; default time.Now.
+	Now func() time.Time
+}
+
+// Registrar is the one writer of kadmit's MutatingWebhookConfiguration and
+// ValidatingWebhookConfiguration: it builds them from the hooks, injects the
+// certificate source's caBundle, server-side applies them (field manager
+// kadmit) and, through an informer on exactly those two objects, repairs
+// them when someone changes them (a blanked or stale caBundle, a deleted
+// configuration). The same informer answers readiness: does the served
+// certificate verify against every registered caBundle?
+//
+// Every TLS mode uses it. With files and self-signed certificates Run
+// drives it; with self-managed ones the elected replica's lifecycle calls
+// Inject at each step of a rotation, so writes stay leader-only.
+type Registrar struct {
+	o   RegistrarOptions
+	log *slog.Logger
+
+	mutating   listersadmissionv1.MutatingWebhookConfigurationLister
+	validating listersadmissionv1.ValidatingWebhookConfigurationLister
+	synced     atomic.Bool
+	kick       chan struct{}
+
+	mu       sync.Mutex
+	hooks    []admission.Hook
+	onChange []func()
+	heldFor  string // why the last Inject held back, logged once per reason
+}
+
+// NewRegistrar checks opts: the configurations must build from the hooks
+// (an error here is a usage error: no URL or Service, conflicting hooks).
+func NewRegistrar(opts RegistrarOptions) (*Registrar, error) {
+	if opts.Client == nil || opts.Holder == nil || opts.ServerName == "" {
+		return nil, errors.New("registrar: client, holder and server name are required")
+	}
+	if opts.Registration.Name == "" {
+		opts.Registration.Name = DefaultName
+	}
+	if _, _, err := Build(opts.Hooks, opts.Registration); err != nil {
+		return nil, err
+	}
+	if opts.Now == nil {
+		opts.Now = time.Now
+	}
+	if opts.Logger == nil {
+		opts.Logger = slog.Default()
+	}
+	if opts.Bundle == nil {
+		opts.Bundle = func() []byte { return nil }
+	}
+	return &Registrar{o: opts, log: opts.Logger.With("component", "registrar", "configuration", opts.Registration.Name),
+		kick: make(chan struct{}, 1), hooks: opts.Hooks}, nil
+}
+
+// Name is the name of both configurations.
+func (r *Registrar) Name() string { return r.o.Registration.Name }
+
+// OnChange adds f to the functions called on every event of either
+// configuration and on SetHooks; call it before Start.
+func (r *Registrar) OnChange(f func()) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.onChange = append(r.onChange, f)
+}
+
+// Start runs the informer on the two configurations (field selector
+// metadata.name, so RBAC can grant by name) until ctx ends, and returns once
+// it synced.
+func (r *Registrar) Start(ctx context.Context) error {
+	f := informers.NewSharedInformerFactoryWithOptions(r.o.Client, 10*time.Minute,
+		informers.WithTweakListOptions(func(lo *metav1.ListOptions) {
+			lo.FieldSelector = fields.OneTermEqualSelector("metadata.name", r.Name()).String()
+		}))
+	mi := f.Admissionregistration().V1().MutatingWebhookConfigurations()
+	vi := f.Admissionregistration().V1().ValidatingWebhookConfigurations()
+	r.mutating, r.validating = mi.Lister(), vi.Lister()
+	h := cache.ResourceEventHandlerFuncs{
+		AddFunc:    func(any) { r.changed() },
+		UpdateFunc: func(any, any) { r.changed() },
+		DeleteFunc: func(any) { r.changed() },
+	}
+	for _, inf := range []cache.SharedIndexInformer{mi.Informer(), vi.Informer()} {
+		if _, err := inf.AddEventHandler(h); err != nil {
+			return fmt.Errorf("registrar: watch webhook configurations: %w", err)
+		}
+	}
+	f.Start(ctx.Done())
+	for typ, ok := range f.WaitForCacheSync(ctx.Done()) {
+		if !ok {
+			return fmt.Errorf("registrar: %v informer did not sync", typ)
+		}
+	}
+	r.synced.Store(true)
+	return nil
+}
+
+func (r *Registrar) changed() {
+	r.Kick()
+	r.mu.Lock()
+	fs := r.onChange
+	r.mu.Unlock()
+	for _, f := range fs {
+		f()
+	}
+}
+
+// Kick makes Run look again now.
+func (r *Registrar) Kick() {
+	select {
+	case r.kick <- struct{}{}:
+	default:
+	}
+}
+
+// SetHooks replaces the hooks the configurations are built from (a
+// configuration reload) and triggers a write.
+func (r *Registrar) SetHooks(hooks []admission.Hook) {
+	r.mu.Lock()
+	r.hooks = hooks
+	r.mu.Unlock()
+	r.changed()
+}
+
+func (r *Registrar) build(bundle []byte) (*admissionregistrationv1.MutatingWebhookConfiguration, *admissionregistrationv1.ValidatingWebhookConfiguration, error) {
+	r.mu.Lock()
+	hooks := r.hooks
+	r.mu.Unlock()
+	opts := r.o.Registration
+	opts.CABundle = bundle
+	return Build(hooks, opts)
+}
+
+// Ready returns nil when the served certificate verifies, for ServerName,
+// against the caBundle of every webhook of both configurations as the
+// informer sees them, or against the source's bundle while none exists;
+// else which webhook's bundle refuses it and why. Validity and freshness
+// of the certificate itself are the source's check (certs.Fresh).
+func (r *Registrar) Ready() error {
+	if !r.synced.Load() {
+		return errors.New("webhook configuration informers not synced")
+	}
+	now := r.o.Now()
+	bundles := r.Bundles()
+	if len(bundles) == 0 {
+		if b := r.o.Bundle(); len(b) > 0 {
+			bundles = map[string][]byte{"the certificate source": b}
+		}
+	}
+	for _, where := range sortedKeys(bundles) {
+		if err := certs.VerifyServed(r.o.Holder, where, bundles[where], r.o.ServerName, now); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// Bundles returns each registered webhook's caBundle from the informer
+// cache, keyed by "<Kind>/<webhook>"; empty before Start or when neither
+// configuration exists.
+func (r *Registrar) Bundles() map[string][]byte {
+	out := map[string][]byte{}
+	if r.mutating == nil {
+		return out
+	}
+	if mwc, err := r.mutating.Get(r.Name()); err == nil {
+		for _, w := range mwc.Webhooks {
+			out["MutatingWebhookConfiguration/"+w.Name] = w.ClientConfig.CABundle
+		}
+	}
+	if vwc, err := r.validating.Get(r.Name()); err == nil {
+		for _, w := range vwc.Webhooks {
+			out["ValidatingWebhookConfiguration/"+w.Name] = w.ClientConfig.CABundle
+		}
+	}
+	return out
+}
+
+// ServerBundles GETs both configurations from the API server (not the
+// cache) and returns every webhook's caBundle: what the API server itself
+// uses, for steps that must not act on a stale cache (CA rotation).
+func (r *Registrar) ServerBundles(ctx context.Context) ([][]byte, error) {
+	var out [][]byte
+	ar := r.o.Client.AdmissionregistrationV1()
+	mwc, err := ar.MutatingWebhookConfigurations().Get(ctx, r.Name(), metav1.GetOptions{})
+	switch {
+	case err == nil:
+		for _, w := range mwc.Webhooks {
+			out = append(out, w.ClientConfig.CABundle)
+		}
+	case !apierrors.IsNotFound(err):
+		return nil, fmt.Errorf("get MutatingWebhookConfiguration %s: %w", r.Name(), err)
+	}
+	vwc, err := ar.ValidatingWebhookConfigurations().Get(ctx, r.Name(), metav1.GetOptions{})
+	switch {
+	case err == nil:
+		for _, w := range vwc.Webhooks {
+			out = append(out, w.ClientConfig.CABundle)
+		}
+	case !apierrors.IsNotFound(err):
+		return nil, fmt.Errorf("get ValidatingWebhookConfiguration %s: %w", r.Name(), err)
+	}
+	return out, nil
+}
+
+// Inject writes both configurations with bundle as every webhook's
+// caBundle, unless the cache shows them exactly so already.
+//
+// A first registration waits until this replica serves, its own
+// certificate verifies against bundle, and (with Probe) a ready endpoint of
+// the Service serves a certificate that verifies too: before that, a fresh
+// install would send the API server's calls nowhere and block pods. A
+// repair (both configurations exist) needs only the first two: readiness
+// depends on the very caBundle being repaired, so after a blanked one no
+// endpoint is ready and waiting for one would make the outage permanent.
+// held reports such a wait; the caller retries within RetryInterval.
+func (r *Registrar) Inject(ctx context.Context, bundle []byte) (held bool, err error) {
+	if len(bundle) == 0 {
+		return true, errors.New("registrar: the certificate source has no caBundle to register")
+	}
+	mwc, vwc, err := r.build(bundle)
+	if err != nil {
+		return false, fmt.Errorf("registrar: %w", err)
+	}
+	mUp, vUp := r.upToDate(mwc, vwc)
+	if mUp && vUp {
+		r.hold("")
+		return false, nil
+	}
+	if ok, why := r.servable(ctx, bundle, r.exists(mwc, vwc)); !ok {
+		r.hold(why)
+		return true, nil
+	}
+	r.hold("")
+	stale := r.staleBundles(bundle)
+	// Only what differs: each write counts against the client's rate
+	// limit, and a repair should not wait behind a no-op.
+	if mUp {
+		mwc = nil
+	}
+	if vUp {
+		vwc = nil
+	}
+	if err := Apply(ctx, r.o.Client, mwc, vwc); err != nil {
+		return false, err
+	}
+	r.log.Info("wrote webhook configurations", "staleCABundles", stale, "url", r.o.Registration.URL, "service", r.o.Registration.ServiceName)
+	return false, nil
+}
+
+// hold logs why writes are held back, once per reason ("" clears it).
+func (r *Registrar) hold(why string) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if why != "" && why != r.heldFor {
+		r.log.Info("not registering webhooks yet", "reason", why)
+	}
+	r.heldFor = why
+}
+
+// Run keeps both configurations written with the source's current bundle
+// until ctx ends: at once, on every event of either configuration, on
+// SetHooks, when the bundle changes (checked every RetryInterval), and every
+// RetryInterval while a write is held back or failed.
+func (r *Registrar) Run(ctx context.Context) {
+	tick := time.NewTicker(RetryInterval)
+	defer tick.Stop()
+	pending, applied, lastErr := true, []byte(nil), ""
+	for {
+		bundle := r.o.Bundle()
+		if pending || !bytes.Equal(bundle, applied) {
+			held, err := r.Inject(ctx, bundle)
+			switch {
+			case err != nil && ctx.Err() == nil:
+				if err.Error() != lastErr {
+					r.log.Warn("writing webhook configurations failed; retrying", "error", err)
+				}
+				lastErr, pending = err.Error(), true
+			case held:
+				pending = true
+			default:
+				pending, applied, lastErr = false, bundle, ""
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-r.kick:
+			pending = true
+		case <-tick.C:
+		}
+	}
+}
+
+// upToDate reports, per configuration, whether the cache holds it with
+// exactly the webhooks wanted (a nil one is up to date); writing it would
+// change nothing.
+func (r *Registrar) upToDate(mwc *admissionregistrationv1.MutatingWebhookConfiguration, vwc *admissionregistrationv1.ValidatingWebhookConfiguration) (mutating, validating bool) {
+	if r.mutating == nil {
+		return mwc == nil, vwc == nil
+	}
+	mutating, validating = true, true
+	if mwc != nil {
+		live, err := r.mutating.Get(mwc.Name)
+		mutating = err == nil && apiequality.Semantic.DeepEqual(live.Webhooks, mwc.Webhooks)
+	}
+	if vwc != nil {
+		live, err := r.validating.Get(vwc.Name)
+		validating = err == nil && apiequality.Semantic.DeepEqual(live.Webhooks, vwc.Webhooks)
+	}
+	return mutating, validating
+}
+
+// exists reports whether every configuration to write is in the cache.
+func (r *Registrar) exists(mwc *admissionregistrationv1.MutatingWebhookConfiguration, vwc *admissionregistrationv1.ValidatingWebhookConfiguration) bool {
+	if r.mutating == nil {
+		return false
+	}
+	if mwc != nil {
+		if _, err := r.mutating.Get(mwc.Name); err != nil {
+			return false
+		}
+	}
+	if vwc != nil {
+		if _, err := r.validating.Get(vwc.Name); err != nil {
+			return false
+		}
+	}
+	return true
+}
+
+// servable reports whether writing bundle now is safe (see Inject) and, if
+// not, why.
+func (r *Registrar) servable(ctx context.Context, bundle []byte, registered bool) (bool, string) {
+	if r.o.Listening != nil {
+		if err := r.o.Listening(); err != nil {
+			return false, "this replica is not serving: " + err.Error()
+		}
+	}
+	cur := r.o.Holder.Current()
+	if cur == nil || cur.Leaf == nil {
+		return false, "no serving certificate loaded"
+	}
+	now := r.o.Now()
+	if err := certs.Verify(cur.Leaf, bundle, r.o.ServerName, now); err != nil {
+		return false, "own certificate does not verify against the bundle: " + err.Error()
+	}
+	if r.o.Probe == nil || registered {
+		return true, ""
+	}
+	leaves, err := r.o.Probe(ctx)
+	if err != nil {
+		return false, err.Error()
+	}
+	for _, l := range leaves {
+		if certs.Verify(l, bundle, r.o.ServerName, now) == nil {
+			return true, ""
+		}
+	}
+	return false, "no ready endpoint of the Service serves a certificate the bundle verifies"
+}
+
+// staleBundles names the webhooks whose cached caBundle differs from want,
+// or "all" when no configuration exists yet; for the log.
+func (r *Registrar) staleBundles(want []byte) []string {
+	live := r.Bundles()
+	if len(live) == 0 {
+		return []string{"all"}
+	}
+	var out []string
+	for name, b := range live {
+		if !bytes.Equal(b, want) {
+			out = append(out, name)
+		}
+	}
+	sort.Strings(out)
+	return out
+}
+
+func sortedKeys(m map[string][]byte) []string {
+	out := make([]string, 0, len(m))
+	for k := range m {
+		out = append(out, k)
+	}
+	sort.Strings(out)
+	return out
+}
