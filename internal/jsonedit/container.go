@@ -28,7 +28,7 @@ func parseContainer(d []byte, i, depth int) (*container, error) {
 	if depth >= MaxDepth {
 		return nil, ErrSyntax
 	}
-	c := &container{object: d[i] == '{', start: i}
+	c := &container{object: d[i] == '{', start: i, items: make([]item, 0, 8)}
 	close := byte(']')
 	if c.object {
 		close = '}'

@@ -4,7 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
-	"strings"
+	"slices"
 
 	k8sjson "sigs.k8s.io/json"
 )
@@ -24,15 +24,20 @@ import (
 // A Doc is not safe for concurrent use. Its cost is one scan of the
 // document plus one of each object or array a path goes through.
 type Doc struct {
-	raw    []byte
-	parsed bool
-	root   int // start of the root value
-	err    error
-	memo   map[int]*container
-	ops    []Op
-	// written holds, by escaped pointer, the value of each path an
-	// operation wrote (nil for removed): what later edits see there.
-	written map[string][]byte
+	raw         []byte
+	parsed      bool
+	root, rootE int // the root value's bytes
+	err         error
+	memo        map[int]*container
+	ops         []Op
+	// written holds the value of each path an operation wrote (nil for
+	// removed), latest last: what later edits see there.
+	written []written
+}
+
+type written struct {
+	path []string
+	raw  []byte
 }
 
 // NewDoc returns a Doc over raw, which it does not modify or copy; raw must
@@ -67,15 +72,59 @@ func (d *Doc) Decode(v any, path ...string) (found bool, err error) {
 	if err != nil || raw == nil || raw[0] == 'n' {
 		return false, err
 	}
+	if decodeFast(raw, v) {
+		return true, nil
+	}
 	if err := k8sjson.UnmarshalCaseSensitivePreserveInts(raw, v); err != nil {
 		return false, fmt.Errorf("%s: %w", display(path), err)
 	}
 	return true, nil
 }
 
+// decodeFast decodes the valid JSON raw into v for the two shapes mutators
+// read most, a string and an object of strings (labels, annotations), as
+// the decoder would; it returns false, leaving v alone, for anything else.
+func decodeFast(raw []byte, v any) bool {
+	switch v := v.(type) {
+	case *string:
+		if raw[0] != '"' {
+			return false
+		}
+		s, err := unquote(raw)
+		if err != nil {
+			return false
+		}
+		*v = s
+		return true
+	case *map[string]string:
+		if raw[0] != '{' {
+			return false
+		}
+		c, err := parseContainer(raw, 0, 0)
+		if err != nil {
+			return false
+		}
+		m := make(map[string]string, len(c.items))
+		for _, it := range c.items {
+			if raw[it.vs] != '"' {
+				return false
+			}
+			s, err := unquote(raw[it.vs:it.ve])
+			if err != nil {
+				return false
+			}
+			m[it.key] = s
+		}
+		*v = m
+		return true
+	}
+	return false
+}
+
 // Set sets the value at path (at least one segment) to value, encoded as
-// JSON without HTML escaping (a json.RawMessage is used as it is): an "add"
-// of an object member, or a "replace" of an existing array element. Missing
+// JSON without HTML escaping (a json.RawMessage is used as it is): a
+// "replace" of a member or element that is there, else an "add" of the
+// member. Missing
 // or null objects on the way are created, with one "add" of the outermost.
 // It fails when the document is not an object, or a value on the way is
 // neither an object, an array, null nor missing.
@@ -90,6 +139,14 @@ func (d *Doc) Set(value any, path ...string) error {
 func (d *Doc) set(raw []byte, path []string) error {
 	if len(path) == 0 {
 		return fmt.Errorf("set: the path is empty; the whole document cannot be replaced")
+	}
+	if d.ops == nil {
+		d.ops = make([]Op, 0, 16)
+	}
+	if op, ok := d.setFast(raw, path); ok {
+		d.ops = append(d.ops, Op{Op: op, Path: Pointer(path...), Value: raw})
+		d.write(path, raw)
+		return nil
 	}
 	if k, err := d.kind(nil); err != nil {
 		return err
@@ -119,6 +176,12 @@ func (d *Doc) set(raw []byte, path []string) error {
 		return fmt.Errorf("set %s: %w", display(path), err)
 	}
 	op := "add"
+	if missing == len(path)-1 {
+		// Say "replace" for a member that is there, as a diff would.
+		if k, err := d.kind(path); err == nil && k != 0 {
+			op = "replace"
+		}
+	}
 	if parent == '[' {
 		// Only existing elements can be set; "add" would insert.
 		if k, err := d.kind(path[:missing+1]); err != nil || k == 0 || missing != len(path)-1 {
@@ -129,10 +192,36 @@ func (d *Doc) set(raw []byte, path []string) error {
 	for j := len(path) - 1; j > missing; j-- {
 		raw = append(append(append(AppendString([]byte{'{'}, path[j]), ':'), raw...), '}')
 	}
-	p := Pointer(path[:missing+1]...)
-	d.ops = append(d.ops, Op{Op: op, Path: p, Value: raw})
-	d.write(p, raw)
+	d.ops = append(d.ops, Op{Op: op, Path: Pointer(path[:missing+1]...), Value: raw})
+	d.write(path[:missing+1], raw)
 	return nil
+}
+
+// setFast finds the operation setting path to raw needs in the common case
+// of a member of an object that is in the document as given, untouched by
+// earlier edits: "add", or "replace" when the member is there. ok is false
+// in every other case, which set then works out step by step.
+func (d *Doc) setFast(raw []byte, path []string) (op string, ok bool) {
+	for _, w := range d.written {
+		if len(w.path) <= len(path) && slices.Equal(w.path, path[:len(w.path)]) {
+			return "", false
+		}
+	}
+	s, _, err := d.locate(path[:len(path)-1])
+	if err != nil || s < 0 || d.raw[s] != '{' {
+		return "", false
+	}
+	c := d.memo[s]
+	if c == nil {
+		if c, err = parseContainer(d.raw, s, len(path)-1); err != nil {
+			return "", false
+		}
+		d.memo[s] = c
+	}
+	if c.member(path[len(path)-1]) >= 0 {
+		return "replace", true
+	}
+	return "add", true
 }
 
 // Remove removes the member or element at path (at least one segment) if
@@ -148,9 +237,8 @@ func (d *Doc) Remove(path ...string) error {
 	if k == 0 {
 		return nil
 	}
-	p := Pointer(path...)
-	d.ops = append(d.ops, Op{Op: "remove", Path: p})
-	d.write(p, nil)
+	d.ops = append(d.ops, Op{Op: "remove", Path: Pointer(path...)})
+	d.write(path, nil)
 	return nil
 }
 
@@ -188,18 +276,13 @@ func (d *Doc) Append(path []string, values ...any) error {
 	return fmt.Errorf("append to %s: it is %s, not an array", display(path), kindName(k))
 }
 
-// write records what an operation wrote at pointer p, and forgets what
-// was recorded below p.
-func (d *Doc) write(p string, raw []byte) {
-	if d.written == nil {
-		d.written = map[string][]byte{}
-	}
-	for k := range d.written {
-		if strings.HasPrefix(k, p+"/") {
-			delete(d.written, k)
-		}
-	}
-	d.written[p] = raw
+// write records what an operation wrote at path, and forgets what was
+// recorded below it.
+func (d *Doc) write(path []string, raw []byte) {
+	d.written = slices.DeleteFunc(d.written, func(w written) bool {
+		return len(w.path) >= len(path) && slices.Equal(w.path[:len(path)], path)
+	})
+	d.written = append(d.written, written{path: slices.Clone(path), raw: raw})
 }
 
 // kind returns the first byte of the value at path as edits so far left
@@ -207,10 +290,11 @@ func (d *Doc) write(p string, raw []byte) {
 // there is none.
 func (d *Doc) kind(path []string) (byte, error) {
 	for n := len(path); n > 0 && len(d.written) > 0; n-- {
-		raw, ok := d.written[Pointer(path[:n]...)]
-		if !ok {
+		i := slices.IndexFunc(d.written, func(w written) bool { return slices.Equal(w.path, path[:n]) })
+		if i < 0 {
 			continue
 		}
+		raw := d.written[i].raw
 		if raw == nil {
 			return 0, nil
 		}
@@ -233,16 +317,26 @@ func (d *Doc) kind(path []string) (byte, error) {
 func (d *Doc) locate(path []string) (int, int, error) {
 	if !d.parsed {
 		d.parsed = true
+		d.memo = map[int]*container{}
 		d.root = SkipSpace(d.raw, 0)
-		if e := ScanValue(d.raw, d.root, 0); e < 0 || SkipSpace(d.raw, e) != len(d.raw) {
+		d.rootE = -1
+		if d.root < len(d.raw) && (d.raw[d.root] == '{' || d.raw[d.root] == '[') {
+			// Locating the root's members scans, and so checks, it all.
+			if c, err := parseContainer(d.raw, d.root, 0); err == nil {
+				d.memo[d.root], d.rootE = c, c.end
+			}
+		} else {
+			d.rootE = ScanValue(d.raw, d.root, 0)
+		}
+		if d.rootE < 0 || SkipSpace(d.raw, d.rootE) != len(d.raw) {
 			d.err = syntaxError(d.raw)
 		}
 	}
 	if d.err != nil {
 		return -1, -1, d.err
 	}
-	if d.memo == nil {
-		d.memo = map[int]*container{}
+	if len(path) == 0 {
+		return d.root, d.rootE, nil
 	}
 	return walk(d.raw, d.root, path, d.memo)
 }
