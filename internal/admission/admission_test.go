@@ -15,6 +15,9 @@ import (
 	jsonpatch4 "gopkg.in/evanphx/json-patch.v4"
 	admissionv1 "k8s.io/api/admission/v1"
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+
+	"github.com/kadmit/kadmit/internal/jsonedit"
 )
 
 var podRule = []admissionregistrationv1.RuleWithOperations{{
@@ -38,7 +41,7 @@ func validating(f func(ctx context.Context, req *Request) Verdict) *Webhook {
 	return whs[0]
 }
 
-func mutating(f func(ctx context.Context, req *Request) ([]byte, Verdict)) *Webhook {
+func mutating(f func(ctx context.Context, req *Request) ([]jsonedit.Op, Verdict)) *Webhook {
 	whs, err := NewWebhooks([]Hook{{Policy: "test", Path: "/mutate", Type: Mutating, Rules: podRule, Mutator: MutatorFunc(f)}})
 	if err != nil {
 		panic(err)
@@ -199,17 +202,23 @@ func TestDenialCarriesStatus(t *testing.T) {
 }
 
 func TestMutatingPatch(t *testing.T) {
-	h := NewHandler(mutating(func(_ context.Context, req *Request) ([]byte, Verdict) {
-		var m map[string]any
-		_ = json.Unmarshal(req.Object.Raw, &m)
-		m["metadata"].(map[string]any)["labels"].(map[string]any)["added"] = "ü~/"
-		b, _ := json.Marshal(m)
-		return b, Allow().WithAuditAnnotation("decision", "labelled")
+	h := NewHandler(mutating(func(_ context.Context, req *Request) ([]jsonedit.Op, Verdict) {
+		d := jsonedit.NewDoc(req.Object.Raw)
+		if err := d.Set("ü~/<&>", "metadata", "labels", "added~/"); err != nil {
+			return nil, Invalid("%v", err)
+		}
+		return d.Ops(), Allow().WithAuditAnnotation("decision", "labelled")
 	}), HandlerOptions{})
-	_, rev := post(t, h, "application/json", reviewBody(APIVersionV1beta1, "u", podJSON))
+	w, rev := post(t, h, "application/json", reviewBody(APIVersionV1beta1, "u", podJSON))
 	res := rev.Response
 	if !res.Allowed || res.PatchType == nil || *res.PatchType != admissionv1.PatchTypeJSONPatch || res.AuditAnnotations["decision"] != "labelled" {
 		t.Fatalf("response %+v", res)
+	}
+	if want := `[{"op":"add","path":"/metadata/labels/added~0~1","value":"ü~/<&>"}]`; string(res.Patch) != want {
+		t.Fatalf("patch %s, want %s", res.Patch, want)
+	}
+	if !strings.Contains(w.Body.String(), `"patch":"`) {
+		t.Fatalf("patch not base64 in the review: %s", w.Body.String())
 	}
 	patch, err := jsonpatch4.DecodePatch(res.Patch)
 	if err != nil {
@@ -219,20 +228,86 @@ func TestMutatingPatch(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !strings.Contains(string(out), `"added":"ü~/"`) {
-		t.Fatalf("patched object %s (patch %s)", out, res.Patch)
+	var pod struct {
+		Metadata struct {
+			Labels map[string]string `json:"labels"`
+		} `json:"metadata"`
+	}
+	if err := json.Unmarshal(out, &pod); err != nil || pod.Metadata.Labels["added~/"] != "ü~/<&>" || pod.Metadata.Labels["a"] != "b" {
+		t.Fatalf("patched object %s (patch %s): %v", out, res.Patch, err)
 	}
 
-	// A mutator that changes nothing sends no patch, even when it re-encodes.
-	h = NewHandler(mutating(func(_ context.Context, req *Request) ([]byte, Verdict) {
-		var m map[string]any
-		_ = json.Unmarshal(req.Object.Raw, &m)
-		b, _ := json.Marshal(m)
-		return b, Allow()
-	}), HandlerOptions{})
+	// A mutator that changes nothing sends no patch.
+	h = NewHandler(mutating(func(context.Context, *Request) ([]jsonedit.Op, Verdict) { return nil, Allow() }), HandlerOptions{})
 	_, rev = post(t, h, "application/json", reviewBody(APIVersionV1, "u", podJSON))
 	if rev.Response.Patch != nil || rev.Response.PatchType != nil {
 		t.Fatalf("no-op mutation sent a patch: %s", rev.Response.Patch)
+	}
+}
+
+// TestMutatingChain checks the mutation contract on one path with three
+// mutators: each sees the object as the previous ones left it, the response
+// patch is their operations concatenated, Outcome.Object is that patch
+// applied, and a denial drops every patch.
+func TestMutatingChain(t *testing.T) {
+	var seen []string
+	set := func(name, key string) Hook {
+		return Hook{Policy: name, Path: "/m", Type: Mutating, Rules: podRule, Mutator: MutatorFunc(func(_ context.Context, req *Request) ([]jsonedit.Op, Verdict) {
+			seen = append(seen, string(req.Object.Raw))
+			d := jsonedit.NewDoc(req.Object.Raw)
+			if err := d.Set(name, "metadata", "labels", key); err != nil {
+				return nil, Invalid("%v", err)
+			}
+			return d.Ops(), Allow("from " + name)
+		})}
+	}
+	const obj = `{"metadata":{"name":"p"},"spec":{"activeDeadlineSeconds":9007199254740993}}`
+	req := &Request{AdmissionRequest: *mustReq(t).Request}
+	req.Object.Raw = []byte(obj)
+	whs, err := NewWebhooks([]Hook{set("a", "x"), set("b", "y"), set("c", "x")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, err := whs[0].Review(context.Background(), req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(seen) != 3 || seen[0] != obj || !strings.Contains(seen[1], `"labels":{"x":"a"}`) || !strings.Contains(seen[2], `"y":"b"`) ||
+		!strings.Contains(seen[2], "9007199254740993") {
+		t.Fatalf("mutators saw %q", seen)
+	}
+	want := `[{"op":"add","path":"/metadata/labels","value":{"x":"a"}},{"op":"add","path":"/metadata/labels/y","value":"b"},{"op":"replace","path":"/metadata/labels/x","value":"c"}]`
+	if string(out.Response.Patch) != want || len(out.Patch) != 3 || out.Matched != 3 {
+		t.Fatalf("patch %s (%d ops, %d matched), want %s", out.Response.Patch, len(out.Patch), out.Matched, want)
+	}
+	if got := string(out.Object); got != `{"metadata":{"name":"p","labels":{"x":"c","y":"b"}},"spec":{"activeDeadlineSeconds":9007199254740993}}` {
+		t.Fatalf("object %s", got)
+	}
+	if w := out.Response.Warnings; len(w) != 3 || w[2] != "from c" {
+		t.Fatalf("warnings %q", w)
+	}
+
+	deny := Hook{Policy: "no", Path: "/m", Type: Mutating, Rules: podRule, Mutator: MutatorFunc(func(context.Context, *Request) ([]jsonedit.Op, Verdict) {
+		return nil, Deny("no")
+	})}
+	whs, err = NewWebhooks([]Hook{set("a", "x"), deny})
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, err = whs[0].Review(context.Background(), req)
+	if err != nil || out.Response.Allowed || out.Response.Patch != nil || out.Patch != nil || out.Policy != "no" || string(out.Object) != obj {
+		t.Fatalf("denied chain: %v %+v", err, out)
+	}
+
+	bad := Hook{Policy: "bad", Path: "/m", Type: Mutating, Rules: podRule, Mutator: MutatorFunc(func(context.Context, *Request) ([]jsonedit.Op, Verdict) {
+		return []jsonedit.Op{{Op: "remove", Path: "/nope"}}, Allow()
+	})}
+	whs, err = NewWebhooks([]Hook{bad, set("a", "x")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := whs[0].Review(context.Background(), req); err == nil || !strings.Contains(err.Error(), "policy bad: its JSONPatch does not apply") {
+		t.Fatalf("patch that does not apply: %v", err)
 	}
 }
 
@@ -284,10 +359,84 @@ func TestHookMatches(t *testing.T) {
 			t.Errorf("%s %s/%s: %v, want %v", tc.op, tc.res, tc.sub, got, tc.want)
 		}
 	}
-	if !matchResource([]string{"*"}, "pods", "pods") || matchResource([]string{"*"}, "pods", "pods/status") ||
-		!matchResource([]string{"pods/*"}, "pods", "pods/status") || !matchResource([]string{"*/status"}, "nodes", "nodes/status") ||
-		!matchResource([]string{"*/*"}, "pods", "pods/exec") {
-		t.Fatal("wildcard resource matching")
+}
+
+// TestMatchRules holds the cases of k8s.io/apiserver's own tests
+// (pkg/admission/plugin/webhook/predicates/rules/rules_test.go, v0.37.1:
+// TestGroup, TestVersion, TestOperation, TestResource, TestScope), run
+// through MatchRules with the other fields of the rule set to "*", plus
+// the case that used to disagree: "pods/*" matches pods itself.
+func TestMatchRules(t *testing.T) {
+	type attrs struct {
+		g, v, r, sub string
+		op           admissionv1.Operation
+		ns           string
+	}
+	a := func(g, v, r, sub string, op admissionv1.Operation) attrs { return attrs{g, v, r, sub, op, "ns"} }
+	cluster := func(g, v, r, sub string) attrs { return attrs{g, v, r, sub, admissionv1.Create, ""} }
+	star := []string{"*"}
+	rule := func(groups, versions, resources []string, ops ...admissionregistrationv1.OperationType) admissionregistrationv1.RuleWithOperations {
+		if ops == nil {
+			ops = []admissionregistrationv1.OperationType{"*"}
+		}
+		return admissionregistrationv1.RuleWithOperations{Operations: ops, Rule: admissionregistrationv1.Rule{APIGroups: groups, APIVersions: versions, Resources: resources}}
+	}
+	scoped := func(r admissionregistrationv1.RuleWithOperations, s admissionregistrationv1.ScopeType) admissionregistrationv1.RuleWithOperations {
+		r.Scope = &s
+		return r
+	}
+	const c, u, d, x = admissionv1.Create, admissionv1.Update, admissionv1.Delete, admissionv1.Connect
+	for _, tc := range []struct {
+		name           string
+		rule           admissionregistrationv1.RuleWithOperations
+		match, noMatch []attrs
+	}{
+		{"group wildcard", rule(star, star, star), []attrs{a("g", "v", "r", "", c)}, nil},
+		{"group exact", rule([]string{"g1", "g2"}, star, star), []attrs{a("g1", "v", "r", "", c), a("g2", "v2", "r3", "", c)},
+			[]attrs{a("g3", "v", "r", "", c), a("g4", "v", "r", "", c)}},
+		{"version wildcard", rule(star, star, star), []attrs{a("g", "v", "r", "", c)}, nil},
+		{"version exact", rule(star, []string{"v1", "v2"}, star), []attrs{a("g1", "v1", "r", "", c), a("g2", "v2", "r", "", c)},
+			[]attrs{a("g1", "v3", "r", "", c), a("g2", "v4", "r", "", c)}},
+		{"operation wildcard", rule(star, star, star, "*"), []attrs{a("g", "v", "r", "", c), a("g", "v", "r", "", u), a("g", "v", "r", "", d), a("g", "v", "r", "", x)}, nil},
+		{"operation create", rule(star, star, star, "CREATE"), []attrs{a("g", "v", "r", "", c)}, []attrs{a("g", "v", "r", "", u), a("g", "v", "r", "", d), a("g", "v", "r", "", x)}},
+		{"operation update", rule(star, star, star, "UPDATE"), []attrs{a("g", "v", "r", "", u)}, []attrs{a("g", "v", "r", "", c), a("g", "v", "r", "", d), a("g", "v", "r", "", x)}},
+		{"operation delete", rule(star, star, star, "DELETE"), []attrs{a("g", "v", "r", "", d)}, []attrs{a("g", "v", "r", "", c), a("g", "v", "r", "", u), a("g", "v", "r", "", x)}},
+		{"operation connect", rule(star, star, star, "CONNECT"), []attrs{a("g", "v", "r", "", x)}, []attrs{a("g", "v", "r", "", c), a("g", "v", "r", "", u), a("g", "v", "r", "", d)}},
+		{"operation multiple", rule(star, star, star, "UPDATE", "DELETE"), []attrs{a("g", "v", "r", "", u), a("g", "v", "r", "", d)}, []attrs{a("g", "v", "r", "", c), a("g", "v", "r", "", x)}},
+		{"no subresources", rule(star, star, star), []attrs{a("g", "v", "r", "", c), a("2", "v", "r2", "", c)},
+			[]attrs{a("g", "v", "r", "exec", c), a("2", "v", "r2", "proxy", c)}},
+		{"r & subresources", rule(star, star, []string{"r/*"}), []attrs{a("g", "v", "r", "", c), a("g", "v", "r", "exec", c)},
+			[]attrs{a("2", "v", "r2", "", c), a("2", "v", "r2", "proxy", c)}},
+		{"r & subresources or r2", rule(star, star, []string{"r/*", "r2"}), []attrs{a("g", "v", "r", "", c), a("g", "v", "r", "exec", c), a("2", "v", "r2", "", c)},
+			[]attrs{a("2", "v", "r2", "proxy", c)}},
+		{"proxy or exec", rule(star, star, []string{"*/proxy", "*/exec"}), []attrs{a("g", "v", "r", "exec", c), a("2", "v", "r2", "proxy", c), a("2", "v", "r3", "proxy", c)},
+			[]attrs{a("g", "v", "r", "", c), a("2", "v", "r2", "", c), a("2", "v", "r4", "scale", c)}},
+		{"cluster scope", scoped(rule(star, star, []string{"*"}), admissionregistrationv1.ClusterScope),
+			[]attrs{cluster("g", "v", "r", ""), cluster("", "v1", "namespaces", ""), a("", "v1", "namespaces", "", c)},
+			[]attrs{a("g", "v", "r", "", c)}},
+		{"namespace scope", scoped(rule(star, star, []string{"*"}), admissionregistrationv1.NamespacedScope),
+			[]attrs{a("g", "v", "r", "", c)},
+			[]attrs{cluster("", "v1", "namespaces", ""), a("", "v1", "namespaces", "", c), cluster("g", "v", "r", "")}},
+		{"all scopes", scoped(rule(star, star, []string{"*"}), admissionregistrationv1.AllScopes),
+			[]attrs{a("g", "v", "r", "", c), cluster("g", "v", "r", ""), cluster("", "v1", "namespaces", ""), a("", "v1", "namespaces", "", c)}, nil},
+		// The case kadmit's serving matcher once got wrong, against doctor and the API server.
+		{"pods/* matches pods", rule([]string{""}, []string{"v1"}, []string{"pods/*"}), []attrs{a("", "v1", "pods", "", c), a("", "v1", "pods", "status", u)},
+			[]attrs{a("", "v1", "nodes", "", c)}},
+		{"*/* matches everything", rule(star, star, []string{"*/*"}), []attrs{a("", "v1", "pods", "", c), a("", "v1", "pods", "exec", x)}, nil},
+		{"*/status", rule(star, star, []string{"*/status"}), []attrs{a("", "v1", "nodes", "status", u)}, []attrs{a("", "v1", "nodes", "", u)}},
+	} {
+		for _, want := range []bool{true, false} {
+			list := tc.match
+			if !want {
+				list = tc.noMatch
+			}
+			for _, at := range list {
+				gvr := schema.GroupVersionResource{Group: at.g, Version: at.v, Resource: at.r}
+				if got := MatchRules([]admissionregistrationv1.RuleWithOperations{tc.rule}, NewRuleAttributes(gvr, at.sub, at.op, at.ns)); got != want {
+					t.Errorf("%s: %+v: match %v, want %v", tc.name, at, got, want)
+				}
+			}
+		}
 	}
 }
 

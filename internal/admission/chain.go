@@ -2,14 +2,14 @@ package admission
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"runtime/debug"
-	"slices"
 
-	"gomodules.xyz/jsonpatch/v2"
 	admissionv1 "k8s.io/api/admission/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+
+	"github.com/kadmit/kadmit/internal/jsonedit"
 )
 
 // PanicError is returned by Webhook.Review when a policy panicked. The server
@@ -37,11 +37,14 @@ type Webhook struct {
 type Outcome struct {
 	// Response is the AdmissionResponse to send, uid already set.
 	Response *admissionv1.AdmissionResponse
-	// Patch is the JSONPatch from the request's object to Object; nil when
-	// nothing changed or the webhook is validating.
-	Patch []jsonpatch.Operation
-	// Object is the object after every mutator ran (the request's own object
-	// when nothing changed).
+	// Patch is the JSONPatch sent in Response: the operations of every
+	// mutator that ran, in order, each against the object as the previous
+	// ones left it. Nil when nothing changed, on denial, or when the
+	// webhook is validating.
+	Patch []jsonedit.Op
+	// Object is the object after every mutator ran: the request's own
+	// object when nothing changed. The HTTP handler, which never reads it,
+	// leaves it nil when there is a patch.
 	Object []byte
 	// Policy names the hook that denied, or "" when allowed.
 	Policy string
@@ -79,126 +82,100 @@ func NewWebhooks(hooks []Hook) ([]*Webhook, error) {
 }
 
 // Review runs the webhook's hooks that match req, in order, and builds the
-// response. Mutators see the object as the previous ones left it and the
-// response patch is computed once, from the request's object to the final one.
-// The first denial ends the chain; warnings and audit annotations accumulate.
-// A panicking policy yields a *PanicError and no outcome.
+// response. Each mutator sees the object as the previous ones left it: the
+// operations a mutator returns are applied (jsonedit.Apply) only when
+// another mutator follows, and the response patch is their concatenation;
+// no object is ever diffed. The first denial ends the chain; warnings and
+// audit annotations accumulate. A panicking policy yields a *PanicError and
+// no outcome; a patch that does not apply to the object it was made for, an
+// error.
 func (w *Webhook) Review(ctx context.Context, req *Request) (out Outcome, err error) {
-	return w.review(ctx, req, false)
+	return w.review(ctx, req, true)
 }
 
-// review is Review; with patchOnly, a webhook whose only hook is a
-// PatchMutator gets its patch from MutatePatch instead of Mutate and a diff,
-// and the Outcome's Object is then nil (the HTTP handler never reads it).
-func (w *Webhook) review(ctx context.Context, req *Request, patchOnly bool) (out Outcome, err error) {
-	if patchOnly && w.Type == Mutating && len(w.Hooks) == 1 {
-		if pm, ok := w.Hooks[0].Mutator.(PatchMutator); ok {
-			if out, ok, err := w.reviewPatch(ctx, req, pm); ok || err != nil {
-				return out, err
-			}
-		}
-	}
+// review is Review; without withObject, the last mutator's operations are
+// not applied, and Outcome.Object is nil when there is a patch.
+func (w *Webhook) review(ctx context.Context, req *Request, withObject bool) (Outcome, error) {
 	resp := &admissionv1.AdmissionResponse{UID: req.UID, Allowed: true}
-	out = Outcome{Response: resp, Object: req.Object.Raw}
-	cur := *req
-	var audit map[string]string
+	out := Outcome{Response: resp}
+	attrs := RuleAttributes(req)
+	cur := req                // the request as the next hook sees it
+	var pending []jsonedit.Op // the last mutator's operations, not yet in cur
+	var pendingPolicy string
+	apply := func() error {
+		obj, err := jsonedit.Apply(cur.Object.Raw, pending)
+		if err != nil {
+			return fmt.Errorf("policy %s: its JSONPatch does not apply to the object it was given: %w", pendingPolicy, err)
+		}
+		next := *cur
+		next.Object = runtime.RawExtension{Raw: obj}
+		cur, pending = &next, nil
+		return nil
+	}
 	for i := range w.Hooks {
 		h := &w.Hooks[i]
-		if !h.Matches(req) {
+		if !MatchRules(h.Rules, attrs) {
 			continue
 		}
 		out.Matched++
+		if len(pending) > 0 {
+			if err := apply(); err != nil {
+				return Outcome{}, err
+			}
+		}
 		var v Verdict
-		var mutated []byte
+		var ops []jsonedit.Op
 		if err := callPolicy(h.Policy, func() {
 			if w.Type == Mutating {
-				mutated, v = h.Mutator.Mutate(ctx, &cur)
+				ops, v = h.Mutator.Mutate(ctx, cur)
 			} else {
-				v = h.Validator.Validate(ctx, &cur)
+				v = h.Validator.Validate(ctx, cur)
 			}
 		}); err != nil {
 			return Outcome{}, err
 		}
-		resp.Warnings = append(resp.Warnings, v.Warnings...)
-		for k, val := range v.AuditAnnotations {
-			if !validAuditKey(k) {
-				resp.Warnings = append(resp.Warnings, fmt.Sprintf("kadmit: policy %s: dropped invalid audit annotation key %q", h.Policy, k))
-				continue
-			}
-			if audit == nil {
-				audit = map[string]string{}
-			}
-			audit[k] = val
-		}
-		if !v.Allowed {
-			resp.Allowed = false
-			resp.Result = &metav1.Status{
-				Status:  metav1.StatusFailure,
-				Code:    v.Code,
-				Reason:  v.Reason,
-				Message: v.Message,
-			}
-			if resp.Result.Code == 0 {
-				resp.Result.Code = 403
-			}
-			if resp.Result.Message == "" {
-				resp.Result.Message = fmt.Sprintf("denied by kadmit policy %s", h.Policy)
-			}
+		if !addVerdict(resp, h.Policy, v) {
 			out.Policy = h.Policy
 			break
 		}
-		if mutated != nil {
-			cur.Object.Raw = mutated
-			cur.Object.Object = nil
+		if len(ops) > 0 {
+			out.Patch = append(out.Patch, ops...)
+			pending, pendingPolicy = ops, h.Policy
 		}
 	}
 	resp.Warnings = sanitizeWarnings(resp.Warnings)
-	resp.AuditAnnotations = audit
-	if !resp.Allowed || w.Type != Mutating || slices.Equal(cur.Object.Raw, req.Object.Raw) {
+	if !resp.Allowed || len(out.Patch) == 0 {
+		out.Patch, out.Object = nil, req.Object.Raw
 		return out, nil
 	}
-	ops, err := jsonpatch.CreatePatch(req.Object.Raw, cur.Object.Raw)
-	if err != nil {
-		return Outcome{}, fmt.Errorf("build JSONPatch for %s: %w", w.Path, err)
-	}
-	out.Object = cur.Object.Raw
-	if len(ops) == 0 {
-		return out, nil
-	}
-	patch, err := json.Marshal(ops)
+	patch, err := jsonedit.AppendPatch(make([]byte, 0, 256), out.Patch)
 	if err != nil {
 		return Outcome{}, fmt.Errorf("encode JSONPatch for %s: %w", w.Path, err)
 	}
 	pt := admissionv1.PatchTypeJSONPatch
 	resp.Patch, resp.PatchType = patch, &pt
-	out.Patch = ops
+	if withObject {
+		if len(pending) > 0 {
+			if err := apply(); err != nil {
+				return Outcome{}, err
+			}
+		}
+		out.Object = cur.Object.Raw
+	}
 	return out, nil
 }
 
-// reviewPatch is review for a webhook whose single hook is pm: the same
-// response as the chain gives, with pm's operations as the patch. ok is false
-// when pm declined; the caller then runs the chain.
-func (w *Webhook) reviewPatch(ctx context.Context, req *Request, pm PatchMutator) (_ Outcome, ok bool, _ error) {
-	h := &w.Hooks[0]
-	resp := &admissionv1.AdmissionResponse{UID: req.UID, Allowed: true}
-	out := Outcome{Response: resp}
-	if !h.Matches(req) {
-		out.Object = req.Object.Raw
-		return out, true, nil
-	}
-	out.Matched = 1
-	var ops []jsonpatch.Operation
-	var v Verdict
-	if err := callPolicy(h.Policy, func() { ops, v, ok = pm.MutatePatch(ctx, req) }); err != nil {
-		return Outcome{}, false, err
-	}
-	if !ok {
-		return Outcome{}, false, nil
-	}
-	resp.Warnings = append([]string(nil), v.Warnings...)
+// addVerdict folds policy's verdict into resp, the one place a verdict
+// becomes response: its warnings, its audit annotations (a key the API
+// server would refuse is dropped, with a warning) and, when it denies,
+// Allowed false and the Status, with code 403 and the message "denied by
+// kadmit policy <policy>" when the verdict leaves them empty. It reports
+// whether the verdict allowed.
+func addVerdict(resp *admissionv1.AdmissionResponse, policy string, v Verdict) bool {
+	resp.Warnings = append(resp.Warnings, v.Warnings...)
 	for k, val := range v.AuditAnnotations {
 		if !validAuditKey(k) {
-			resp.Warnings = append(resp.Warnings, fmt.Sprintf("kadmit: policy %s: dropped invalid audit annotation key %q", h.Policy, k))
+			resp.Warnings = append(resp.Warnings, fmt.Sprintf("kadmit: policy %s: dropped invalid audit annotation key %q", policy, k))
 			continue
 		}
 		if resp.AuditAnnotations == nil {
@@ -206,31 +183,18 @@ func (w *Webhook) reviewPatch(ctx context.Context, req *Request, pm PatchMutator
 		}
 		resp.AuditAnnotations[k] = val
 	}
-	resp.Warnings = sanitizeWarnings(resp.Warnings)
-	if !v.Allowed {
-		resp.Allowed = false
-		resp.Result = &metav1.Status{Status: metav1.StatusFailure, Code: v.Code, Reason: v.Reason, Message: v.Message}
-		if resp.Result.Code == 0 {
-			resp.Result.Code = 403
-		}
-		if resp.Result.Message == "" {
-			resp.Result.Message = fmt.Sprintf("denied by kadmit policy %s", h.Policy)
-		}
-		out.Policy = h.Policy
-		return out, true, nil
+	if v.Allowed {
+		return true
 	}
-	if len(ops) == 0 {
-		out.Object = req.Object.Raw
-		return out, true, nil
+	resp.Allowed = false
+	resp.Result = &metav1.Status{Status: metav1.StatusFailure, Code: v.Code, Reason: v.Reason, Message: v.Message}
+	if resp.Result.Code == 0 {
+		resp.Result.Code = 403
 	}
-	patch, err := json.Marshal(ops)
-	if err != nil {
-		return Outcome{}, false, fmt.Errorf("encode JSONPatch for %s: %w", w.Path, err)
+	if resp.Result.Message == "" {
+		resp.Result.Message = fmt.Sprintf("denied by kadmit policy %s", policy)
 	}
-	pt := admissionv1.PatchTypeJSONPatch
-	resp.Patch, resp.PatchType = patch, &pt
-	out.Patch = ops
-	return out, true, nil
+	return false
 }
 
 func callPolicy(policy string, f func()) (err error) {

@@ -9,6 +9,8 @@ import (
 
 	admissionv1 "k8s.io/api/admission/v1"
 	"k8s.io/apimachinery/pkg/util/validation"
+
+	"github.com/kadmit/kadmit/internal/jsonedit"
 )
 
 // The AdmissionReview API versions kadmit serves. v1beta1 has the same JSON
@@ -68,14 +70,14 @@ func DecodeReview(body []byte) (*Review, error) {
 // The caller then decodes body with json.Unmarshal.
 func decodeReviewFast(body []byte, r *Review) bool {
 	var obj, old [2]int // value ranges in body; {0, 0} when absent
-	i := skipSpace(body, 0)
+	i := jsonedit.SkipSpace(body, 0)
 	if i >= len(body) || body[i] != '{' {
 		return false
 	}
 	seenRequest := false
 	end := walkObject(body, i, func(key []byte, vs int) int {
 		if !strings.EqualFold(string(key), "request") {
-			return scanValue(body, vs, 1)
+			return jsonedit.ScanValue(body, vs, 1)
 		}
 		if seenRequest || string(key) != "request" || vs >= len(body) || body[vs] != '{' {
 			return -1
@@ -95,14 +97,14 @@ func decodeReviewFast(body []byte, r *Review) bool {
 				}
 				dst = &old
 			}
-			ve := scanValue(body, vs, 2)
+			ve := jsonedit.ScanValue(body, vs, 2)
 			if dst != nil && ve >= 0 {
 				*dst = [2]int{vs, ve}
 			}
 			return ve
 		})
 	})
-	if end < 0 || skipSpace(body, end) != len(body) {
+	if end < 0 || jsonedit.SkipSpace(body, end) != len(body) {
 		return false
 	}
 	if obj[1] == 0 && old[1] == 0 {
@@ -143,7 +145,7 @@ func decodeReviewFast(body []byte, r *Review) bool {
 // index past the value or -1. walkObject returns the index past the object,
 // or -1.
 func walkObject(d []byte, i int, member func(key []byte, vs int) int) int {
-	i = skipSpace(d, i+1)
+	i = jsonedit.SkipSpace(d, i+1)
 	if i < len(d) && d[i] == '}' {
 		return i + 1
 	}
@@ -151,19 +153,19 @@ func walkObject(d []byte, i int, member func(key []byte, vs int) int) int {
 		if i >= len(d) || d[i] != '"' {
 			return -1
 		}
-		ke := scanString(d, i)
+		ke := jsonedit.ScanString(d, i)
 		if ke < 0 || bytes.IndexByte(d[i:ke], '\\') >= 0 {
 			return -1
 		}
 		key := d[i+1 : ke-1]
-		i = skipSpace(d, ke)
+		i = jsonedit.SkipSpace(d, ke)
 		if i >= len(d) || d[i] != ':' {
 			return -1
 		}
-		if i = member(key, skipSpace(d, i+1)); i < 0 {
+		if i = member(key, jsonedit.SkipSpace(d, i+1)); i < 0 {
 			return -1
 		}
-		i = skipSpace(d, i)
+		i = jsonedit.SkipSpace(d, i)
 		if i >= len(d) {
 			return -1
 		}
@@ -173,7 +175,7 @@ func walkObject(d []byte, i int, member func(key []byte, vs int) int) int {
 		if d[i] != ',' {
 			return -1
 		}
-		i = skipSpace(d, i+1)
+		i = jsonedit.SkipSpace(d, i+1)
 	}
 }
 

@@ -7,6 +7,8 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"testing"
+
+	"github.com/kadmit/kadmit/internal/jsonedit"
 )
 
 func FuzzDecodeReview(f *testing.F) {
@@ -34,14 +36,12 @@ func FuzzServeHTTP(f *testing.F) {
 	f.Add(reviewBody(APIVersionV1, "u", podJSON))
 	f.Add(reviewBody(APIVersionV1beta1, "x", `{"metadata":{"name":"p"}}`))
 	f.Add([]byte(`{"apiVersion":"admission.k8s.io/v1","kind":"AdmissionReview","request":{"uid":"u","object":[1,2]}}`))
-	wh := mutating(func(_ context.Context, req *Request) ([]byte, Verdict) {
-		var m map[string]any
-		if err := json.Unmarshal(req.Object.Raw, &m); err != nil {
+	wh := mutating(func(_ context.Context, req *Request) ([]jsonedit.Op, Verdict) {
+		d := jsonedit.NewDoc(req.Object.Raw)
+		if err := d.Set(1, "x"); err != nil {
 			return nil, Invalid("object: %v", err)
 		}
-		m["x"] = 1
-		b, _ := json.Marshal(m)
-		return b, Allow()
+		return d.Ops(), Allow()
 	})
 	h := NewHandler(wh, HandlerOptions{MaxRequestBytes: 1 << 16})
 	f.Fuzz(func(t *testing.T, body []byte) {

@@ -12,6 +12,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -19,12 +20,14 @@ import (
 
 	admissionv1 "k8s.io/api/admission/v1"
 	authenticationv1 "k8s.io/api/authentication/v1"
+	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"sigs.k8s.io/yaml"
 
 	"github.com/kadmit/kadmit/internal/admission"
 	"github.com/kadmit/kadmit/internal/bench"
+	"github.com/kadmit/kadmit/internal/policy/colocation"
 	"github.com/kadmit/kadmit/internal/policy/lifespan"
 	"github.com/kadmit/kadmit/internal/policy/nodeovercommit"
 	"github.com/kadmit/kadmit/internal/policy/podname"
@@ -136,6 +139,25 @@ func serve(b *testing.B, cases []benchCase) {
 	}
 }
 
+// serveWebhook is serve for one webhook built by the caller.
+func serveWebhook(b *testing.B, wh *admission.Webhook, body []byte) {
+	h := admission.NewHandler(wh, admission.HandlerOptions{})
+	b.SetBytes(int64(len(body)))
+	b.ReportAllocs()
+	rd := bytes.NewReader(nil)
+	w := &benchWriter{header: http.Header{}}
+	for b.Loop() {
+		rd.Reset(body)
+		r := httptest.NewRequestWithContext(context.Background(), http.MethodPost, wh.Path+"?timeout=10s", rd)
+		r.Header.Set("Content-Type", "application/json")
+		w.reset()
+		h.ServeHTTP(w, r)
+		if w.code != http.StatusOK || !bytes.Contains(w.body.Bytes(), []byte(`"allowed":true`)) || !bytes.Contains(w.body.Bytes(), []byte(`"patch":`)) {
+			b.Fatalf("%s: %d %s", wh.Path, w.code, w.body.String())
+		}
+	}
+}
+
 // benchWriter is a reusable http.ResponseWriter, so the benchmark does not
 // count a recorder's allocations as the handler's.
 type benchWriter struct {
@@ -173,6 +195,60 @@ func BenchmarkServeHTTP_MutatePod(b *testing.B) {
 
 func BenchmarkServeHTTP_MutateNodeStatus(b *testing.B) {
 	serve(b, []benchCase{{nodeovercommit.MutatePath, reviewFor(b, "Node", "nodes", benchNodeJSON(b))}})
+}
+
+// colocationProfiles are n profiles, each stamping its own label and
+// annotation; the first also sets the scheduler, a toleration and a node
+// selector entry. The first matching of them select the bench pod (by its
+// team label), the others select other teams. With every profile matching,
+// this is colocation's worst case per pod.
+func colocationProfiles(n, matching int) []colocation.Profile {
+	out := make([]colocation.Profile, n)
+	for i := range out {
+		team := "payments"
+		if i >= matching {
+			team = fmt.Sprintf("team-%d", i)
+		}
+		out[i] = colocation.Profile{
+			Name:        fmt.Sprintf("profile-%d", i),
+			Selector:    &metav1.LabelSelector{MatchLabels: map[string]string{"team": team}},
+			Labels:      map[string]string{fmt.Sprintf("colocation.example.com/p%d", i): "on"},
+			Annotations: map[string]string{fmt.Sprintf("colocation.example.com/p%d", i): "applied"},
+		}
+	}
+	out[0].SchedulerName = "koord-scheduler"
+	out[0].Tolerations = []corev1.Toleration{{Key: "colocation", Operator: corev1.TolerationOpExists, Effect: corev1.TaintEffectNoSchedule}}
+	out[0].NodeSelector = map[string]string{"node-pool": "mixed"}
+	return out
+}
+
+// BenchmarkServeHTTP_MutatePodColocation is /mutate-pod with lifespan and
+// colocation with 10 profiles, one of which matches the pod: two mutators
+// in a chain, the second seeing the first's output.
+func BenchmarkServeHTTP_MutatePodColocation(b *testing.B) {
+	benchColocation(b, 1)
+}
+
+// BenchmarkServeHTTP_MutatePodColocationAllMatch is the same with all 10
+// profiles matching: 23 more operations, colocation's worst case.
+func BenchmarkServeHTTP_MutatePodColocationAllMatch(b *testing.B) {
+	benchColocation(b, 10)
+}
+
+func benchColocation(b *testing.B, matching int) {
+	ls, err := lifespan.New(lifespan.DefaultConfig())
+	if err != nil {
+		b.Fatal(err)
+	}
+	co, err := colocation.New(colocation.Config{Profiles: colocationProfiles(10, matching)}, nil)
+	if err != nil {
+		b.Fatal(err)
+	}
+	whs, err := admission.NewWebhooks(append(ls.Hooks(), co.Hooks()...))
+	if err != nil || len(whs) != 1 {
+		b.Fatalf("webhooks %v: %v", whs, err)
+	}
+	serveWebhook(b, whs[0], reviewFor(b, "Pod", "pods", benchPodJSON(b)))
 }
 
 // BenchmarkServeHTTP_AllPolicies sends, per iteration, the pod to both pod

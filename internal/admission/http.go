@@ -174,7 +174,7 @@ func (h *handler) review(ctx context.Context, req *Request) (Outcome, error) {
 	}
 	ch := make(chan result, 1)
 	go func() {
-		out, err := h.wh.review(ctx, req, true)
+		out, err := h.wh.review(ctx, req, false)
 		ch <- result{out, err}
 	}()
 	select {

@@ -5,6 +5,8 @@ import (
 	"reflect"
 	"strings"
 	"testing"
+
+	"github.com/kadmit/kadmit/internal/jsonedit"
 )
 
 var scanSeeds = []string{
@@ -44,7 +46,7 @@ type prunedNames struct {
 
 func checkScan(t *testing.T, d []byte) {
 	t.Helper()
-	if got, want := validJSON(d), json.Valid(d); got != want {
+	if got, want := jsonedit.Valid(d), json.Valid(d); got != want {
 		t.Fatalf("validJSON(%q) = %v, json.Valid = %v", trunc(d), got, want)
 	}
 	var full, part prunedNames

@@ -3,10 +3,10 @@ package admission
 import (
 	"context"
 
-	"gomodules.xyz/jsonpatch/v2"
-
 	admissionv1 "k8s.io/api/admission/v1"
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
+
+	"github.com/kadmit/kadmit/internal/jsonedit"
 )
 
 // Request is one admission request as the API server sent it. Object.Raw and
@@ -22,26 +22,15 @@ type Validator interface {
 }
 
 // Mutator decides on a request and may change the object. It returns the
-// mutated object's JSON, or nil when it changed nothing. A mutator must be
+// JSONPatch operations (add, remove, replace; see package jsonedit, which
+// builds them) that turn req.Object.Raw, exactly as given, into the object
+// it wants, or none when it changes nothing. The webhook applies them only
+// when another mutator follows on the same path, and answers the API server
+// with the operations of every mutator, concatenated. A mutator must be
 // idempotent: the API server may call it again on its own output
 // (reinvocationPolicy IfNeeded).
 type Mutator interface {
-	Mutate(ctx context.Context, req *Request) (mutated []byte, v Verdict)
-}
-
-// PatchMutator is a Mutator that can also state its change as a JSONPatch.
-// MutatePatch returns the operations that turn req.Object.Raw into the object
-// Mutate would return (nil when Mutate would return nil) and the same
-// verdict. The handler uses it when the mutator is the only hook on its path:
-// the response patch is then built from what the policy changed, and the whole
-// object is neither re-encoded nor diffed. With several mutators on a path the
-// chain calls Mutate and diffs, since each must see the previous one's output.
-// MutatePatch returns ok false, and nothing else, when it cannot state the
-// change exactly as a patch (say, the object spells a field it edits in an
-// unusual way); the chain then calls Mutate and diffs.
-type PatchMutator interface {
-	Mutator
-	MutatePatch(ctx context.Context, req *Request) (ops []jsonpatch.Operation, v Verdict, ok bool)
+	Mutate(ctx context.Context, req *Request) ([]jsonedit.Op, Verdict)
 }
 
 // ValidatorFunc adapts a function to Validator.
@@ -51,10 +40,12 @@ type ValidatorFunc func(ctx context.Context, req *Request) Verdict
 func (f ValidatorFunc) Validate(ctx context.Context, req *Request) Verdict { return f(ctx, req) }
 
 // MutatorFunc adapts a function to Mutator.
-type MutatorFunc func(ctx context.Context, req *Request) ([]byte, Verdict)
+type MutatorFunc func(ctx context.Context, req *Request) ([]jsonedit.Op, Verdict)
 
 // Mutate calls f.
-func (f MutatorFunc) Mutate(ctx context.Context, req *Request) ([]byte, Verdict) { return f(ctx, req) }
+func (f MutatorFunc) Mutate(ctx context.Context, req *Request) ([]jsonedit.Op, Verdict) {
+	return f(ctx, req)
+}
 
 // Type tells whether a hook may change objects.
 type Type string
@@ -93,56 +84,9 @@ type Hook struct {
 	Mutator   Mutator
 }
 
-// Matches reports whether the request's resource, subresource and operation
-// fall within the hook's rules. Group and version "*" match anything.
+// Matches reports whether the request's resource, subresource, operation and
+// namespace fall within the hook's rules, as the API server decides it (see
+// MatchRules).
 func (h *Hook) Matches(req *Request) bool {
-	resource := req.Resource.Resource
-	if req.SubResource != "" {
-		resource += "/" + req.SubResource
-	}
-	for _, r := range h.Rules {
-		if matchOp(r.Operations, req.Operation) &&
-			matchAny(r.APIGroups, req.Resource.Group) &&
-			matchAny(r.APIVersions, req.Resource.Version) &&
-			matchResource(r.Resources, req.Resource.Resource, resource) {
-			return true
-		}
-	}
-	return false
-}
-
-func matchOp(ops []admissionregistrationv1.OperationType, op admissionv1.Operation) bool {
-	for _, o := range ops {
-		if o == admissionregistrationv1.OperationAll || string(o) == string(op) {
-			return true
-		}
-	}
-	return false
-}
-
-func matchAny(list []string, s string) bool {
-	for _, v := range list {
-		if v == "*" || v == s {
-			return true
-		}
-	}
-	return false
-}
-
-// matchResource follows the API server's rule matching: "*" is every resource
-// without subresources, "*/*" everything, "pods/*" every pods subresource.
-func matchResource(list []string, main, full string) bool {
-	for _, v := range list {
-		switch {
-		case v == "*/*", v == full:
-			return true
-		case v == "*" && main == full:
-			return true
-		case len(v) > 2 && v[len(v)-2:] == "/*" && v[:len(v)-2] == main && main != full:
-			return true
-		case len(v) > 2 && v[:2] == "*/" && full != main && full[len(main)+1:] == v[2:]:
-			return true
-		}
-	}
-	return false
+	return MatchRules(h.Rules, RuleAttributes(req))
 }

@@ -2,12 +2,14 @@ package doctor
 
 import (
 	"fmt"
-	"slices"
-	"strings"
 
+	admissionv1 "k8s.io/api/admission/v1"
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+
+	"github.com/kadmit/kadmit/internal/admission"
 )
 
 // Kinds of webhook configuration, as Webhook.Kind holds them.
@@ -157,64 +159,21 @@ func (r Request) String() string {
 }
 
 // RuleMatches reports whether any rule selects req, with the API server's
-// semantics: "*" in groups, versions and operations; resources "*" (main
-// resources), "*/*" (everything), "pods", "pods/*", "*/status"; scope "*" (default), "Cluster" or
-// "Namespaced". matchPolicy Equivalent (other versions or groups of the same
-// resource) is not modelled: rules are taken literally.
+// own matcher, the one kadmit serves with (admission.MatchRules): "*" in
+// groups, versions and operations; resources "*" (main resources only),
+// "*/*" (everything), "pods", "pods/*" (pods and its subresources),
+// "*/status"; scope "*" (default), "Cluster" or "Namespaced". matchPolicy
+// Equivalent (other versions or groups of the same resource) is not
+// modelled: rules are taken literally.
 func RuleMatches(rules []admissionregistrationv1.RuleWithOperations, req Request) bool {
-	for _, r := range rules {
-		if ruleMatches(r, req) {
-			return true
-		}
+	// Scope is decided by whether the request has a namespace; any name
+	// stands for the namespace of a namespaced resource.
+	ns := ""
+	if req.Namespaced {
+		ns = "namespaced"
 	}
-	return false
-}
-
-func ruleMatches(r admissionregistrationv1.RuleWithOperations, req Request) bool {
-	if !containsOrStar(opStrings(r.Operations), string(req.Operation)) {
-		return false
-	}
-	if !containsOrStar(r.APIGroups, req.Group) || !containsOrStar(r.APIVersions, req.Version) {
-		return false
-	}
-	if r.Scope != nil {
-		switch *r.Scope {
-		case admissionregistrationv1.ClusterScope:
-			if req.Namespaced {
-				return false
-			}
-		case admissionregistrationv1.NamespacedScope:
-			if !req.Namespaced {
-				return false
-			}
-		}
-	}
-	for _, res := range r.Resources {
-		if resourceMatches(res, req.Resource, req.Subresource) {
-			return true
-		}
-	}
-	return false
-}
-
-// resourceMatches implements the "resource/subresource" patterns exactly as
-// k8s.io/apiserver's rules.Matcher does, including that "pods/*" also
-// matches "pods" itself (an empty subresource matches "*").
-func resourceMatches(pattern, resource, sub string) bool {
-	pr, ps, _ := strings.Cut(pattern, "/")
-	return (pr == "*" || pr == resource) && (ps == "*" || ps == sub)
-}
-
-func opStrings(ops []admissionregistrationv1.OperationType) []string {
-	out := make([]string, len(ops))
-	for i, o := range ops {
-		out[i] = string(o)
-	}
-	return out
-}
-
-func containsOrStar(list []string, v string) bool {
-	return slices.Contains(list, "*") || slices.Contains(list, v)
+	gvr := schema.GroupVersionResource{Group: req.Group, Version: req.Version, Resource: req.Resource}
+	return admission.MatchRules(rules, admission.NewRuleAttributes(gvr, req.Subresource, admissionv1.Operation(req.Operation), ns))
 }
 
 // SelectorMatches evaluates a label selector against a label set with

@@ -16,6 +16,7 @@ import (
 	k8stesting "k8s.io/client-go/testing"
 
 	"github.com/kadmit/kadmit/internal/admission"
+	"github.com/kadmit/kadmit/internal/jsonedit"
 )
 
 func rule(resource string, ops ...admissionregistrationv1.OperationType) admissionregistrationv1.RuleWithOperations {
@@ -28,7 +29,9 @@ func rule(resource string, ops ...admissionregistrationv1.OperationType) admissi
 // testHooks mirrors the built-in policies' hooks.
 func testHooks() []admission.Hook {
 	v := admission.ValidatorFunc(func(context.Context, *admission.Request) admission.Verdict { return admission.Allow() })
-	m := admission.MutatorFunc(func(context.Context, *admission.Request) ([]byte, admission.Verdict) { return nil, admission.Allow() })
+	m := admission.MutatorFunc(func(context.Context, *admission.Request) ([]jsonedit.Op, admission.Verdict) {
+		return nil, admission.Allow()
+	})
 	return []admission.Hook{
 		{Policy: "pod-name", Path: "/validate-pod", Type: admission.Validating, Rules: []admissionregistrationv1.RuleWithOperations{rule("pods", admissionregistrationv1.Create)},
 			FailurePolicy: admissionregistrationv1.Fail, Validator: v},

@@ -38,12 +38,11 @@ func Print(w io.Writer, res *Result, format string) error {
 		fmt.Fprintf(&sb, "  warning: %s\n", warn)
 	}
 	for _, op := range res.Patch {
-		v, _ := json.Marshal(op.Value)
-		if op.Operation == "remove" {
-			fmt.Fprintf(&sb, "  patch: %s %s\n", op.Operation, op.Path)
+		if op.Value == nil {
+			fmt.Fprintf(&sb, "  patch: %s %s\n", op.Op, op.Path)
 			continue
 		}
-		fmt.Fprintf(&sb, "  patch: %s %s %s\n", op.Operation, op.Path, v)
+		fmt.Fprintf(&sb, "  patch: %s %s %s\n", op.Op, op.Path, op.Value)
 	}
 	_, err := io.WriteString(w, sb.String())
 	return err

@@ -16,7 +16,6 @@ import (
 	"sort"
 	"strings"
 
-	"gomodules.xyz/jsonpatch/v2"
 	admissionv1 "k8s.io/api/admission/v1"
 	authenticationv1 "k8s.io/api/authentication/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
@@ -29,6 +28,7 @@ import (
 	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
 
 	"github.com/kadmit/kadmit/internal/admission"
+	"github.com/kadmit/kadmit/internal/jsonedit"
 )
 
 // ErrInput is wrapped by errors about the manifests themselves.
@@ -149,16 +149,16 @@ type Options struct {
 // scripts can rely on them: namespace and message may be "", warnings and
 // patch [].
 type Result struct {
-	APIVersion string                `json:"apiVersion"`
-	Kind       string                `json:"kind"`
-	Namespace  string                `json:"namespace"`
-	Name       string                `json:"name"`
-	Allowed    bool                  `json:"allowed"`
-	Code       int32                 `json:"code"`
-	Message    string                `json:"message"`
-	Warnings   []string              `json:"warnings"`
-	Patch      []jsonpatch.Operation `json:"patch"`
-	Object     json.RawMessage       `json:"object"`
+	APIVersion string          `json:"apiVersion"`
+	Kind       string          `json:"kind"`
+	Namespace  string          `json:"namespace"`
+	Name       string          `json:"name"`
+	Allowed    bool            `json:"allowed"`
+	Code       int32           `json:"code"`
+	Message    string          `json:"message"`
+	Warnings   []string        `json:"warnings"`
+	Patch      []jsonedit.Op   `json:"patch"`
+	Object     json.RawMessage `json:"object"`
 	// Webhooks lists the paths that matched, in call order.
 	Webhooks []string `json:"webhooks,omitempty"`
 }
@@ -203,8 +203,7 @@ func Run(ctx context.Context, webhooks []*admission.Webhook, doc Document, opts 
 		}
 	}
 
-	res := &Result{APIVersion: u.GetAPIVersion(), Kind: gvk.Kind, Namespace: u.GetNamespace(), Name: u.GetName(), Allowed: true, Code: 200, Warnings: []string{}, Patch: []jsonpatch.Operation{}}
-	original := req.Object.Raw
+	res := &Result{APIVersion: u.GetAPIVersion(), Kind: gvk.Kind, Namespace: u.GetNamespace(), Name: u.GetName(), Allowed: true, Code: 200, Warnings: []string{}, Patch: []jsonedit.Op{}}
 	// Mutating webhooks first, each seeing the previous one's output, then
 	// validating webhooks on the final object, as the API server does.
 	for _, phase := range []admission.Type{admission.Mutating, admission.Validating} {
@@ -224,22 +223,18 @@ func Run(ctx context.Context, webhooks []*admission.Webhook, doc Document, opts 
 			if !out.Response.Allowed {
 				res.Allowed = false
 				res.Code, res.Message = out.Response.Result.Code, out.Response.Result.Message
-				res.Object = req.Object.Raw
+				res.Object, res.Patch = req.Object.Raw, []jsonedit.Op{}
 				return res, nil
 			}
+			// The patch is each webhook's, in call order, as the API
+			// server applies them.
+			res.Patch = append(res.Patch, out.Patch...)
 			if out.Object != nil {
 				req.Object = runtime.RawExtension{Raw: out.Object}
 			}
 		}
 	}
 	res.Object = req.Object.Raw
-	if len(original) > 0 && !bytes.Equal(original, req.Object.Raw) {
-		ops, err := jsonpatch.CreatePatch(original, req.Object.Raw)
-		if err != nil {
-			return nil, fmt.Errorf("%s: build JSONPatch: %w", doc, err)
-		}
-		res.Patch = ops
-	}
 	return res, nil
 }
 

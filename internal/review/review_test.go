@@ -252,11 +252,12 @@ func TestRunLifespanTolerations(t *testing.T) {
 	// The patch adds the same 12 tolerations.
 	var added int
 	for _, op := range res.Patch {
-		if op.Operation != "add" || !strings.HasPrefix(op.Path, "/spec/tolerations") {
+		if op.Op != "add" || !strings.HasPrefix(op.Path, "/spec/tolerations") {
 			t.Errorf("unexpected patch op %+v", op)
 			continue
 		}
-		if list, ok := op.Value.([]any); ok {
+		var list []any
+		if json.Unmarshal(op.Value, &list) == nil {
 			added += len(list)
 		} else {
 			added++

@@ -8,8 +8,10 @@ package colocation
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
+	"maps"
+	"slices"
+	"strings"
 
 	admissionv1 "k8s.io/api/admission/v1"
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
@@ -20,8 +22,12 @@ import (
 	"k8s.io/apimachinery/pkg/util/validation"
 
 	"github.com/kadmit/kadmit/internal/admission"
+	"github.com/kadmit/kadmit/internal/jsonedit"
 	"github.com/kadmit/kadmit/internal/policy/resourceflavor"
 )
+
+// The policy states its change as JSONPatch operations.
+var _ admission.Mutator = (*Policy)(nil)
 
 // Name is the policy's name (policies.colocation in the configuration).
 const Name = "colocation"
@@ -179,7 +185,7 @@ func (p *Policy) Hooks() []admission.Hook {
 			Rule:       admissionregistrationv1.Rule{APIGroups: []string{""}, APIVersions: []string{"v1"}, Resources: []string{"pods"}},
 		}},
 		FailurePolicy: fp,
-		Mutator:       admission.MutatorFunc(p.Mutate),
+		Mutator:       p,
 	}}
 }
 
@@ -189,23 +195,48 @@ func (p *Policy) Hooks() []admission.Hook {
 // profiles the earlier one wins a conflict unless the later overwrites.
 // Tolerations are appended when no equal toleration is present. The names of
 // the applied profiles are recorded in kadmit.io/colocation-profiles. The
-// result is the same when applied twice. It returns nil when nothing changed.
-func (p *Policy) Mutate(_ context.Context, req *admission.Request) ([]byte, admission.Verdict) {
+// result is the same when applied twice. The change is one JSONPatch
+// operation per label, annotation and node selector entry set, per scalar
+// field changed and per toleration added, in that order, on the pod as sent
+// (the rest of it is neither decoded nor re-encoded); none when nothing
+// changes.
+func (p *Policy) Mutate(_ context.Context, req *admission.Request) ([]jsonedit.Op, admission.Verdict) {
 	if req.Operation != admissionv1.Create || len(p.profiles) == 0 {
 		return nil, admission.Allow()
 	}
-	var pod corev1.Pod
-	if err := json.Unmarshal(req.Object.Raw, &pod); err != nil {
-		return nil, admission.Invalid("%s: cannot parse the pod: %v", Name, err)
+	doc := jsonedit.NewDoc(req.Object.Raw)
+	var pod podFields
+	for _, f := range []struct {
+		v    any
+		path []string
+	}{
+		{&pod.namespace, []string{"metadata", "namespace"}},
+		{&pod.labels, []string{"metadata", "labels"}},
+		{&pod.annotations, []string{"metadata", "annotations"}},
+		{&pod.nodeSelector, []string{"spec", "nodeSelector"}},
+		{&pod.schedulerName, []string{"spec", "schedulerName"}},
+		{&pod.priorityClassName, []string{"spec", "priorityClassName"}},
+		{&pod.priority, []string{"spec", "priority"}},
+		{&pod.tolerations, []string{"spec", "tolerations"}},
+	} {
+		if _, err := doc.Decode(f.v, f.path...); err != nil {
+			return nil, admission.Invalid("%s: cannot parse the pod: %v", Name, err)
+		}
 	}
 	ns := req.Namespace
 	if ns == "" {
-		ns = pod.Namespace
+		ns = pod.namespace
 	}
 	nsLabels, warn := p.namespaceLabels(ns)
-	podLabels := labels.Set(pod.Labels)
+	var warnings []string
+	if warn != "" {
+		warnings = append(warnings, warn)
+	}
+	podLabels := labels.Set(pod.labels)
+	// want is the pod as the profiles leave it; pod stays as sent.
+	want := podFields{labels: maps.Clone(pod.labels), annotations: maps.Clone(pod.annotations), nodeSelector: maps.Clone(pod.nodeSelector),
+		schedulerName: pod.schedulerName, priorityClassName: pod.priorityClassName, priority: pod.priority}
 	var applied []string
-	changed := false
 	for i := range p.profiles {
 		pr := &p.profiles[i]
 		// Selectors see the pod as submitted: a profile's labels do not make
@@ -214,76 +245,89 @@ func (p *Policy) Mutate(_ context.Context, req *admission.Request) ([]byte, admi
 			continue
 		}
 		applied = append(applied, pr.Name)
-		changed = setMap(&pod.Labels, pr.Labels, pr.Overwrite) || changed
-		changed = setMap(&pod.Annotations, pr.Annotations, pr.Overwrite) || changed
-		changed = setMap(&pod.Spec.NodeSelector, pr.NodeSelector, pr.Overwrite) || changed
+		setMap(&want.labels, pr.Labels, pr.Overwrite)
+		setMap(&want.annotations, pr.Annotations, pr.Overwrite)
+		setMap(&want.nodeSelector, pr.NodeSelector, pr.Overwrite)
 		// The API server fills in default-scheduler before webhooks run, so
 		// that value means "not chosen" and may be replaced.
-		if cur := pod.Spec.SchedulerName; pr.SchedulerName != "" && cur != pr.SchedulerName &&
+		if cur := want.schedulerName; pr.SchedulerName != "" && cur != pr.SchedulerName &&
 			(cur == "" || cur == corev1.DefaultSchedulerName || pr.Overwrite) {
-			pod.Spec.SchedulerName = pr.SchedulerName
-			changed = true
+			want.schedulerName = pr.SchedulerName
 		}
-		if pr.PriorityClassName != "" && pod.Spec.PriorityClassName != pr.PriorityClassName &&
-			(pod.Spec.PriorityClassName == "" || pr.Overwrite) {
-			pod.Spec.PriorityClassName = pr.PriorityClassName
+		if pr.PriorityClassName != "" && want.priorityClassName != pr.PriorityClassName &&
+			(want.priorityClassName == "" || pr.Overwrite) {
+			want.priorityClassName = pr.PriorityClassName
 			// The Priority admission plugin resolves the class into
 			// spec.priority after webhooks; a stale number would be refused.
-			pod.Spec.Priority = nil
-			changed = true
+			want.priority = nil
 		}
 		for _, t := range pr.Tolerations {
-			if !hasToleration(pod.Spec.Tolerations, t) {
-				pod.Spec.Tolerations = append(pod.Spec.Tolerations, t)
-				changed = true
+			if !hasToleration(pod.tolerations, t) && !hasToleration(want.tolerations, t) {
+				want.tolerations = append(want.tolerations, t)
 			}
 		}
-	}
-	var warnings []string
-	if warn != "" {
-		warnings = append(warnings, warn)
 	}
 	if len(applied) == 0 {
 		return nil, admission.Allow(warnings...)
 	}
-	record := joinNames(applied)
-	if pod.Annotations[ProfilesAnnotation] != record {
-		changed = setMap(&pod.Annotations, map[string]string{ProfilesAnnotation: record}, true) || changed
+	setMap(&want.annotations, map[string]string{ProfilesAnnotation: strings.Join(applied, ",")}, true)
+	if err := edit(doc, &pod, &want); err != nil {
+		return nil, admission.Invalid("%s: cannot edit the pod: %v", Name, err)
 	}
-	if !changed {
-		return nil, admission.Allow(warnings...)
-	}
-	out, err := patchRaw(req.Object.Raw, &pod)
-	if err != nil {
-		return nil, admission.Errored(0, fmt.Errorf("%s: encode the pod: %w", Name, err))
-	}
-	return out, admission.Allow(warnings...)
+	return doc.Ops(), admission.Allow(warnings...)
 }
 
-// patchRaw copies the fields a profile may set from pod into the raw JSON,
-// so that fields this kadmit's client library does not know, and empty
-// structs the typed round trip would add, stay as the API server sent them.
-func patchRaw(raw []byte, pod *corev1.Pod) ([]byte, error) {
-	var obj map[string]any
-	if err := json.Unmarshal(raw, &obj); err != nil {
-		return nil, err
-	}
-	meta, spec := admission.ObjectField(obj, "metadata"), admission.ObjectField(obj, "spec")
-	set := func(m map[string]any, key string, v any, empty bool) {
-		if empty {
-			delete(m, key)
-			return
+// podFields is what colocation reads of a pod, and, as the profiles leave
+// it, what it changes (tolerations then holds only the added ones).
+type podFields struct {
+	namespace                        string
+	labels, annotations              map[string]string
+	nodeSelector                     map[string]string
+	schedulerName, priorityClassName string
+	priority                         *int32
+	tolerations                      []corev1.Toleration
+}
+
+// edit states the difference from pod to want as operations on doc:
+// map entries in key order, then the scalars, then the added tolerations.
+func edit(doc *jsonedit.Doc, pod, want *podFields) error {
+	var err error
+	set := func(v any, path ...string) {
+		if err == nil {
+			err = doc.Set(v, path...)
 		}
-		m[key] = v
 	}
-	set(meta, "labels", pod.Labels, len(pod.Labels) == 0)
-	set(meta, "annotations", pod.Annotations, len(pod.Annotations) == 0)
-	set(spec, "nodeSelector", pod.Spec.NodeSelector, len(pod.Spec.NodeSelector) == 0)
-	set(spec, "schedulerName", pod.Spec.SchedulerName, pod.Spec.SchedulerName == "")
-	set(spec, "priorityClassName", pod.Spec.PriorityClassName, pod.Spec.PriorityClassName == "")
-	set(spec, "priority", pod.Spec.Priority, pod.Spec.Priority == nil)
-	set(spec, "tolerations", pod.Spec.Tolerations, len(pod.Spec.Tolerations) == 0)
-	return json.Marshal(obj)
+	for _, m := range []struct {
+		have, want map[string]string
+		path       []string
+	}{
+		{pod.labels, want.labels, []string{"metadata", "labels"}},
+		{pod.annotations, want.annotations, []string{"metadata", "annotations"}},
+		{pod.nodeSelector, want.nodeSelector, []string{"spec", "nodeSelector"}},
+	} {
+		for _, k := range slices.Sorted(maps.Keys(m.want)) {
+			if v, ok := m.have[k]; !ok || v != m.want[k] {
+				set(m.want[k], append(m.path, k)...)
+			}
+		}
+	}
+	if want.schedulerName != pod.schedulerName {
+		set(want.schedulerName, "spec", "schedulerName")
+	}
+	if want.priorityClassName != pod.priorityClassName {
+		set(want.priorityClassName, "spec", "priorityClassName")
+	}
+	if want.priority == nil && pod.priority != nil && err == nil {
+		err = doc.Remove("spec", "priority")
+	}
+	if len(want.tolerations) > 0 && err == nil {
+		add := make([]any, len(want.tolerations))
+		for i, t := range want.tolerations {
+			add[i] = t
+		}
+		err = doc.Append([]string{"spec", "tolerations"}, add...)
+	}
+	return err
 }
 
 func (p *Policy) namespaceLabels(ns string) (map[string]string, string) {
@@ -300,8 +344,7 @@ func (p *Policy) namespaceLabels(ns string) (map[string]string, string) {
 	return base, fmt.Sprintf("%s: namespace %q not in kadmit's cache yet; only its name is matched", Name, ns)
 }
 
-func setMap(dst *map[string]string, src map[string]string, overwrite bool) bool {
-	changed := false
+func setMap(dst *map[string]string, src map[string]string, overwrite bool) {
 	for k, v := range src {
 		cur, ok := (*dst)[k]
 		if ok && (cur == v || !overwrite) {
@@ -311,9 +354,7 @@ func setMap(dst *map[string]string, src map[string]string, overwrite bool) bool 
 			*dst = map[string]string{}
 		}
 		(*dst)[k] = v
-		changed = true
 	}
-	return changed
 }
 
 func hasToleration(ts []corev1.Toleration, t corev1.Toleration) bool {
@@ -323,15 +364,4 @@ func hasToleration(ts []corev1.Toleration, t corev1.Toleration) bool {
 		}
 	}
 	return false
-}
-
-func joinNames(names []string) string {
-	out := ""
-	for i, n := range names {
-		if i > 0 {
-			out += ","
-		}
-		out += n
-	}
-	return out
 }

@@ -12,6 +12,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 
 	"github.com/kadmit/kadmit/internal/admission"
+	"github.com/kadmit/kadmit/internal/jsonedit"
 )
 
 type fakeNS map[string]map[string]string
@@ -47,15 +48,28 @@ var batch = Profile{
 	NodeSelector:      map[string]string{"node-pool": "mixed"},
 }
 
+// mutate runs p.Mutate and returns the patched pod, nil when unchanged.
+func mutate(t *testing.T, p *Policy, r *admission.Request) ([]byte, admission.Verdict) {
+	t.Helper()
+	ops, v := p.Mutate(context.Background(), r)
+	if len(ops) == 0 {
+		return nil, v
+	}
+	out, err := jsonedit.Apply(r.Object.Raw, ops)
+	if err != nil {
+		t.Fatalf("apply %v: %v", ops, err)
+	}
+	return out, v
+}
+
 func TestMutate(t *testing.T) {
 	second := Profile{Name: "second", Labels: map[string]string{"koordinator.sh/qosClass": "LS", "extra": "x"}, SchedulerName: "other"}
 	p, err := New(Config{Profiles: []Profile{batch, second}}, fakeNS{"mixed": {"colocation": "on"}, "plain": {}})
 	if err != nil {
 		t.Fatal(err)
 	}
-	ctx := context.Background()
 	raw := `{"metadata":{"name":"p","labels":{"qos":"be"}},"spec":{"schedulerName":"default-scheduler","containers":[{"name":"c","image":"x"}]}}`
-	out, v := p.Mutate(ctx, podReq("mixed", raw))
+	out, v := mutate(t, p, podReq("mixed", raw))
 	if !v.Allowed || out == nil {
 		t.Fatalf("verdict %+v out %s", v, out)
 	}
@@ -67,11 +81,11 @@ func TestMutate(t *testing.T) {
 		len(got.Spec.Tolerations) != 1 || got.Annotations["note"] != "batch" || got.Annotations[ProfilesAnnotation] != "batch,second" {
 		t.Fatalf("pod %+v", got)
 	}
-	if again, _ := p.Mutate(ctx, podReq("mixed", string(out))); again != nil {
+	if again, _ := mutate(t, p, podReq("mixed", string(out))); again != nil {
 		t.Fatalf("not idempotent: %s", again)
 	}
 	// Other namespace: only the selector-less profile applies.
-	out, _ = p.Mutate(ctx, podReq("plain", raw))
+	out, _ = mutate(t, p, podReq("plain", raw))
 	got = pod(t, out)
 	if got.Labels["koordinator.sh/qosClass"] != "LS" || got.Spec.SchedulerName != "other" || got.Annotations[ProfilesAnnotation] != "second" {
 		t.Fatalf("pod in plain: %+v", got)
@@ -82,14 +96,14 @@ func TestNoOverwriteUnlessAsked(t *testing.T) {
 	prof := Profile{Name: "p", Labels: map[string]string{"tier": "batch"}, SchedulerName: "koord", PriorityClassName: "low", NodeSelector: map[string]string{"pool": "a"}}
 	raw := `{"metadata":{"name":"p","labels":{"tier":"web"}},"spec":{"schedulerName":"mine","priorityClassName":"high","priority":1000,"nodeSelector":{"pool":"b"},"containers":[{"name":"c","image":"x"}]}}`
 	p, _ := New(Config{Profiles: []Profile{prof}}, nil)
-	out, _ := p.Mutate(context.Background(), podReq("ns", raw))
+	out, _ := mutate(t, p, podReq("ns", raw))
 	got := pod(t, out)
 	if got.Labels["tier"] != "web" || got.Spec.SchedulerName != "mine" || got.Spec.PriorityClassName != "high" || got.Spec.NodeSelector["pool"] != "b" {
 		t.Fatalf("pod overwritten: %+v", got)
 	}
 	prof.Overwrite = true
 	p, _ = New(Config{Profiles: []Profile{prof}}, nil)
-	out, _ = p.Mutate(context.Background(), podReq("ns", raw))
+	out, _ = mutate(t, p, podReq("ns", raw))
 	got = pod(t, out)
 	if got.Labels["tier"] != "batch" || got.Spec.SchedulerName != "koord" || got.Spec.PriorityClassName != "low" || got.Spec.Priority != nil || got.Spec.NodeSelector["pool"] != "a" {
 		t.Fatalf("pod not overwritten: %+v", got)
@@ -98,14 +112,14 @@ func TestNoOverwriteUnlessAsked(t *testing.T) {
 
 func TestOfflineNamespaceSelector(t *testing.T) {
 	p, _ := New(Config{Profiles: []Profile{batch}}, nil)
-	out, v := p.Mutate(context.Background(), podReq("mixed", `{"metadata":{"name":"p","labels":{"qos":"be"}},"spec":{"containers":[{"name":"c","image":"x"}]}}`))
+	out, v := mutate(t, p, podReq("mixed", `{"metadata":{"name":"p","labels":{"qos":"be"}},"spec":{"containers":[{"name":"c","image":"x"}]}}`))
 	if out != nil || !v.Allowed || len(v.Warnings) != 1 || !strings.Contains(v.Warnings[0], "offline") {
 		t.Fatalf("out %s verdict %+v", out, v)
 	}
 	// A selector on the name label works offline.
 	byName := Profile{Name: "n", NamespaceSelector: &metav1.LabelSelector{MatchLabels: map[string]string{corev1.LabelMetadataName: "mixed"}}, Labels: map[string]string{"a": "b"}}
 	p, _ = New(Config{Profiles: []Profile{byName}}, nil)
-	out, _ = p.Mutate(context.Background(), podReq("mixed", `{"metadata":{"name":"p"},"spec":{}}`))
+	out, _ = mutate(t, p, podReq("mixed", `{"metadata":{"name":"p"},"spec":{}}`))
 	if got := pod(t, out); got.Labels["a"] != "b" {
 		t.Fatalf("name selector did not match: %s", out)
 	}

@@ -25,8 +25,12 @@ import (
 	"k8s.io/apimachinery/pkg/util/validation"
 
 	"github.com/kadmit/kadmit/internal/admission"
+	"github.com/kadmit/kadmit/internal/jsonedit"
 	"github.com/kadmit/kadmit/internal/policy/podrequest"
 )
+
+// The policy states its change as JSONPatch operations.
+var _ admission.Mutator = (*Policy)(nil)
 
 // Name is the policy's name (policies.elasticQuota in the configuration).
 const Name = "elastic-quota"
@@ -112,7 +116,7 @@ func (p *Policy) Hooks() []admission.Hook {
 	const g = "scheduling.sigs.k8s.io"
 	hooks := []admission.Hook{
 		{Policy: Name, Path: MutatePath, Type: admission.Mutating, FailurePolicy: fp,
-			Rules: rule(g, "elasticquotas", admissionregistrationv1.Create), Mutator: admission.MutatorFunc(p.Mutate)},
+			Rules: rule(g, "elasticquotas", admissionregistrationv1.Create), Mutator: p},
 		{Policy: Name, Path: ValidatePath, Type: admission.Validating, FailurePolicy: fp,
 			Rules:     rule(g, "elasticquotas", admissionregistrationv1.Create, admissionregistrationv1.Update, admissionregistrationv1.Delete),
 			Validator: admission.ValidatorFunc(p.Validate)},
@@ -132,9 +136,10 @@ const offlineWarning = Name + ": no cluster cache (offline): checks against othe
 
 // Mutate defaults a new quota: parent label to the root quota; tree-id
 // label to the parent's (when the parent has one); shared-weight annotation
-// to spec.max as JSON. The built-in quotas are left alone. Returns nil when
-// nothing changed.
-func (p *Policy) Mutate(_ context.Context, req *admission.Request) ([]byte, admission.Verdict) {
+// to spec.max as JSON. The built-in quotas are left alone. Each default is
+// one JSONPatch operation on the quota as sent; it returns none when
+// nothing changes.
+func (p *Policy) Mutate(_ context.Context, req *admission.Request) ([]jsonedit.Op, admission.Verdict) {
 	if req.Operation != admissionv1.Create {
 		return nil, admission.Allow()
 	}
@@ -145,26 +150,32 @@ func (p *Policy) Mutate(_ context.Context, req *admission.Request) ([]byte, admi
 	if p.builtin(q.Name) {
 		return nil, admission.Allow()
 	}
-	var obj map[string]any
-	if err := json.Unmarshal(req.Object.Raw, &obj); err != nil {
+	// The labels and annotations the operations address, read as the
+	// patch will find them.
+	doc := jsonedit.NewDoc(req.Object.Raw)
+	var meta struct {
+		Labels      map[string]string `json:"labels"`
+		Annotations map[string]string `json:"annotations"`
+	}
+	if _, err := doc.Decode(&meta, "metadata"); err != nil {
 		return nil, admission.Invalid("%s: cannot parse the ElasticQuota: %v", Name, err)
 	}
-	meta := admission.ObjectField(obj, "metadata")
-	labels, annotations := admission.ObjectField(meta, "labels"), admission.ObjectField(meta, "annotations")
-	changed := false
-	parent := q.Parent
-	if parent == "" {
-		parent = p.cfg.RootQuota
-		labels[LabelParent] = parent
-		changed = true
-	}
-	if q.TreeID == "" && p.cache != nil {
-		if pq := p.cache.Snapshot().Get(parent); pq != nil && pq.TreeID != "" {
-			labels[LabelTreeID] = pq.TreeID
-			changed = true
+	set := func(v any, path ...string) {
+		if err == nil {
+			err = doc.Set(v, path...)
 		}
 	}
-	if _, ok := annotations[AnnotationSharedWeight]; !ok {
+	parent := meta.Labels[LabelParent]
+	if parent == "" {
+		parent = p.cfg.RootQuota
+		set(parent, "metadata", "labels", LabelParent)
+	}
+	if meta.Labels[LabelTreeID] == "" && p.cache != nil {
+		if pq := p.cache.Snapshot().Get(parent); pq != nil && pq.TreeID != "" {
+			set(pq.TreeID, "metadata", "labels", LabelTreeID)
+		}
+	}
+	if _, ok := meta.Annotations[AnnotationSharedWeight]; !ok {
 		max := q.Max
 		if max == nil {
 			max = corev1.ResourceList{}
@@ -173,17 +184,12 @@ func (p *Policy) Mutate(_ context.Context, req *admission.Request) ([]byte, admi
 		if err != nil {
 			return nil, admission.Errored(0, fmt.Errorf("%s: encode shared-weight: %w", Name, err))
 		}
-		annotations[AnnotationSharedWeight] = string(b)
-		changed = true
+		set(string(b), "metadata", "annotations", AnnotationSharedWeight)
 	}
-	if !changed {
-		return nil, admission.Allow()
-	}
-	out, err := json.Marshal(obj)
 	if err != nil {
-		return nil, admission.Errored(0, fmt.Errorf("%s: encode the ElasticQuota: %w", Name, err))
+		return nil, admission.Invalid("%s: cannot edit the ElasticQuota: %v", Name, err)
 	}
-	return out, admission.Allow()
+	return doc.Ops(), admission.Allow()
 }
 
 // Validate checks an ElasticQuota write against the tree: see checkQuota and

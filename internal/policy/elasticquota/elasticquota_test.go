@@ -14,6 +14,8 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 
 	"github.com/kadmit/kadmit/internal/admission"
+	"github.com/kadmit/kadmit/internal/jsonedit"
+	"github.com/kadmit/kadmit/internal/policy/policytest"
 )
 
 // fakeCache is a Cache over fixed data; the informer-backed one is exercised
@@ -274,10 +276,23 @@ func TestValidatePod(t *testing.T) {
 	}
 }
 
+// mutate runs p.Mutate and returns the patched quota, nil when unchanged.
+func mutate(t *testing.T, p *Policy, r *admission.Request) ([]byte, admission.Verdict) {
+	t.Helper()
+	ops, v := p.Mutate(context.Background(), r)
+	if len(ops) == 0 {
+		return nil, v
+	}
+	out, err := jsonedit.Apply(r.Object.Raw, ops)
+	if err != nil {
+		t.Fatalf("apply %v: %v", ops, err)
+	}
+	return out, v
+}
+
 func TestMutate(t *testing.T) {
 	p, _ := newPolicy(t, tree(t))
-	ctx := context.Background()
-	out, v := p.Mutate(ctx, qreq(admissionv1.Create, (qspec{name: "new", parent: "org", max: "cpu=3"}).json(), ""))
+	out, v := mutate(t, p, qreq(admissionv1.Create, (qspec{name: "new", parent: "org", max: "cpu=3"}).json(), ""))
 	if !v.Allowed || out == nil {
 		t.Fatalf("verdict %+v out %s", v, out)
 	}
@@ -288,18 +303,73 @@ func TestMutate(t *testing.T) {
 	if q.TreeID != "t1" || q.SharedWeight.Cpu().String() != "3" {
 		t.Fatalf("quota %+v", q)
 	}
-	if again, _ := p.Mutate(ctx, qreq(admissionv1.Create, string(out), "")); again != nil {
+	if again, _ := mutate(t, p, qreq(admissionv1.Create, string(out), "")); again != nil {
 		t.Fatalf("not idempotent: %s", again)
 	}
-	out, _ = p.Mutate(ctx, qreq(admissionv1.Create, (qspec{name: "top", max: "cpu=3"}).json(), ""))
+	out, _ = mutate(t, p, qreq(admissionv1.Create, (qspec{name: "top", max: "cpu=3"}).json(), ""))
 	if q, _ := Parse(out); q.Parent != DefaultRootQuota || q.TreeID != "" {
 		t.Fatalf("top-level quota %+v", q)
 	}
-	if out, _ := p.Mutate(ctx, qreq(admissionv1.Create, (qspec{name: DefaultRootQuota}).json(), "")); out != nil {
+	if out, _ := mutate(t, p, qreq(admissionv1.Create, (qspec{name: DefaultRootQuota}).json(), "")); out != nil {
 		t.Fatalf("root mutated: %s", out)
 	}
-	if _, v := p.Mutate(ctx, qreq(admissionv1.Create, `{"metadata":{"name":"x","labels":{"`+LabelIsParent+`":"maybe"}}}`, "")); v.Code != 400 {
+	if _, v := mutate(t, p, qreq(admissionv1.Create, `{"metadata":{"name":"x","labels":{"`+LabelIsParent+`":"maybe"}}}`, "")); v.Code != 400 {
 		t.Fatalf("bad is-parent: %+v", v)
+	}
+}
+
+// typedQuota is an ElasticQuota as its Go type would decode it, for the
+// differential test's typed round trip.
+type typedQuota struct {
+	APIVersion        string `json:"apiVersion,omitempty"`
+	Kind              string `json:"kind,omitempty"`
+	metav1.ObjectMeta `json:"metadata,omitempty"`
+	Spec              struct {
+		Min corev1.ResourceList `json:"min,omitempty"`
+		Max corev1.ResourceList `json:"max,omitempty"`
+	} `json:"spec"`
+}
+
+// TestMutateDifferential: the patch applied by the API server's library
+// gives what defaulting the typed quota gives, and changes nothing else.
+func TestMutateDifferential(t *testing.T) {
+	p, _ := newPolicy(t, tree(t))
+	corpus := map[string]string{
+		"child of org": (qspec{name: "new", parent: "org", max: "cpu=3"}).json(),
+		"top level":    (qspec{name: "top", max: "cpu=3,memory=9007199254740993"}).json(),
+		"no metadata labels": `{"apiVersion":"scheduling.sigs.k8s.io/v1alpha1","kind":"ElasticQuota","metadata":{"name":"n","annotations":{"h":"<&>"}},` +
+			`"spec":{"max":{"cpu":"2"}},"status":{"n":12345678901234567890}}`,
+		"labels null":  `{"metadata":{"name":"n","labels":null,"annotations":null,"generation":9007199254740993},"spec":null}`,
+		"weight given": `{"metadata":{"name":"n","labels":{"` + LabelParent + `":"org","a/b~c":"ü"},"annotations":{"` + AnnotationSharedWeight + `":"{}"}},"spec":{}}`,
+	}
+	for name, in := range corpus {
+		t.Run(name, func(t *testing.T) {
+			ops, v := p.Mutate(context.Background(), qreq(admissionv1.Create, in, ""))
+			if !v.Allowed {
+				t.Fatalf("denied: %+v", v)
+			}
+			policytest.Check(t, []byte(in), ops, func(q *typedQuota) {
+				if q.Labels == nil {
+					q.Labels = map[string]string{}
+				}
+				if q.Labels[LabelParent] == "" {
+					q.Labels[LabelParent] = DefaultRootQuota
+				}
+				if q.Labels[LabelParent] == "org" && q.Labels[LabelTreeID] == "" {
+					q.Labels[LabelTreeID] = "t1"
+				}
+				if _, ok := q.Annotations[AnnotationSharedWeight]; !ok {
+					if q.Annotations == nil {
+						q.Annotations = map[string]string{}
+					}
+					max := q.Spec.Max
+					if max == nil {
+						max = corev1.ResourceList{}
+					}
+					q.Annotations[AnnotationSharedWeight] = string(policytest.Marshal(t, max))
+				}
+			})
+		})
 	}
 }
 

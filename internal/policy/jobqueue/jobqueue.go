@@ -21,8 +21,12 @@ import (
 	"k8s.io/apimachinery/pkg/util/validation"
 
 	"github.com/kadmit/kadmit/internal/admission"
+	"github.com/kadmit/kadmit/internal/jsonedit"
 	"github.com/kadmit/kadmit/internal/policy/podrequest"
 )
+
+// The policy states its change as JSONPatch operations.
+var _ admission.Mutator = (*Policy)(nil)
 
 // Name is the policy's name (policies.jobQueue in the configuration,
 // job-queue.kadmit.io in the registration).
@@ -166,7 +170,7 @@ func (p *Policy) Hooks() []admission.Hook {
 	}
 	return []admission.Hook{
 		{Policy: Name, Path: MutatePath, Type: admission.Mutating, Rules: rule(admissionregistrationv1.Create),
-			FailurePolicy: fp, Mutator: admission.MutatorFunc(p.Mutate)},
+			FailurePolicy: fp, Mutator: p},
 		{Policy: Name, Path: ValidatePath, Type: admission.Validating, Rules: rule(admissionregistrationv1.Create, admissionregistrationv1.Update),
 			FailurePolicy: fp, Validator: admission.ValidatorFunc(p.Validate)},
 	}
@@ -176,56 +180,52 @@ func (p *Policy) Hooks() []admission.Hook {
 // default queue of its namespace; then every job that names a queue gets
 // kueue.x-k8s.io/managed: "true" and, when Suspend is on, spec.suspend: true.
 // Jobs in namespaces without a default that name no queue are not touched.
-// It returns nil when nothing changed, so a second call adds nothing.
-func (p *Policy) Mutate(_ context.Context, req *admission.Request) ([]byte, admission.Verdict) {
+// Each change is one JSONPatch operation on the job as sent (the rest of it,
+// numbers included, is never re-encoded); it returns none when nothing
+// changes, so a second call adds nothing.
+func (p *Policy) Mutate(_ context.Context, req *admission.Request) ([]jsonedit.Op, admission.Verdict) {
 	if req.Operation != admissionv1.Create {
 		return nil, admission.Allow()
 	}
-	var obj map[string]any
-	if err := json.Unmarshal(req.Object.Raw, &obj); err != nil {
+	doc := jsonedit.NewDoc(req.Object.Raw)
+	var meta struct {
+		Namespace string            `json:"namespace"`
+		Labels    map[string]string `json:"labels"`
+	}
+	var suspended *bool
+	if _, err := doc.Decode(&meta, "metadata"); err != nil {
 		return nil, admission.Invalid("%s: cannot parse the job: %v", Name, err)
 	}
-	// The raw map is patched instead of a typed Job so that fields this
-	// kadmit's client library does not know survive the round trip.
-	meta := admission.ObjectField(obj, "metadata")
-	labels := admission.ObjectField(meta, "labels")
-	ns := namespaceOf(req, meta)
-	changed := false
-	if _, ok := labels[QueueLabel]; !ok {
+	if _, err := doc.Decode(&suspended, "spec", "suspend"); err != nil {
+		return nil, admission.Invalid("%s: cannot parse the job: %v", Name, err)
+	}
+	ns := req.Namespace
+	if ns == "" {
+		ns = meta.Namespace
+	}
+	var err error
+	set := func(v any, path ...string) {
+		if err == nil {
+			err = doc.Set(v, path...)
+		}
+	}
+	if _, ok := meta.Labels[QueueLabel]; !ok {
 		def, ok := p.cfg.DefaultQueues[ns]
 		if !ok {
 			return nil, admission.Allow()
 		}
-		labels[QueueLabel] = def
-		changed = true
+		set(def, "metadata", "labels", QueueLabel)
 	}
-	if labels[ManagedLabel] != "true" {
-		labels[ManagedLabel] = "true"
-		changed = true
+	if meta.Labels[ManagedLabel] != "true" {
+		set("true", "metadata", "labels", ManagedLabel)
 	}
-	if p.suspend {
-		spec := admission.ObjectField(obj, "spec")
-		if s, _ := spec["suspend"].(bool); !s {
-			spec["suspend"] = true
-			changed = true
-		}
+	if p.suspend && (suspended == nil || !*suspended) {
+		set(true, "spec", "suspend")
 	}
-	if !changed {
-		return nil, admission.Allow()
-	}
-	out, err := json.Marshal(obj)
 	if err != nil {
-		return nil, admission.Errored(0, fmt.Errorf("%s: encode the job: %w", Name, err))
+		return nil, admission.Invalid("%s: cannot edit the job: %v", Name, err)
 	}
-	return out, admission.Allow()
-}
-
-func namespaceOf(req *admission.Request, meta map[string]any) string {
-	if req.Namespace != "" {
-		return req.Namespace
-	}
-	ns, _ := meta["namespace"].(string)
-	return ns
+	return doc.Ops(), admission.Allow()
 }
 
 // Validate checks a job that names a queue: the name is a non-empty valid

@@ -13,6 +13,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 
 	"github.com/kadmit/kadmit/internal/admission"
+	"github.com/kadmit/kadmit/internal/jsonedit"
 )
 
 type fakeLQ map[string]bool
@@ -94,11 +95,24 @@ func decode(t *testing.T, raw []byte) (labels map[string]string, suspend *bool) 
 	return j.Metadata.Labels, j.Spec.Suspend
 }
 
+// mutate runs p.Mutate and returns the patched job, nil when unchanged.
+func mutate(t *testing.T, p *Policy, r *admission.Request) ([]byte, admission.Verdict) {
+	t.Helper()
+	ops, v := p.Mutate(context.Background(), r)
+	if len(ops) == 0 {
+		return nil, v
+	}
+	out, err := jsonedit.Apply(r.Object.Raw, ops)
+	if err != nil {
+		t.Fatalf("apply %v: %v", ops, err)
+	}
+	return out, v
+}
+
 func TestMutate(t *testing.T) {
 	p := must(t, Config{DefaultQueues: map[string]string{"team-a": "main"}}, Options{})
-	ctx := context.Background()
 
-	out, v := p.Mutate(ctx, req(admissionv1.Create, "team-a", job(``, ""), ""))
+	out, v := mutate(t, p, req(admissionv1.Create, "team-a", job(``, ""), ""))
 	if !v.Allowed || out == nil {
 		t.Fatalf("verdict %+v, out %s", v, out)
 	}
@@ -107,40 +121,40 @@ func TestMutate(t *testing.T) {
 		t.Fatalf("labels %v suspend %v", labels, suspend)
 	}
 	// Idempotent: the API server may call again on the output.
-	if again, v := p.Mutate(ctx, req(admissionv1.Create, "team-a", string(out), "")); again != nil || !v.Allowed {
+	if again, v := mutate(t, p, req(admissionv1.Create, "team-a", string(out), "")); again != nil || !v.Allowed {
 		t.Fatalf("second mutation changed %s", again)
 	}
 	// An explicit queue is kept.
-	out, _ = p.Mutate(ctx, req(admissionv1.Create, "team-a", job(`"`+QueueLabel+`":"other"`, ""), ""))
+	out, _ = mutate(t, p, req(admissionv1.Create, "team-a", job(`"`+QueueLabel+`":"other"`, ""), ""))
 	if labels, _ := decode(t, out); labels[QueueLabel] != "other" {
 		t.Fatalf("queue overwritten: %v", labels)
 	}
 	// No default in this namespace and no queue: untouched.
-	if out, v := p.Mutate(ctx, req(admissionv1.Create, "team-b", job(``, ""), "")); out != nil || !v.Allowed {
+	if out, v := mutate(t, p, req(admissionv1.Create, "team-b", job(``, ""), "")); out != nil || !v.Allowed {
 		t.Fatalf("job in team-b mutated: %s", out)
 	}
 	// A queue named anywhere makes the job managed and suspended.
-	out, _ = p.Mutate(ctx, req(admissionv1.Create, "team-b", job(`"`+QueueLabel+`":"q"`, ""), ""))
+	out, _ = mutate(t, p, req(admissionv1.Create, "team-b", job(`"`+QueueLabel+`":"q"`, ""), ""))
 	if labels, s := decode(t, out); labels[ManagedLabel] != "true" || s == nil || !*s {
 		t.Fatalf("labels %v suspend %v", labels, s)
 	}
 	// UPDATE is never mutated.
-	if out, _ := p.Mutate(ctx, req(admissionv1.Update, "team-a", job(``, ""), job(``, ""))); out != nil {
+	if out, _ := mutate(t, p, req(admissionv1.Update, "team-a", job(``, ""), job(``, ""))); out != nil {
 		t.Fatal("UPDATE mutated")
 	}
 	// suspend: false leaves spec.suspend alone.
 	no := false
 	p2 := must(t, Config{DefaultQueues: map[string]string{"team-a": "main"}, Suspend: &no}, Options{})
-	out, _ = p2.Mutate(ctx, req(admissionv1.Create, "team-a", job(``, ""), ""))
+	out, _ = mutate(t, p2, req(admissionv1.Create, "team-a", job(``, ""), ""))
 	if _, s := decode(t, out); s != nil {
 		t.Fatalf("suspend set to %v", *s)
 	}
 	// Unknown fields survive.
-	out, _ = p.Mutate(ctx, req(admissionv1.Create, "team-a", `{"metadata":{"name":"j"},"spec":{"futureField":{"a":1}}}`, ""))
+	out, _ = mutate(t, p, req(admissionv1.Create, "team-a", `{"metadata":{"name":"j"},"spec":{"futureField":{"a":1}}}`, ""))
 	if !strings.Contains(string(out), `"futureField":{"a":1}`) {
 		t.Fatalf("unknown field lost: %s", out)
 	}
-	if _, v := p.Mutate(ctx, req(admissionv1.Create, "team-a", `{`, "")); v.Allowed || v.Code != 400 {
+	if _, v := mutate(t, p, req(admissionv1.Create, "team-a", `{`, "")); v.Allowed || v.Code != 400 {
 		t.Fatalf("bad JSON: %+v", v)
 	}
 }

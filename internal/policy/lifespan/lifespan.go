@@ -6,19 +6,20 @@
 package lifespan
 
 import (
-	"bytes"
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"strconv"
 
-	"gomodules.xyz/jsonpatch/v2"
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	corev1 "k8s.io/api/core/v1"
 
 	"github.com/kadmit/kadmit/internal/admission"
+	"github.com/kadmit/kadmit/internal/jsonedit"
 )
+
+// The policy states its change as JSONPatch operations.
+var _ admission.Mutator = (*Policy)(nil)
 
 // Name is the policy's name in the configuration (policies.lifespan) and in
 // the webhook registration (lifespan.kadmit.io).
@@ -166,110 +167,41 @@ func parseRequested(v string, maxDays int) (int, error) {
 }
 
 // Mutate adds the tolerations Tolerations computes that the pod lacks, after
-// its own, and returns nil when it lacks none. Tolerations are compared on
-// key, operator, value and effect (an empty operator counts as Equal, as the
-// API server reads it). A bad label value is refused with 400 and a message
-// like `label acme.com/lifespan-requested must be an integer in [0, 14], got
-// "15"`; a body that is not a pod JSON also gets 400.
-func (p *Policy) Mutate(_ context.Context, req *admission.Request) ([]byte, admission.Verdict) {
-	_, _, missing, v := p.plan(req)
-	if len(missing) == 0 {
-		return nil, v
+// its own: one "add /spec/tolerations/-" each, or one "add" of the list
+// (or of spec) when the pod has none. It returns no operations when the pod
+// lacks none. Tolerations are compared on key, operator, value and effect
+// (an empty operator counts as Equal, as the API server reads it). A bad
+// label value is refused with 400 and a message like `label
+// acme.com/lifespan-requested must be an integer in [0, 14], got "15"`; a
+// body that is not a pod JSON also gets 400.
+func (p *Policy) Mutate(_ context.Context, req *admission.Request) ([]jsonedit.Op, admission.Verdict) {
+	doc := jsonedit.NewDoc(req.Object.Raw)
+	var labels map[string]string
+	var have []corev1.Toleration
+	if _, err := doc.Decode(&labels, "metadata", "labels"); err != nil {
+		return nil, admission.Invalid("%s: cannot parse the pod: %v", Name, err)
 	}
-	out, err := appendTolerations(req.Object.Raw, missing)
-	if err != nil {
-		return nil, admission.Invalid("%s: cannot edit the pod: %v", Name, err)
-	}
-	return out, v
-}
-
-// MutatePatch is Mutate stated as a JSONPatch against req.Object.Raw, for
-// when lifespan is the only mutator on its path: one "add
-// /spec/tolerations/-" per missing toleration when the pod has tolerations,
-// else one "add" of the whole list (of /spec when the pod has no spec
-// object). It never decodes or re-encodes the rest of the pod.
-//
-// It declines (ok false) when the pod spells metadata, labels, spec or
-// tolerations other than exactly so, or twice: the API server never sends
-// that, and a patch by exact name could then miss what the decode read.
-func (p *Policy) MutatePatch(_ context.Context, req *admission.Request) (_ []jsonpatch.Operation, _ admission.Verdict, ok bool) {
-	pod, canonical, missing, v := p.plan(req)
-	if len(missing) == 0 {
-		return nil, v, true
-	}
-	if !canonical {
-		return nil, admission.Verdict{}, false
-	}
-	values := make([]any, len(missing))
-	for i, t := range missing {
-		values[i] = tolerationJSON(t)
-	}
-	switch {
-	case pod.Spec == nil:
-		return []jsonpatch.Operation{{Operation: "add", Path: "/spec", Value: map[string]any{"tolerations": values}}}, v, true
-	case len(pod.Spec.Tolerations) == 0:
-		return []jsonpatch.Operation{{Operation: "add", Path: "/spec/tolerations", Value: values}}, v, true
-	}
-	ops := make([]jsonpatch.Operation, len(values))
-	for i, val := range values {
-		ops[i] = jsonpatch.Operation{Operation: "add", Path: "/spec/tolerations/-", Value: val}
-	}
-	return ops, v, true
-}
-
-// podFields is the part of a pod lifespan reads, with corev1's types so that
-// a wrongly typed label or toleration is still a 400. Spec is nil when the
-// pod has no spec or a null one.
-type podFields struct {
-	Metadata struct {
-		Labels map[string]string `json:"labels"`
-	} `json:"metadata"`
-	Spec *struct {
-		Tolerations []corev1.Toleration `json:"tolerations"`
-	} `json:"spec"`
-}
-
-var podFieldsKeep = admission.Keep{"metadata": {"labels": nil}, "spec": {"tolerations": nil}}
-
-// plan decodes what lifespan reads from the pod and returns it, whether it
-// was spelled canonically (see admission.DecodeFields), the tolerations it
-// lacks, in order, and the verdict; a verdict that denies comes with no
-// tolerations.
-func (p *Policy) plan(req *admission.Request) (podFields, bool, []corev1.Toleration, admission.Verdict) {
-	var pod podFields
-	canonical, err := admission.DecodeFields(req.Object.Raw, podFieldsKeep, &pod)
-	if err != nil {
-		return pod, false, nil, admission.Invalid("%s: cannot parse the pod: %v", Name, err)
+	if _, err := doc.Decode(&have, "spec", "tolerations"); err != nil {
+		return nil, admission.Invalid("%s: cannot parse the pod: %v", Name, err)
 	}
 	var requested *string
-	if v, ok := pod.Metadata.Labels[LabelRequested]; ok {
+	if v, ok := labels[LabelRequested]; ok {
 		requested = &v
 	}
 	want, err := Tolerations(requested, p.cfg.Max)
 	if err != nil {
-		return pod, false, nil, admission.Invalid("%s", err.Error())
+		return nil, admission.Invalid("%s", err.Error())
 	}
-	var have []corev1.Toleration
-	if pod.Spec != nil {
-		have = pod.Spec.Tolerations
-	}
-	var missing []corev1.Toleration
+	var missing []any
 	for _, t := range want {
 		if !hasToleration(have, t) {
 			missing = append(missing, t)
 		}
 	}
-	return pod, canonical, missing, admission.Allow()
-}
-
-// tolerationJSON is the JSON form of an added toleration, as in
-// appendTolerations.
-func tolerationJSON(t corev1.Toleration) map[string]any {
-	m := map[string]any{"key": t.Key, "operator": string(t.Operator), "effect": string(t.Effect)}
-	if t.Value != "" {
-		m["value"] = t.Value
+	if err := doc.Append([]string{"spec", "tolerations"}, missing...); err != nil {
+		return nil, admission.Invalid("%s: cannot edit the pod: %v", Name, err)
 	}
-	return m
+	return doc.Ops(), admission.Allow()
 }
 
 // hasToleration reports whether have holds t, comparing the fields that decide
@@ -285,44 +217,4 @@ func hasToleration(have []corev1.Toleration, t corev1.Toleration) bool {
 		}
 	}
 	return false
-}
-
-// appendTolerations appends add to spec.tolerations of the pod JSON raw.
-// It edits the generic JSON rather than re-encoding a corev1.Pod so that
-// fields this build of k8s.io/api does not know, and ones the typed encoding
-// would rewrite (creationTimestamp: null, number spellings), survive and the
-// resulting patch only touches tolerations.
-func appendTolerations(raw []byte, add []corev1.Toleration) ([]byte, error) {
-	var obj map[string]any
-	dec := json.NewDecoder(bytes.NewReader(raw))
-	dec.UseNumber()
-	if err := dec.Decode(&obj); err != nil {
-		return nil, fmt.Errorf("decode pod: %w", err)
-	}
-	if obj == nil {
-		return nil, errors.New("pod is null")
-	}
-	spec, ok := obj["spec"].(map[string]any)
-	if !ok {
-		if obj["spec"] != nil {
-			return nil, fmt.Errorf("spec is a %T, not an object", obj["spec"])
-		}
-		spec = map[string]any{}
-		obj["spec"] = spec
-	}
-	tols, ok := spec["tolerations"].([]any)
-	if !ok && spec["tolerations"] != nil {
-		return nil, fmt.Errorf("spec.tolerations is a %T, not an array", spec["tolerations"])
-	}
-	for _, t := range add {
-		tols = append(tols, tolerationJSON(t))
-	}
-	spec["tolerations"] = tols
-	var buf bytes.Buffer
-	enc := json.NewEncoder(&buf)
-	enc.SetEscapeHTML(false)
-	if err := enc.Encode(obj); err != nil {
-		return nil, fmt.Errorf("encode pod: %w", err)
-	}
-	return bytes.TrimSuffix(buf.Bytes(), []byte("\n")), nil
 }

@@ -372,8 +372,8 @@ func TestReview(t *testing.T) {
 			if !again.Response.Allowed || again.Response.Patch != nil {
 				t.Fatalf("second pass: allowed=%v patch=%s", again.Response.Allowed, again.Response.Patch)
 			}
-			if b, v := p.Mutate(context.Background(), podRequest(op, string(patched))); b != nil || !v.Allowed {
-				t.Fatalf("Mutate on its own output = %s, %+v; want nil, allowed", b, v)
+			if ops, v := p.Mutate(context.Background(), podRequest(op, string(patched))); ops != nil || !v.Allowed {
+				t.Fatalf("Mutate on its own output = %v, %+v; want nil, allowed", ops, v)
 			}
 		})
 	}
@@ -397,11 +397,11 @@ func TestMutatePreservesUnknownFields(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	wantPatch := `[{"op":"add","path":"/spec/tolerations","value":[{"effect":"NoSchedule","key":"acme.com/lifespan-remaining","operator":"Equal","value":"14"}]}]`
+	wantPatch := `[{"op":"add","path":"/spec/tolerations","value":[{"key":"acme.com/lifespan-remaining","operator":"Equal","value":"14","effect":"NoSchedule"}]}]`
 	if string(out.Response.Patch) != wantPatch {
 		t.Fatalf("patch\n got %s\nwant %s", out.Response.Patch, wantPatch)
 	}
-	mutated, _ := p.Mutate(context.Background(), podRequest(admissionv1.Create, pod))
+	mutated := out.Object
 	for _, s := range []string{`"creationTimestamp":null`, `"futureField":{"x":[1,2.50,1e3]}`, `"extra":12345678901234567890`, `"image":"a<b>&c"`, `"resources":{}`, `"status":{}`} {
 		if !strings.Contains(string(mutated), s) {
 			t.Errorf("mutated pod lost %s: %s", s, mutated)

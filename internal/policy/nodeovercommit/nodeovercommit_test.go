@@ -575,8 +575,8 @@ func TestMutate(t *testing.T) {
 					t.Fatalf("other fields changed:\n got %v\nwant %v", gotObj, inObj)
 				}
 				// Idempotent: the output is left alone.
-				if b, v := p.Mutate(context.Background(), request(admissionv1.Update, "status", string(got), string(got))); b != nil || !v.Allowed {
-					t.Fatalf("second pass = %s, %+v", b, v)
+				if ops, v := p.Mutate(context.Background(), request(admissionv1.Update, "status", string(got), string(got))); ops != nil || !v.Allowed {
+					t.Fatalf("second pass = %v, %+v", ops, v)
 				}
 			}
 		})

@@ -12,7 +12,9 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"slices"
 	"sort"
+	"strconv"
 
 	admissionv1 "k8s.io/api/admission/v1"
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
@@ -21,7 +23,11 @@ import (
 	"k8s.io/apimachinery/pkg/util/validation"
 
 	"github.com/kadmit/kadmit/internal/admission"
+	"github.com/kadmit/kadmit/internal/jsonedit"
 )
+
+// The policy states its change as JSONPatch operations.
+var _ admission.Mutator = (*Policy)(nil)
 
 // Name is the policy's name (policies.resourceFlavor in the configuration).
 const Name = "resource-flavor"
@@ -97,7 +103,7 @@ func (p *Policy) Hooks() []admission.Hook {
 	}
 	return []admission.Hook{
 		{Policy: Name, Path: MutatePath, Type: admission.Mutating, Rules: rule(admissionregistrationv1.Create),
-			FailurePolicy: fp, Mutator: admission.MutatorFunc(p.Mutate)},
+			FailurePolicy: fp, Mutator: p},
 		{Policy: Name, Path: ValidatePath, Type: admission.Validating, Rules: rule(admissionregistrationv1.Create, admissionregistrationv1.Update),
 			FailurePolicy: fp, Validator: admission.ValidatorFunc(p.Validate)},
 	}
@@ -106,51 +112,31 @@ func (p *Policy) Hooks() []admission.Hook {
 // Mutate defaults a new flavor: a toleration with a key and no operator
 // gets operator Equal (the API's documented default, spelled out so that
 // the immutability check compares like with like), and the resource-in-use
-// finalizer is added when configured. It returns nil when nothing changed.
-func (p *Policy) Mutate(_ context.Context, req *admission.Request) ([]byte, admission.Verdict) {
-	var obj map[string]any
-	if err := json.Unmarshal(req.Object.Raw, &obj); err != nil {
+// finalizer is added when configured. Each is one JSONPatch operation on
+// the flavor as sent; it returns none when nothing changes.
+func (p *Policy) Mutate(_ context.Context, req *admission.Request) ([]jsonedit.Op, admission.Verdict) {
+	doc := jsonedit.NewDoc(req.Object.Raw)
+	var tols []corev1.Toleration
+	var finalizers []string
+	if _, err := doc.Decode(&tols, "spec", "tolerations"); err != nil {
 		return nil, admission.Invalid("%s: cannot parse the ResourceFlavor: %v", Name, err)
 	}
-	changed := false
-	if spec, ok := obj["spec"].(map[string]any); ok {
-		if tols, ok := spec["tolerations"].([]any); ok {
-			for _, t := range tols {
-				tm, ok := t.(map[string]any)
-				if !ok {
-					continue
-				}
-				if op, _ := tm["operator"].(string); op == "" {
-					if key, _ := tm["key"].(string); key != "" {
-						tm["operator"] = string(corev1.TolerationOpEqual)
-						changed = true
-					}
-				}
-			}
+	if _, err := doc.Decode(&finalizers, "metadata", "finalizers"); err != nil {
+		return nil, admission.Invalid("%s: cannot parse the ResourceFlavor: %v", Name, err)
+	}
+	var err error
+	for i, t := range tols {
+		if t.Operator == "" && t.Key != "" && err == nil {
+			err = doc.Set(corev1.TolerationOpEqual, "spec", "tolerations", strconv.Itoa(i), "operator")
 		}
 	}
-	if p.cfg.AddFinalizer {
-		meta := admission.ObjectField(obj, "metadata")
-		fins, _ := meta["finalizers"].([]any)
-		has := false
-		for _, f := range fins {
-			if f == ResourceInUseFinalizer {
-				has = true
-			}
-		}
-		if !has {
-			meta["finalizers"] = append(fins, ResourceInUseFinalizer)
-			changed = true
-		}
+	if p.cfg.AddFinalizer && !slices.Contains(finalizers, ResourceInUseFinalizer) && err == nil {
+		err = doc.Append([]string{"metadata", "finalizers"}, ResourceInUseFinalizer)
 	}
-	if !changed {
-		return nil, admission.Allow()
-	}
-	out, err := json.Marshal(obj)
 	if err != nil {
-		return nil, admission.Errored(0, fmt.Errorf("%s: encode the ResourceFlavor: %w", Name, err))
+		return nil, admission.Invalid("%s: cannot edit the ResourceFlavor: %v", Name, err)
 	}
-	return out, admission.Allow()
+	return doc.Ops(), admission.Allow()
 }
 
 // Validate denies with 400 a flavor whose spec is malformed (ValidateSpec's

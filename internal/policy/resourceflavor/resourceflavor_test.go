@@ -3,14 +3,18 @@ package resourceflavor
 import (
 	"context"
 	"fmt"
+	"slices"
 	"strings"
 	"testing"
 
 	admissionv1 "k8s.io/api/admission/v1"
+	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 
 	"github.com/kadmit/kadmit/internal/admission"
+	"github.com/kadmit/kadmit/internal/jsonedit"
+	"github.com/kadmit/kadmit/internal/policy/policytest"
 )
 
 func req(op admissionv1.Operation, obj, old string) *admission.Request {
@@ -119,26 +123,85 @@ func TestImmutable(t *testing.T) {
 	}
 }
 
+// mutate runs p.Mutate and returns the patched flavor, nil when unchanged.
+func mutate(t *testing.T, p *Policy, r *admission.Request) ([]byte, admission.Verdict) {
+	t.Helper()
+	ops, v := p.Mutate(context.Background(), r)
+	if len(ops) == 0 {
+		return nil, v
+	}
+	out, err := jsonedit.Apply(r.Object.Raw, ops)
+	if err != nil {
+		t.Fatalf("apply %v: %v", ops, err)
+	}
+	return out, v
+}
+
 func TestMutate(t *testing.T) {
 	p, _ := New(DefaultConfig())
-	ctx := context.Background()
-	out, v := p.Mutate(ctx, req(admissionv1.Create, flavor(`"tolerations":[{"key":"k","value":"v"}]`), ""))
+	out, v := mutate(t, p, req(admissionv1.Create, flavor(`"tolerations":[{"key":"k","value":"v"}]`), ""))
 	if !v.Allowed || !strings.Contains(string(out), `"operator":"Equal"`) {
 		t.Fatalf("out %s verdict %+v", out, v)
 	}
-	if out2, _ := p.Mutate(ctx, req(admissionv1.Create, string(out), "")); out2 != nil {
+	if out2, _ := mutate(t, p, req(admissionv1.Create, string(out), "")); out2 != nil {
 		t.Fatalf("not idempotent: %s", out2)
 	}
-	if out, _ := p.Mutate(ctx, req(admissionv1.Create, flavor(``), "")); out != nil {
+	if out, _ := mutate(t, p, req(admissionv1.Create, flavor(``), "")); out != nil {
 		t.Fatalf("plain flavor changed: %s", out)
 	}
 	pf, _ := New(Config{AddFinalizer: true})
-	out, _ = pf.Mutate(ctx, req(admissionv1.Create, flavor(``), ""))
+	out, _ = mutate(t, pf, req(admissionv1.Create, flavor(``), ""))
 	if !strings.Contains(string(out), `"finalizers":["`+ResourceInUseFinalizer+`"]`) {
 		t.Fatalf("no finalizer: %s", out)
 	}
-	if out2, _ := pf.Mutate(ctx, req(admissionv1.Create, string(out), "")); out2 != nil {
+	if out2, _ := mutate(t, pf, req(admissionv1.Create, string(out), "")); out2 != nil {
 		t.Fatalf("finalizer added twice: %s", out2)
+	}
+}
+
+// typedFlavor is a ResourceFlavor with its full metadata, for the
+// differential test's typed round trip.
+type typedFlavor struct {
+	APIVersion        string `json:"apiVersion,omitempty"`
+	Kind              string `json:"kind,omitempty"`
+	metav1.ObjectMeta `json:"metadata,omitempty"`
+	Spec              Spec `json:"spec"`
+}
+
+// TestMutateDifferential: the patch applied by the API server's library
+// gives what defaulting the typed flavor gives, and changes nothing else.
+func TestMutateDifferential(t *testing.T) {
+	p, err := New(Config{AddFinalizer: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	corpus := map[string]string{
+		"plain":              flavor(``),
+		"tolerations":        flavor(`"tolerations":[{"key":"a","value":"v"},{"operator":"Exists"},{"key":"b","operator":"Exists"},{"key":"c~/","operator":"","effect":"NoExecute","tolerationSeconds":9007199254740993}]`),
+		"finalizers present": `{"metadata":{"name":"f","finalizers":["other","` + ResourceInUseFinalizer + `"]},"spec":{}}`,
+		"finalizers null":    `{"metadata":{"name":"f","finalizers":null,"generation":9007199254740993},"spec":{"nodeLabels":{"a/b":"<&>"}}}`,
+		"finalizers empty":   `{"metadata":{"finalizers":[]},"spec":{"tolerations":[]}}`,
+		"no metadata":        `{"spec":{"tolerations":[{"key":"k"}]}}`,
+		"escaped keys":       `{"metadata":{"name":"f"},"spec":{"tolerations":[{"key":"k"}]}}`,
+		"unknown fields":     `{"metadata":{"name":"f","creationTimestamp":null},"spec":{"futureField":[1,2.50,1e3],"topologyName":"t"},"status":{"n":12345678901234567890}}`,
+	}
+	for name, in := range corpus {
+		t.Run(name, func(t *testing.T) {
+			ops, v := p.Mutate(context.Background(), req(admissionv1.Create, in, ""))
+			if !v.Allowed {
+				t.Fatalf("denied: %+v", v)
+			}
+			policytest.Check(t, []byte(in), ops, func(f *typedFlavor) {
+				for i := range f.Spec.Tolerations {
+					if t := &f.Spec.Tolerations[i]; t.Operator == "" && t.Key != "" {
+						t.Operator = corev1.TolerationOpEqual
+					}
+				}
+				if !slices.Contains(f.Finalizers, ResourceInUseFinalizer) {
+					f.Finalizers = append(f.Finalizers, ResourceInUseFinalizer)
+				}
+			})
+		})
 	}
 }
 

@@ -1,0 +1,138 @@
+package jsonedit
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"strconv"
+)
+
+// container is an object or array value of a document, with its members
+// (or elements) located in the document's bytes.
+type container struct {
+	object     bool
+	start, end int // the value's bytes: d[start] is '{' or '['
+	items      []item
+}
+
+// item is one member of an object or element of an array.
+type item struct {
+	key    string // unescaped key; "" for array elements
+	ks, ke int    // the key's bytes, quotes included (objects only)
+	vs, ve int    // the value's bytes
+}
+
+// parseContainer locates the members of the object or array at d[i]; depth
+// is its nesting depth. It fails on invalid JSON.
+func parseContainer(d []byte, i, depth int) (*container, error) {
+	if depth >= MaxDepth {
+		return nil, ErrSyntax
+	}
+	c := &container{object: d[i] == '{', start: i, items: make([]item, 0, 8)}
+	close := byte(']')
+	if c.object {
+		close = '}'
+	}
+	i = SkipSpace(d, i+1)
+	if i < len(d) && d[i] == close {
+		c.end = i + 1
+		return c, nil
+	}
+	for {
+		var it item
+		if c.object {
+			if i >= len(d) || d[i] != '"' {
+				return nil, ErrSyntax
+			}
+			ke := ScanString(d, i)
+			if ke < 0 {
+				return nil, ErrSyntax
+			}
+			it.ks, it.ke = i, ke
+			key, err := unquote(d[i:ke])
+			if err != nil {
+				return nil, err
+			}
+			it.key = key
+			i = SkipSpace(d, ke)
+			if i >= len(d) || d[i] != ':' {
+				return nil, ErrSyntax
+			}
+			i = SkipSpace(d, i+1)
+		}
+		it.vs = i
+		if it.ve = ScanValue(d, i, depth+1); it.ve < 0 {
+			return nil, ErrSyntax
+		}
+		c.items = append(c.items, it)
+		i = SkipSpace(d, it.ve)
+		if i >= len(d) {
+			return nil, ErrSyntax
+		}
+		if d[i] == close {
+			c.end = i + 1
+			return c, nil
+		}
+		if d[i] != ',' {
+			return nil, ErrSyntax
+		}
+		i = SkipSpace(d, i+1)
+	}
+}
+
+// unquote returns the value of the JSON string q (quotes included), as
+// encoding/json decodes it.
+func unquote(q []byte) (string, error) {
+	if bytes.IndexByte(q, '\\') < 0 {
+		return string(q[1 : len(q)-1]), nil
+	}
+	var s string
+	if err := json.Unmarshal(q, &s); err != nil {
+		return "", fmt.Errorf("%w: %v", ErrSyntax, err)
+	}
+	return s, nil
+}
+
+// member returns the index of the member key of an object, the last one
+// when the key is repeated (as encoding/json and the API server's JSONPatch
+// library read it), or -1.
+func (c *container) member(key string) int {
+	for i := len(c.items) - 1; i >= 0; i-- {
+		if c.items[i].key == key {
+			return i
+		}
+	}
+	return -1
+}
+
+// index parses an array index segment as RFC 6901 spells it: decimal
+// digits, no sign, no leading zero.
+func index(seg string) (int, bool) {
+	if seg == "" || len(seg) > 9 || (seg[0] == '0' && len(seg) > 1) {
+		return 0, false
+	}
+	for i := 0; i < len(seg); i++ {
+		if seg[i] < '0' || seg[i] > '9' {
+			return 0, false
+		}
+	}
+	n, err := strconv.Atoi(seg)
+	return n, err == nil
+}
+
+// kindName names the JSON type of the value starting with c, for messages.
+func kindName(c byte) string {
+	switch c {
+	case '{':
+		return "an object"
+	case '[':
+		return "an array"
+	case '"':
+		return "a string"
+	case 't', 'f':
+		return "a boolean"
+	case 'n':
+		return "null"
+	}
+	return "a number"
+}

@@ -1,0 +1,434 @@
+package jsonedit
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"slices"
+
+	k8sjson "sigs.k8s.io/json"
+)
+
+// Doc is a JSON document being edited: it reads fields of the document as
+// given and collects the JSONPatch operations that make the edits asked of
+// it, without ever re-encoding the document.
+//
+// Paths are lists of unescaped segments from the root: object member names,
+// or decimal indexes into arrays. Reads follow the API server's decoding:
+// member names match case-sensitively and, when a name is repeated, the
+// last member counts. Get and Decode always read the document as given;
+// edits change only what later edits see (Set under an object an earlier
+// Set created adds to it rather than creating it again). Elements added by
+// Append cannot be addressed by index in the same Doc.
+//
+// A Doc is not safe for concurrent use. Its cost is one scan of the
+// document plus one of each object or array a path goes through.
+type Doc struct {
+	raw         []byte
+	parsed      bool
+	root, rootE int // the root value's bytes
+	err         error
+	memo        map[int]*container
+	ops         []Op
+	// written holds the value of each path an operation wrote (nil for
+	// removed), latest last: what later edits see there.
+	written []written
+}
+
+type written struct {
+	path []string
+	raw  []byte
+}
+
+// NewDoc returns a Doc over raw, which it does not modify or copy; raw must
+// not change while the Doc is in use.
+func NewDoc(raw []byte) *Doc { return &Doc{raw: raw} }
+
+// Ops returns the operations the edits so far amount to, in order: applied
+// to the document as given (with Apply, or by the API server), they yield
+// the edited document.
+func (d *Doc) Ops() []Op { return d.ops }
+
+// Get returns the raw JSON of the value at path in the document as given
+// (the whole document for an empty path), or nil when there is none: a
+// missing member, an index past the end, or a null on the way. It fails
+// when the document is not valid JSON or a value on the way is not an
+// object or array (or an array is addressed by a name).
+func (d *Doc) Get(path ...string) ([]byte, error) {
+	s, e, err := d.locate(path)
+	if err != nil || s < 0 {
+		return nil, err
+	}
+	return d.raw[s:e], nil
+}
+
+// Decode decodes the value at path into v as the API server decodes
+// objects (sigs.k8s.io/json: case-sensitive member names, integers kept
+// exact in interface values). found is false, and v untouched, when there is
+// no value or it is null. Errors are Get's, or the decoding error with the
+// path.
+func (d *Doc) Decode(v any, path ...string) (found bool, err error) {
+	raw, err := d.Get(path...)
+	if err != nil || raw == nil || raw[0] == 'n' {
+		return false, err
+	}
+	if decodeFast(raw, v) {
+		return true, nil
+	}
+	if err := k8sjson.UnmarshalCaseSensitivePreserveInts(raw, v); err != nil {
+		return false, fmt.Errorf("%s: %w", display(path), err)
+	}
+	return true, nil
+}
+
+// decodeFast decodes the valid JSON raw into v for the two shapes mutators
+// read most, a string and an object of strings (labels, annotations), as
+// the decoder would; it returns false, leaving v alone, for anything else.
+func decodeFast(raw []byte, v any) bool {
+	switch v := v.(type) {
+	case *string:
+		if raw[0] != '"' {
+			return false
+		}
+		s, err := unquote(raw)
+		if err != nil {
+			return false
+		}
+		*v = s
+		return true
+	case *map[string]string:
+		if raw[0] != '{' {
+			return false
+		}
+		c, err := parseContainer(raw, 0, 0)
+		if err != nil {
+			return false
+		}
+		m := make(map[string]string, len(c.items))
+		for _, it := range c.items {
+			if raw[it.vs] != '"' {
+				return false
+			}
+			s, err := unquote(raw[it.vs:it.ve])
+			if err != nil {
+				return false
+			}
+			m[it.key] = s
+		}
+		*v = m
+		return true
+	}
+	return false
+}
+
+// Set sets the value at path (at least one segment) to value, encoded as
+// JSON without HTML escaping (a json.RawMessage is used as it is): a
+// "replace" of a member or element that is there, else an "add" of the
+// member. Missing
+// or null objects on the way are created, with one "add" of the outermost.
+// It fails when the document is not an object, or a value on the way is
+// neither an object, an array, null nor missing.
+func (d *Doc) Set(value any, path ...string) error {
+	raw, err := Marshal(value)
+	if err != nil {
+		return fmt.Errorf("set %s: %w", display(path), err)
+	}
+	return d.set(raw, path)
+}
+
+func (d *Doc) set(raw []byte, path []string) error {
+	if len(path) == 0 {
+		return fmt.Errorf("set: the path is empty; the whole document cannot be replaced")
+	}
+	if d.ops == nil {
+		d.ops = make([]Op, 0, 16)
+	}
+	if op, ok := d.setFast(raw, path); ok {
+		d.ops = append(d.ops, Op{Op: op, Path: Pointer(path...), Value: raw})
+		d.write(path, raw)
+		return nil
+	}
+	if k, err := d.kind(nil); err != nil {
+		return err
+	} else if k != '{' {
+		return fmt.Errorf("set %s: the document is %s, not an object", display(path), kindName(k))
+	}
+	// The first segment whose value is missing or null, if any.
+	missing := -1
+	for i := 0; i < len(path)-1; i++ {
+		k, err := d.kind(path[:i+1])
+		if err != nil {
+			return fmt.Errorf("set %s: %w", display(path), err)
+		}
+		if k == 0 || k == 'n' {
+			missing = i
+			break
+		}
+		if k != '{' && k != '[' {
+			return fmt.Errorf("set %s: %s is %s, not an object", display(path), display(path[:i+1]), kindName(k))
+		}
+	}
+	if missing < 0 {
+		missing = len(path) - 1
+	}
+	parent, err := d.kind(path[:missing])
+	if err != nil {
+		return fmt.Errorf("set %s: %w", display(path), err)
+	}
+	op := "add"
+	if missing == len(path)-1 {
+		// Say "replace" for a member that is there, as a diff would.
+		if k, err := d.kind(path); err == nil && k != 0 {
+			op = "replace"
+		}
+	}
+	if parent == '[' {
+		// Only existing elements can be set; "add" would insert.
+		if k, err := d.kind(path[:missing+1]); err != nil || k == 0 || missing != len(path)-1 {
+			return fmt.Errorf("set %s: %s has no element %s", display(path), display(path[:missing]), path[missing])
+		}
+		op = "replace"
+	}
+	for j := len(path) - 1; j > missing; j-- {
+		raw = append(append(append(AppendString([]byte{'{'}, path[j]), ':'), raw...), '}')
+	}
+	d.ops = append(d.ops, Op{Op: op, Path: Pointer(path[:missing+1]...), Value: raw})
+	d.write(path[:missing+1], raw)
+	return nil
+}
+
+// setFast finds the operation setting path to raw needs in the common case
+// of a member of an object that is in the document as given, untouched by
+// earlier edits: "add", or "replace" when the member is there. ok is false
+// in every other case, which set then works out step by step.
+func (d *Doc) setFast(raw []byte, path []string) (op string, ok bool) {
+	for _, w := range d.written {
+		if len(w.path) <= len(path) && slices.Equal(w.path, path[:len(w.path)]) {
+			return "", false
+		}
+	}
+	s, _, err := d.locate(path[:len(path)-1])
+	if err != nil || s < 0 || d.raw[s] != '{' {
+		return "", false
+	}
+	c := d.memo[s]
+	if c == nil {
+		if c, err = parseContainer(d.raw, s, len(path)-1); err != nil {
+			return "", false
+		}
+		d.memo[s] = c
+	}
+	if c.member(path[len(path)-1]) >= 0 {
+		return "replace", true
+	}
+	return "add", true
+}
+
+// Remove removes the member or element at path (at least one segment) if
+// there is one. It fails as Get does.
+func (d *Doc) Remove(path ...string) error {
+	if len(path) == 0 {
+		return fmt.Errorf("remove: the path is empty; the whole document cannot be removed")
+	}
+	k, err := d.kind(path)
+	if err != nil {
+		return fmt.Errorf("remove %s: %w", display(path), err)
+	}
+	if k == 0 {
+		return nil
+	}
+	d.ops = append(d.ops, Op{Op: "remove", Path: Pointer(path...)})
+	d.write(path, nil)
+	return nil
+}
+
+// Append appends values, each encoded as Set encodes, to the array at path:
+// one "add" of path/- each, or, when the array is missing or null, one Set
+// of the array of values. It fails when the value at path is something
+// else, or as Set does.
+func (d *Doc) Append(path []string, values ...any) error {
+	if len(values) == 0 {
+		return nil
+	}
+	raws := make([][]byte, len(values))
+	for i, v := range values {
+		raw, err := Marshal(v)
+		if err != nil {
+			return fmt.Errorf("append to %s: %w", display(path), err)
+		}
+		raws[i] = raw
+	}
+	k, err := d.kind(path)
+	if err != nil {
+		return fmt.Errorf("append to %s: %w", display(path), err)
+	}
+	switch k {
+	case 0, 'n':
+		arr := append([]byte{'['}, bytes.Join(raws, []byte{','})...)
+		return d.set(append(arr, ']'), path)
+	case '[':
+		p := Pointer(path...) + "/-"
+		for _, raw := range raws {
+			d.ops = append(d.ops, Op{Op: "add", Path: p, Value: raw})
+		}
+		return nil
+	}
+	return fmt.Errorf("append to %s: it is %s, not an array", display(path), kindName(k))
+}
+
+// write records what an operation wrote at path, and forgets what was
+// recorded below it.
+func (d *Doc) write(path []string, raw []byte) {
+	d.written = slices.DeleteFunc(d.written, func(w written) bool {
+		return len(w.path) >= len(path) && slices.Equal(w.path[:len(path)], path)
+	})
+	d.written = append(d.written, written{path: slices.Clone(path), raw: raw})
+}
+
+// kind returns the first byte of the value at path as edits so far left
+// it ('{', '[', '"', 'n', 't', 'f' or a number's first byte), or 0 when
+// there is none.
+func (d *Doc) kind(path []string) (byte, error) {
+	for n := len(path); n > 0 && len(d.written) > 0; n-- {
+		i := slices.IndexFunc(d.written, func(w written) bool { return slices.Equal(w.path, path[:n]) })
+		if i < 0 {
+			continue
+		}
+		raw := d.written[i].raw
+		if raw == nil {
+			return 0, nil
+		}
+		// The rest of the path is inside a value an edit wrote.
+		s, _, err := locateIn(raw, path[n:])
+		if err != nil || s < 0 {
+			return 0, err
+		}
+		return raw[s], nil
+	}
+	s, _, err := d.locate(path)
+	if err != nil || s < 0 {
+		return 0, err
+	}
+	return d.raw[s], nil
+}
+
+// locate returns the bytes of the value at path in the document as given,
+// or -1 when there is none.
+func (d *Doc) locate(path []string) (int, int, error) {
+	if !d.parsed {
+		d.parsed = true
+		d.memo = map[int]*container{}
+		d.root = SkipSpace(d.raw, 0)
+		d.rootE = -1
+		if d.root < len(d.raw) && (d.raw[d.root] == '{' || d.raw[d.root] == '[') {
+			// Locating the root's members scans, and so checks, it all.
+			if c, err := parseContainer(d.raw, d.root, 0); err == nil {
+				d.memo[d.root], d.rootE = c, c.end
+			}
+		} else {
+			d.rootE = ScanValue(d.raw, d.root, 0)
+		}
+		if d.rootE < 0 || SkipSpace(d.raw, d.rootE) != len(d.raw) {
+			d.err = syntaxError(d.raw)
+		}
+	}
+	if d.err != nil {
+		return -1, -1, d.err
+	}
+	if len(path) == 0 {
+		return d.root, d.rootE, nil
+	}
+	return walk(d.raw, d.root, path, d.memo)
+}
+
+// locateIn is locate in a value an edit wrote (valid JSON).
+func locateIn(raw []byte, path []string) (int, int, error) {
+	return walk(raw, SkipSpace(raw, 0), path, nil)
+}
+
+// walk follows path from the valid JSON value at d[s]; memo, when not nil,
+// caches the containers it parses by start.
+func walk(d []byte, s int, path []string, memo map[int]*container) (int, int, error) {
+	e := -1
+	for i, seg := range path {
+		switch d[s] {
+		case 'n':
+			return -1, -1, nil
+		case '{', '[':
+		default:
+			return -1, -1, fmt.Errorf("%s is %s, not an object or array", display(path[:i]), kindName(d[s]))
+		}
+		c := memo[s]
+		if c == nil {
+			var err error
+			if c, err = parseContainer(d, s, i); err != nil {
+				return -1, -1, err
+			}
+			if memo != nil {
+				memo[s] = c
+			}
+		}
+		var at int
+		if c.object {
+			if at = c.member(seg); at < 0 {
+				return -1, -1, nil
+			}
+		} else {
+			n, ok := index(seg)
+			if !ok {
+				return -1, -1, fmt.Errorf("%s is an array and %q is not an index", display(path[:i]), seg)
+			}
+			if n >= len(c.items) {
+				return -1, -1, nil
+			}
+			at = n
+		}
+		s, e = c.items[at].vs, c.items[at].ve
+	}
+	if e < 0 {
+		if e = ScanValue(d, s, 0); e < 0 {
+			return -1, -1, ErrSyntax
+		}
+	}
+	return s, e, nil
+}
+
+// syntaxError is encoding/json's error for invalid JSON d.
+func syntaxError(d []byte) error {
+	var v any
+	if err := json.Unmarshal(d, &v); err != nil {
+		return fmt.Errorf("%w: %v", ErrSyntax, err)
+	}
+	return ErrSyntax
+}
+
+// display renders a path for messages: "spec.tolerations[2]"-like, as a
+// JSON pointer to stay unambiguous, e.g. "/spec/tolerations/2"; the whole
+// document is "the document".
+func display(path []string) string {
+	if len(path) == 0 {
+		return "the document"
+	}
+	return Pointer(path...)
+}
+
+// Marshal encodes v as JSON without HTML escaping and without a trailing
+// newline; a json.RawMessage is checked and used as it is.
+func Marshal(v any) ([]byte, error) {
+	if raw, ok := v.(json.RawMessage); ok {
+		if !Valid(raw) {
+			return nil, fmt.Errorf("%w: raw value", ErrSyntax)
+		}
+		return raw, nil
+	}
+	if s, ok := v.(string); ok {
+		return AppendString(nil, s), nil
+	}
+	var buf bytes.Buffer
+	enc := json.NewEncoder(&buf)
+	enc.SetEscapeHTML(false)
+	if err := enc.Encode(v); err != nil {
+		return nil, err
+	}
+	return bytes.TrimSuffix(buf.Bytes(), []byte{'\n'}), nil
+}

@@ -1,0 +1,333 @@
+package jsonedit
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"reflect"
+	"strings"
+	"testing"
+
+	jsonpatch4 "gopkg.in/evanphx/json-patch.v4"
+)
+
+// decodeExact decodes d keeping numbers as written (json.Number), so that
+// comparisons see every digit.
+func decodeExact(t testing.TB, d []byte) any {
+	t.Helper()
+	dec := json.NewDecoder(bytes.NewReader(d))
+	dec.UseNumber()
+	var v any
+	if err := dec.Decode(&v); err != nil {
+		t.Fatalf("decode %s: %v", d, err)
+	}
+	return v
+}
+
+// library applies ops with the API server's JSONPatch library: the oracle.
+func library(t testing.TB, doc []byte, ops []Op) (_ []byte, err error) {
+	t.Helper()
+	defer func() {
+		if r := recover(); r != nil {
+			err = fmt.Errorf("panic: %v", r)
+		}
+	}()
+	b, err := AppendPatch(nil, ops)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, err := jsonpatch4.DecodePatch(b)
+	if err != nil {
+		return nil, err
+	}
+	return p.Apply(doc)
+}
+
+const big = `9007199254740993`
+
+var applyDocs = []string{
+	`{"a":1,"b":{"c":[1,2,3],"d":null,"e":{}},"n":` + big + `,"f":1.50e+3}`,
+	` { "a" : 1 , "b" : { "c" : [ ] } } `,
+	`{"spec":{"tolerations":[{"key":"k","tolerationSeconds":` + big + `}]},"metadata":{"labels":{"a/b~c":"x"}}}`,
+	`{"dup":1,"dup":{"x":2},"o":{"k":"v","k":"w"}}`,
+	`{"spe\u0063":{"x":1},"h":"<&>\u2028"}`,
+	`{"arr":[[1],[2,[3]]],"empty":[],"s":"str","z":0}`,
+	`[1,{"a":2}]`,
+	`{}`,
+	`null`,
+	`{"a":`,
+}
+
+var applyPatches = [][]Op{
+	{{Op: "add", Path: "/x", Value: []byte(big)}},
+	{{Op: "add", Path: "/a", Value: []byte(`"<&>"`)}},
+	{{Op: "remove", Path: "/a"}},
+	{{Op: "remove", Path: "/missing"}},
+	{{Op: "replace", Path: "/missing", Value: []byte(`1`)}},
+	{{Op: "replace", Path: "/n", Value: []byte(`{"deep":[` + big + `]}`)}},
+	{{Op: "add", Path: "/b/c/-", Value: []byte(`4`)}, {Op: "add", Path: "/b/c/-", Value: []byte(`5`)}, {Op: "add", Path: "/b/c/0", Value: []byte(`0`)}},
+	{{Op: "add", Path: "/b/c/3", Value: []byte(`9`)}, {Op: "remove", Path: "/b/c/0"}, {Op: "replace", Path: "/b/c/1", Value: []byte(`7`)}},
+	{{Op: "add", Path: "/b/c/9", Value: []byte(`9`)}},
+	{{Op: "add", Path: "/b/c/-1", Value: []byte(`9`)}},
+	{{Op: "add", Path: "/b/c/01", Value: []byte(`9`)}},
+	{{Op: "add", Path: "/b/d/x", Value: []byte(`1`)}},
+	{{Op: "add", Path: "/b/e/x", Value: []byte(`1`)}, {Op: "add", Path: "/b/e/y~1z~0", Value: []byte(`[]`)}, {Op: "remove", Path: "/b/e/x"}},
+	{{Op: "add", Path: "/spec/tolerations/-", Value: []byte(`{"key":"new"}`)}, {Op: "add", Path: "/metadata/labels/a~1b~0c", Value: []byte(`"y"`)}},
+	{{Op: "add", Path: "/spec", Value: []byte(`{"y":2}`)}},
+	{{Op: "add", Path: "/dup/y", Value: []byte(`3`)}, {Op: "remove", Path: "/o/k"}},
+	{{Op: "add", Path: "/dup", Value: []byte(`0`)}, {Op: "replace", Path: "/o/k", Value: []byte(`"z"`)}},
+	{{Op: "remove", Path: "/dup"}},
+	{{Op: "add", Path: "/arr/1/1/-", Value: []byte(`4`)}, {Op: "remove", Path: "/arr/0"}},
+	{{Op: "add", Path: "/empty/0", Value: []byte(`1`)}, {Op: "add", Path: "/empty/-", Value: []byte(`2`)}},
+	{{Op: "add", Path: "/s/x", Value: []byte(`1`)}},
+	{{Op: "add", Path: "/1/b", Value: []byte(`1`)}, {Op: "add", Path: "/-", Value: []byte(`3`)}},
+	{{Op: "add", Path: "", Value: []byte(`{"root":true}`)}},
+	{{Op: "test", Path: "/a", Value: []byte(`1`)}, {Op: "add", Path: "/t", Value: []byte(`true`)}},
+	{{Op: "move", From: "/a", Path: "/moved"}},
+	{{Op: "copy", From: "/b", Path: "/copied"}},
+	{{Op: "add", Path: "/x~2", Value: []byte(`1`)}},
+	{{Op: "add", Path: "/x", Value: []byte(`{bad`)}},
+	{{Op: "add", Path: "/x"}},
+	{{Op: "frob", Path: "/x"}},
+}
+
+// TestApplyMatchesLibrary is the differential test of Apply: on every
+// document and patch, it succeeds exactly when the API server's library
+// does, with the same document (as JSON values, numbers exact).
+func TestApplyMatchesLibrary(t *testing.T) {
+	for _, doc := range applyDocs {
+		for _, ops := range applyPatches {
+			checkApply(t, []byte(doc), ops)
+		}
+	}
+}
+
+func checkApply(t *testing.T, doc []byte, ops []Op) {
+	t.Helper()
+	valid := true
+	for _, op := range ops {
+		if op.Value != nil && !Valid(op.Value) {
+			valid = false
+		}
+	}
+	got, err := Apply(doc, ops)
+	if !valid {
+		if err == nil {
+			t.Fatalf("%s with invalid value %v: no error", doc, ops)
+		}
+		return
+	}
+	want, werr := library(t, doc, ops)
+	if (err == nil) != (werr == nil) {
+		t.Fatalf("%s %v: Apply error %v, library error %v", doc, ops, err, werr)
+	}
+	if err != nil {
+		return
+	}
+	if !reflect.DeepEqual(decodeExact(t, got), decodeExact(t, want)) {
+		t.Fatalf("%s %v:\nApply   %s\nlibrary %s", doc, ops, got, want)
+	}
+}
+
+// TestApplySplicesNumbersExact checks the splicing path itself (not the
+// library fallback) keeps integers above 2^53 and the spelling of every
+// untouched byte.
+func TestApplySplicesNumbersExact(t *testing.T) {
+	doc := []byte(`{"spec":{"activeDeadlineSeconds":9007199254740993,"f":1.50e+3,"h":"<&>"},"metadata":{}}`)
+	ops := []Op{{Op: "add", Path: "/spec/suspend", Value: []byte(`true`)}, {Op: "add", Path: "/metadata/labels", Value: []byte(`{"q":"<x>"}`)}}
+	out, err := applySplice(doc, ops)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := `{"spec":{"activeDeadlineSeconds":9007199254740993,"f":1.50e+3,"h":"<&>","suspend":true},"metadata":{"labels":{"q":"<x>"}}}`
+	if string(out) != want {
+		t.Fatalf("got  %s\nwant %s", out, want)
+	}
+}
+
+// FuzzApply checks Apply against the library on arbitrary documents and
+// one- or two-operation patches.
+func FuzzApply(f *testing.F) {
+	for _, d := range applyDocs {
+		f.Add([]byte(d), "add", "/a", []byte(`1`), "remove", "/b/c/0")
+	}
+	f.Fuzz(func(t *testing.T, doc []byte, op1, path1 string, value []byte, op2, path2 string) {
+		if len(doc) > 4096 || len(value) > 256 {
+			return
+		}
+		ops := []Op{{Op: op1, Path: path1, Value: value}, {Op: op2, Path: path2}}
+		if !Valid(value) {
+			ops[0].Value = nil
+		}
+		if op2 != "remove" {
+			ops[1].Value = json.RawMessage(`"v"`)
+		}
+		checkApply(t, doc, ops)
+	})
+}
+
+func TestPointer(t *testing.T) {
+	for _, tc := range []struct {
+		segs []string
+		ptr  string
+	}{
+		{nil, ""},
+		{[]string{""}, "/"},
+		{[]string{"a/b", "~", "c~/1"}, "/a~1b/~0/c~0~11"},
+		{[]string{"metadata", "labels", "acme.com/lifespan-requested"}, "/metadata/labels/acme.com~1lifespan-requested"},
+	} {
+		if got := Pointer(tc.segs...); got != tc.ptr {
+			t.Errorf("Pointer(%q) = %q, want %q", tc.segs, got, tc.ptr)
+		}
+		back, err := ParsePointer(tc.ptr)
+		if err != nil || !reflect.DeepEqual(back, tc.segs) && !(len(back) == 0 && len(tc.segs) == 0) {
+			t.Errorf("ParsePointer(%q) = %q, %v", tc.ptr, back, err)
+		}
+	}
+	for _, bad := range []string{"a", "/~", "/~2"} {
+		if _, err := ParsePointer(bad); err == nil {
+			t.Errorf("ParsePointer(%q) accepted", bad)
+		}
+	}
+}
+
+func TestAppendString(t *testing.T) {
+	for _, s := range []string{"", "plain", "<&>", "q\"b\\", "\x00\x1f\n\t\r", "é🚀", "\u2028\u2029", "bad\xffutf8"} {
+		got := AppendString(nil, s)
+		var enc bytes.Buffer
+		e := json.NewEncoder(&enc)
+		e.SetEscapeHTML(false)
+		if err := e.Encode(s); err != nil {
+			t.Fatal(err)
+		}
+		if want := strings.TrimSuffix(enc.String(), "\n"); string(got) != want {
+			t.Errorf("AppendString(%q) = %s, encoding/json gives %s", s, got, want)
+		}
+	}
+}
+
+func TestAppendPatch(t *testing.T) {
+	b, err := AppendPatch(nil, []Op{{Op: "add", Path: "/a~1b", Value: []byte(`{"h":"<&>","n":` + big + `}`)}, {Op: "remove", Path: "/x"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := `[{"op":"add","path":"/a~1b","value":{"h":"<&>","n":` + big + `}},{"op":"remove","path":"/x"}]`; string(b) != want {
+		t.Fatalf("got %s\nwant %s", b, want)
+	}
+	if _, err := AppendPatch(nil, []Op{{Op: "add", Path: "/a", Value: []byte(`{`)}}); err == nil {
+		t.Fatal("invalid value accepted")
+	}
+	if b, _ := AppendPatch(nil, nil); string(b) != "[]" {
+		t.Fatalf("empty patch %s", b)
+	}
+}
+
+func TestDocGet(t *testing.T) {
+	d := NewDoc([]byte(`{"metadata":{"labels":{"a":"1","a":"2"},"Name":"x"},"spec":{"t":[{"k":` + big + `}],"n":null},"spe\u0063x":1,"s":"str"}`))
+	for _, tc := range []struct {
+		path []string
+		want string
+		err  bool
+	}{
+		{[]string{"metadata", "labels", "a"}, `"2"`, false},
+		{[]string{"metadata", "name"}, ``, false},
+		{[]string{"metadata", "Name"}, `"x"`, false},
+		{[]string{"spec", "t", "0", "k"}, big, false},
+		{[]string{"spec", "t", "1"}, ``, false},
+		{[]string{"spec", "t", "x"}, ``, true},
+		{[]string{"spec", "n", "x"}, ``, false},
+		{[]string{"specx"}, `1`, false},
+		{[]string{"s", "x"}, ``, true},
+		{[]string{"missing", "x"}, ``, false},
+	} {
+		got, err := d.Get(tc.path...)
+		if (err != nil) != tc.err || string(got) != tc.want {
+			t.Errorf("Get(%q) = %s, %v; want %s, error %v", tc.path, got, err, tc.want, tc.err)
+		}
+	}
+	var n struct {
+		K json.Number `json:"k"`
+	}
+	if ok, err := d.Decode(&n, "spec", "t", "0"); !ok || err != nil || n.K.String() != big {
+		t.Fatalf("Decode: %v %v %+v", ok, err, n)
+	}
+	var name struct {
+		Name string `json:"name"`
+	}
+	if ok, err := d.Decode(&name, "metadata"); !ok || err != nil || name.Name != "" {
+		t.Fatalf("Decode is not case-sensitive: %v %v %+v", ok, err, name)
+	}
+	if _, err := NewDoc([]byte(`{"a":1`)).Get("a"); !errors.Is(err, ErrSyntax) {
+		t.Fatalf("invalid document: %v", err)
+	}
+}
+
+// TestDocEdits checks the operations Doc builds against what they are meant
+// to do, applied by the library.
+func TestDocEdits(t *testing.T) {
+	for _, tc := range []struct {
+		name, doc string
+		edit      func(d *Doc) error
+		want      string
+	}{
+		{"set creates parents once", `{"spec":{}}`, func(d *Doc) error {
+			return errors.Join(d.Set("a", "metadata", "labels", "x"), d.Set("b", "metadata", "labels", "y~/"), d.Set(true, "spec", "suspend"))
+		}, `{"metadata":{"labels":{"x":"a","y~/":"b"}},"spec":{"suspend":true}}`},
+		{"null parent", `{"metadata":{"labels":null}}`, func(d *Doc) error { return d.Set("v", "metadata", "labels", "k") },
+			`{"metadata":{"labels":{"k":"v"}}}`},
+		{"append to missing, then existing", `{"spec":{"t":[1]}}`, func(d *Doc) error {
+			return errors.Join(d.Append([]string{"spec", "u"}, 1, 2), d.Append([]string{"spec", "u"}, 3), d.Append([]string{"spec", "t"}, big))
+		}, `{"spec":{"t":[1,"` + big + `"],"u":[1,2,3]}}`},
+		{"remove present and absent", `{"spec":{"priority":` + big + `}}`, func(d *Doc) error {
+			return errors.Join(d.Remove("spec", "priority"), d.Remove("spec", "priority"), d.Remove("spec", "nope"), d.Remove("x", "y"))
+		}, `{"spec":{}}`},
+		{"set array element member", `{"spec":{"t":[{"key":"a"},{"key":"b","operator":""}]}}`, func(d *Doc) error {
+			return d.Set("Equal", "spec", "t", "1", "operator")
+		}, `{"spec":{"t":[{"key":"a"},{"key":"b","operator":"Equal"}]}}`},
+		{"set then remove inside", `{}`, func(d *Doc) error {
+			return errors.Join(d.Set(map[string]string{"a": "1", "b": "2"}, "m"), d.Remove("m", "a"), d.Set("3", "m", "c"))
+		}, `{"m":{"b":"2","c":"3"}}`},
+		{"html and numbers", `{"n":` + big + `}`, func(d *Doc) error {
+			return d.Set(json.RawMessage(`{"h":"<&>","n":`+big+`}`), "v")
+		}, `{"n":` + big + `,"v":{"h":"<&>","n":` + big + `}}`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			d := NewDoc([]byte(tc.doc))
+			if err := tc.edit(d); err != nil {
+				t.Fatal(err)
+			}
+			got, err := library(t, []byte(tc.doc), d.Ops())
+			if err != nil {
+				t.Fatalf("ops %v: %v", d.Ops(), err)
+			}
+			if !reflect.DeepEqual(decodeExact(t, got), decodeExact(t, []byte(tc.want))) {
+				t.Fatalf("ops %v give %s, want %s", d.Ops(), got, tc.want)
+			}
+			spliced, err := Apply([]byte(tc.doc), d.Ops())
+			if err != nil || !reflect.DeepEqual(decodeExact(t, spliced), decodeExact(t, got)) {
+				t.Fatalf("Apply gives %s, %v; library %s", spliced, err, got)
+			}
+		})
+	}
+}
+
+func TestDocErrors(t *testing.T) {
+	for _, tc := range []struct {
+		doc  string
+		edit func(d *Doc) error
+		msg  string
+	}{
+		{`null`, func(d *Doc) error { return d.Set(1, "a") }, "the document is null, not an object"},
+		{`{"spec":"x"}`, func(d *Doc) error { return d.Set(1, "spec", "a") }, "/spec is a string, not an object"},
+		{`{"spec":{"t":{}}}`, func(d *Doc) error { return d.Append([]string{"spec", "t"}, 1) }, "it is an object, not an array"},
+		{`{"t":[]}`, func(d *Doc) error { return d.Set(1, "t", "0") }, "has no element 0"},
+		{`{"a":`, func(d *Doc) error { return d.Set(1, "a") }, "invalid JSON"},
+		{`{}`, func(d *Doc) error { return d.Set(1) }, "path is empty"},
+	} {
+		err := tc.edit(NewDoc([]byte(tc.doc)))
+		if err == nil || !strings.Contains(err.Error(), tc.msg) {
+			t.Errorf("%s: error %v, want containing %q", tc.doc, err, tc.msg)
+		}
+	}
+}

@@ -1,0 +1,57 @@
+package lifespan
+
+import (
+	"context"
+	"testing"
+
+	admissionv1 "k8s.io/api/admission/v1"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+
+	"github.com/kadmit/kadmit/internal/admission"
+	"github.com/kadmit/kadmit/internal/policy/policytest"
+)
+
+func podRequestRaw(raw string) *admission.Request {
+	return &admission.Request{AdmissionRequest: admissionv1.AdmissionRequest{UID: "u", Operation: admissionv1.Create, Namespace: "shop",
+		Object: runtime.RawExtension{Raw: []byte(raw)}}}
+}
+
+// slow is lifespan's change made on a typed pod: the tolerations it lacks,
+// appended. It is the oracle of the differential tests.
+func slow(t testing.TB, maxDays int) func(*corev1.Pod) {
+	return func(pod *corev1.Pod) {
+		var requested *string
+		if v, ok := pod.Labels[LabelRequested]; ok {
+			requested = &v
+		}
+		want, err := Tolerations(requested, maxDays)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, tol := range want {
+			if !hasToleration(pod.Spec.Tolerations, tol) {
+				pod.Spec.Tolerations = append(pod.Spec.Tolerations, tol)
+			}
+		}
+	}
+}
+
+// TestMutateDifferential: on every pod of the corpus, Mutate's operations
+// applied by the API server's library give the typed round trip's pod, and
+// change nothing else.
+func TestMutateDifferential(t *testing.T) {
+	p, err := New(DefaultConfig())
+	if err != nil {
+		t.Fatal(err)
+	}
+	for name, pod := range policytest.Pods(t) {
+		t.Run(name, func(t *testing.T) {
+			ops, v := p.Mutate(context.Background(), podRequestRaw(pod))
+			if !v.Allowed {
+				t.Fatalf("denied: %+v", v)
+			}
+			policytest.Check(t, []byte(pod), ops, slow(t, p.cfg.Max))
+		})
+	}
+}
