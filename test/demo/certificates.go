@@ -5,6 +5,7 @@ import (
 	"context"
 	"crypto/tls"
 	"crypto/x509"
+	"errors"
 	"fmt"
 	"net"
 	"strings"
@@ -17,6 +18,8 @@ import (
 
 	"github.com/kadmit/kadmit/internal/certs"
 	"github.com/kadmit/kadmit/internal/lifecycle"
+	"github.com/kadmit/kadmit/test/poll"
+	"github.com/kadmit/kadmit/test/seed"
 )
 
 // kadmitNamespace holds kadmit's certificate Secret and Lease in the demo.
@@ -108,53 +111,51 @@ func servedCertificate(ctx context.Context, addr string) (*x509.Certificate, err
 // rotateServing asks kadmit for a new serving certificate the way an
 // operator would (annotating the Secret), waits until kadmit serves it
 // without a restart, and checks a pod is still admitted and mutated.
-func (d *demo) rotateServing() row {
+func rotateServing(ctx context.Context, client kubernetes.Interface, addr string) row {
 	r := row{step: "rotate the serving certificate", expected: "new certificate served, pods still admitted"}
-	ctx, cancel := context.WithTimeout(d.ctx, 30*time.Second)
-	defer cancel()
-	before, err := servedCertificate(ctx, d.addr)
-	if err != nil {
+	fail := func(err error) row {
 		r.got = err.Error()
+		r.problems = []string{err.Error()}
 		return r
+	}
+	ctx, cancel := context.WithTimeout(ctx, apiTimeout)
+	defer cancel()
+	before, err := servedCertificate(ctx, addr)
+	if err != nil {
+		return fail(err)
 	}
 	patch := fmt.Sprintf(`{"metadata":{"annotations":{%q:"serving"}}}`, lifecycle.RotateAnnotation)
-	if _, err := d.client.CoreV1().Secrets(kadmitNamespace).Patch(ctx, secretName, types.MergePatchType, []byte(patch), metav1.PatchOptions{}); err != nil {
-		r.got = err.Error()
-		return r
+	if _, err := client.CoreV1().Secrets(kadmitNamespace).Patch(ctx, secretName, types.MergePatchType, []byte(patch), metav1.PatchOptions{}); err != nil {
+		return fail(err)
 	}
 	var after *x509.Certificate
-	for {
-		if after, err = servedCertificate(ctx, d.addr); err == nil && after.SerialNumber.Cmp(before.SerialNumber) != 0 {
-			break
+	if err := poll.Until(ctx, 0, func(ctx context.Context) error {
+		c, err := servedCertificate(ctx, addr)
+		switch {
+		case err != nil:
+			return err
+		case c.SerialNumber.Cmp(before.SerialNumber) == 0:
+			return errors.New("kadmit still serves the old certificate")
 		}
-		select {
-		case <-ctx.Done():
-			r.got = "kadmit still serves the old certificate after 30s"
-			return r
-		case <-time.After(100 * time.Millisecond):
-		}
+		after = c
+		return nil
+	}); err != nil {
+		return fail(err)
 	}
 	pod := &corev1.Pod{
 		ObjectMeta: metav1.ObjectMeta{Name: "after-rotation", Namespace: metav1.NamespaceDefault},
 		Spec:       corev1.PodSpec{Containers: []corev1.Container{{Name: "pause", Image: "registry.k8s.io/pause:3.10"}}},
 	}
-	got, err := d.client.CoreV1().Pods(metav1.NamespaceDefault).Create(ctx, pod, metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
+	got, err := client.CoreV1().Pods(metav1.NamespaceDefault).Create(ctx, pod, metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
 	if err != nil {
-		r.got = "pod after rotation: " + err.Error()
-		return r
+		return fail(fmt.Errorf("pod after rotation: %w", err))
 	}
+	n := len(seed.LifespanTolerations(got.Spec.Tolerations))
 	r.got = fmt.Sprintf("serial %s… -> %s…, pod admitted with %d toleration(s)",
-		before.SerialNumber.Text(16)[:6], after.SerialNumber.Text(16)[:6], len(lifespanTolerations(got.Spec.Tolerations)))
-	r.match = len(lifespanTolerations(got.Spec.Tolerations)) == 1
-	return r
-}
-
-func lifespanTolerations(ts []corev1.Toleration) []corev1.Toleration {
-	var out []corev1.Toleration
-	for _, t := range ts {
-		if t.Key == lifespanKey {
-			out = append(out, t)
-		}
+		before.SerialNumber.Text(16)[:6], after.SerialNumber.Text(16)[:6], n)
+	r.match = n == 1
+	if !r.match {
+		r.problems = []string{fmt.Sprintf("pod after rotation has %d acme.com tolerations; want 1", n)}
 	}
-	return out
+	return r
 }

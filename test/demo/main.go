@@ -13,15 +13,12 @@ package main
 
 import (
 	"context"
-	"errors"
 	"flag"
 	"fmt"
 	"io"
 	"os"
 	"os/signal"
 	"path/filepath"
-	"regexp"
-	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -30,16 +27,14 @@ import (
 
 	"github.com/go-logr/logr"
 	corev1 "k8s.io/api/core/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
-	"sigs.k8s.io/yaml"
 
 	"github.com/kadmit/kadmit/test/controlplane"
 	"github.com/kadmit/kadmit/test/controlplane/kadmitproc"
+	"github.com/kadmit/kadmit/test/seed"
 )
 
 type options struct {
@@ -218,8 +213,8 @@ func run(o options) int {
 		say("demo: %v", err)
 		return 1
 	}
-	d := &demo{ctx: ctx, client: client, seedDir: o.seedDir, addr: addr}
-	rows := d.steps()
+	rows := runSeed(ctx, &seed.Env{Client: client, Dir: o.seedDir})
+	rows = append(rows, rotateServing(ctx, client, addr))
 
 	tw := tabwriter.NewWriter(out, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, "STEP\tEXPECTED\tAPI SERVER ANSWERED\tRESULT")
@@ -233,6 +228,11 @@ func run(o options) int {
 		fmt.Fprintf(tw, "%d. %s\t%s\t%s\t%s\n", i+1, r.step, r.expected, oneLine(r.got, 72), verdict)
 	}
 	_ = tw.Flush()
+	for i, r := range rows {
+		for _, p := range r.problems {
+			say("  step %d: %s", i+1, p)
+		}
+	}
 
 	// The start-up probes are dry-runs of our own; leave them out.
 	var decisions []kadmitproc.Decision
@@ -246,7 +246,7 @@ func run(o options) int {
 	}
 	say("\nWhat kadmit logged: one JSON line per decision (%d for the steps above, %d for the start-up probes).", len(decisions), probes)
 	say("Condensed: webhook path, operation, kind, object, decision, time kadmit took:")
-	for _, dec := range decisions[max(0, len(decisions)-14):] {
+	for _, dec := range decisions[max(0, len(decisions)-30):] {
 		verdict := "allowed"
 		if !dec.Allowed {
 			verdict = fmt.Sprintf("DENIED %d %s", dec.Code, oneLine(dec.Message, 70))
@@ -307,239 +307,26 @@ func pickAddr(want string) (string, error) {
 	return kadmitproc.FreeAddr()
 }
 
+// row is one line of the demo's table.
 type row struct {
 	step, expected, got string
 	match               bool
+	problems            []string
 }
 
-type demo struct {
-	ctx     context.Context
-	client  kubernetes.Interface
-	seedDir string
-	addr    string // kadmit's HTTPS address
-}
-
-// apiTimeout bounds each API call of a step.
+// apiTimeout bounds each step.
 const apiTimeout = 30 * time.Second
 
-const (
-	lifespanKey   = "acme.com/lifespan-remaining"
-	annotationRaw = "kadmit.io/raw-allocatable"
-)
-
-func (d *demo) steps() []row {
-	return []row{
-		d.offensivePod(),
-		d.lifespanThree(),
-		d.plainPod(),
-		d.nodeCreate(),
-		d.nodeStatusUpdates(4),
-		d.badRatioNode(),
-		d.rotateServing(),
-	}
-}
-
-func (d *demo) load(name string, into any) error {
-	data, err := os.ReadFile(filepath.Join(d.seedDir, name))
-	if err != nil {
-		return fmt.Errorf("read seed manifest: %w", err)
-	}
-	if err := yaml.UnmarshalStrict(data, into); err != nil {
-		return fmt.Errorf("decode %s: %w", name, err)
-	}
-	return nil
-}
-
-func (d *demo) call() (context.Context, context.CancelFunc) {
-	return context.WithTimeout(d.ctx, apiTimeout)
-}
-
-// rejected builds the row of a step that expects the API server to refuse.
-func rejected(step, expected, want string, err error) row {
-	r := row{step: step, expected: expected}
-	switch {
-	case err == nil:
-		r.got = "admitted and stored"
-	default:
-		r.got = fmt.Sprintf("%d: %s", statusCode(err), webhookDenial.ReplaceAllString(err.Error(), "$1 denied: "))
-		r.match = strings.Contains(err.Error(), want)
-	}
-	return r
-}
-
-func (d *demo) createPod(file string) (*corev1.Pod, error) {
-	var pod corev1.Pod
-	if err := d.load(file, &pod); err != nil {
-		return nil, err
-	}
-	ctx, cancel := d.call()
-	defer cancel()
-	if pod.Namespace == "" {
-		pod.Namespace = metav1.NamespaceDefault
-	}
-	if _, err := d.client.CoreV1().Pods(pod.Namespace).Create(ctx, &pod, metav1.CreateOptions{}); err != nil {
-		return nil, err
-	}
-	// What etcd holds, not the create response.
-	return d.client.CoreV1().Pods(pod.Namespace).Get(ctx, pod.Name, metav1.GetOptions{})
-}
-
-func (d *demo) offensivePod() row {
-	const want = `pod name contains "offensive"`
-	_, err := d.createPod("offensive-pod.yaml")
-	return rejected("create pod offensive-pod", "denied: "+want, want, err)
-}
-
-func (d *demo) lifespanThree() row {
-	r := row{step: "create pod lifespan-three (asks for 3 days)", expected: "12 tolerations, values 3..14"}
-	pod, err := d.createPod("lifespan-three.yaml")
-	if err != nil {
-		r.got = "error: " + err.Error()
-		return r
-	}
-	var vals []string
-	r.match = true
-	for _, t := range pod.Spec.Tolerations {
-		if t.Key != lifespanKey {
-			continue // e.g. the API server's not-ready/unreachable defaults
-		}
-		vals = append(vals, t.Value)
-		if t.Operator != corev1.TolerationOpEqual || t.Effect != corev1.TaintEffectNoSchedule {
-			r.match = false
-		}
-	}
-	r.got = fmt.Sprintf("%d tolerations, values %s", len(vals), strings.Join(vals, ","))
-	if len(vals) != 12 {
-		r.match = false
-	}
-	for i, v := range vals {
-		if v != strconv.Itoa(3+i) {
-			r.match = false
-		}
-	}
-	return r
-}
-
-func (d *demo) plainPod() row {
-	r := row{step: "create pod plain-pod (no lifespan label)", expected: "one toleration, operator Exists"}
-	pod, err := d.createPod("plain-pod.yaml")
-	if err != nil {
-		r.got = "error: " + err.Error()
-		return r
-	}
-	var got []string
-	for _, t := range pod.Spec.Tolerations {
-		if t.Key == lifespanKey {
-			got = append(got, fmt.Sprintf("%s %s", t.Operator, t.Effect))
-		}
-	}
-	r.got = fmt.Sprintf("%d toleration(s): %s", len(got), strings.Join(got, "; "))
-	if len(got) == 0 {
-		r.got = "no " + lifespanKey + " toleration"
-	}
-	r.match = len(got) == 1 && got[0] == "Exists NoSchedule"
-	return r
-}
-
-// nodeCPU reports the stored node's cpu allocatable and capacity and whether
-// they are the amplified 7 and 7500m.
-func nodeCPU(n *corev1.Node) (string, bool) {
-	a, c := n.Status.Allocatable[corev1.ResourceCPU], n.Status.Capacity[corev1.ResourceCPU]
-	ok := a.Cmp(resource.MustParse("7")) == 0 && c.Cmp(resource.MustParse("7500m")) == 0
-	return fmt.Sprintf("%s/%s", a.String(), c.String()), ok
-}
-
-func (d *demo) nodeCreate() row {
-	r := row{step: "create node demo-node (cpu 3500m/4)", expected: "cpu allocatable/capacity 7/7500m"}
-	var node corev1.Node
-	if err := d.load("node.yaml", &node); err != nil {
-		r.got = "error: " + err.Error()
-		return r
-	}
-	ctx, cancel := d.call()
-	defer cancel()
-	if _, err := d.client.CoreV1().Nodes().Create(ctx, &node, metav1.CreateOptions{}); err != nil {
-		r.got = "error: " + err.Error()
-		return r
-	}
-	stored, err := d.client.CoreV1().Nodes().Get(ctx, node.Name, metav1.GetOptions{})
-	if err != nil {
-		r.got = "error: " + err.Error()
-		return r
-	}
-	r.got, r.match = nodeCPU(stored)
-	return r
-}
-
-// nodeStatusUpdates posts node-status.yaml n times as a kubelet does: a PUT
-// of nodes/status with its raw numbers on the latest resourceVersion. kadmit
-// must amplify them afresh each time, not compound its earlier result.
-func (d *demo) nodeStatusUpdates(n int) row {
-	r := row{
-		step:     fmt.Sprintf("kubelet posts raw status (3500m/4) %d times", n),
-		expected: "still 7/7500m after each",
-	}
-	var status corev1.Node
-	if err := d.load("node-status.yaml", &status); err != nil {
-		r.got = "error: " + err.Error()
-		return r
-	}
-	nodes := d.client.CoreV1().Nodes()
-	var seen []string
-	r.match = true
-	for i := 1; i <= n; i++ {
-		ctx, cancel := d.call()
-		latest, err := nodes.Get(ctx, status.Name, metav1.GetOptions{})
-		if err == nil {
-			latest.Status = *status.Status.DeepCopy()
-			_, err = nodes.UpdateStatus(ctx, latest, metav1.UpdateOptions{})
-		}
-		var stored *corev1.Node
-		if err == nil {
-			stored, err = nodes.Get(ctx, status.Name, metav1.GetOptions{})
-		}
+// runSeed runs the seed table (test/seed), the rows the e2e suite checks too.
+func runSeed(ctx context.Context, e *seed.Env) []row {
+	var rows []row
+	for _, sc := range seed.Scenarios() {
+		sctx, cancel := context.WithTimeout(ctx, apiTimeout)
+		r := sc.Run(sctx, e)
 		cancel()
-		if err != nil {
-			r.got = fmt.Sprintf("update %d: error: %v", i, err)
-			r.match = false
-			return r
-		}
-		a, c := stored.Status.Allocatable[corev1.ResourceCPU], stored.Status.Capacity[corev1.ResourceCPU]
-		seen = append(seen, a.String()+"/"+c.String())
-		if _, ok := nodeCPU(stored); !ok {
-			r.match = false
-		}
-		if _, ok := stored.Annotations[annotationRaw]; !ok {
-			r.match = false
-			seen[len(seen)-1] += " (no " + annotationRaw + ")"
-		}
+		rows = append(rows, row{step: sc.Name, expected: sc.Expected, got: r.Got, match: r.Matched(), problems: r.Problems})
 	}
-	r.got = strings.Join(seen, ", ")
-	return r
-}
-
-func (d *demo) badRatioNode() row {
-	const want = "kadmit.io/overcommit-ratio"
-	var node corev1.Node
-	if err := d.load("bad-ratio-node.yaml", &node); err != nil {
-		return row{step: "create node demo-node-bad-ratio", got: "error: " + err.Error()}
-	}
-	ctx, cancel := d.call()
-	defer cancel()
-	_, err := d.client.CoreV1().Nodes().Create(ctx, &node, metav1.CreateOptions{})
-	return rejected("create node demo-node-bad-ratio (ratio 0.5)", "denied, naming "+want, want, err)
-}
-
-// webhookDenial matches the API server's preamble to a webhook's message, to
-// shorten it in the table.
-var webhookDenial = regexp.MustCompile(`admission webhook "([^"]+)" denied the request: `)
-
-func statusCode(err error) int32 {
-	var s apierrors.APIStatus
-	if errors.As(err, &s) {
-		return s.Status().Code
-	}
-	return 0
+	return rows
 }
 
 // oneLine keeps a table cell on one line and at most n runes.

@@ -4,7 +4,6 @@ import (
 	"context"
 	"crypto/x509"
 	"encoding/json"
-	"encoding/pem"
 	"errors"
 	"fmt"
 	"os"
@@ -34,11 +33,13 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 	"sigs.k8s.io/yaml"
 
+	"github.com/kadmit/kadmit/internal/certs"
 	"github.com/kadmit/kadmit/test/controlplane"
 	"github.com/kadmit/kadmit/test/controlplane/kadmitproc"
 	"github.com/kadmit/kadmit/test/deploy/chart"
 	"github.com/kadmit/kadmit/test/deploy/internal/audit"
 	"github.com/kadmit/kadmit/test/deploy/internal/proc"
+	testpoll "github.com/kadmit/kadmit/test/poll"
 )
 
 // cluster is the real kube-apiserver (RBAC and Pod Security admission on,
@@ -166,21 +167,13 @@ func (c *cluster) clientAs(user string) kubernetes.Interface {
 	return kubernetes.NewForConfigOrDie(cfg)
 }
 
-// poll calls f every 200ms until it returns nil or timeout passes.
+// poll waits until f returns nil (test/poll), for at most timeout; the
+// error names what was awaited and f's last error.
 func poll(ctx context.Context, timeout time.Duration, what string, f func() error) error {
-	ctx, cancel := context.WithTimeout(ctx, timeout)
-	defer cancel()
-	var last error
-	for {
-		if last = f(); last == nil {
-			return nil
-		}
-		select {
-		case <-ctx.Done():
-			return fmt.Errorf("%s: not within %s: %w", what, timeout, last)
-		case <-time.After(200 * time.Millisecond):
-		}
+	if err := testpoll.Until(ctx, timeout, func(context.Context) error { return f() }); err != nil {
+		return fmt.Errorf("%s: %w", what, err)
 	}
+	return nil
 }
 
 func toTyped(t *testing.T, u *unstructured.Unstructured, into any) {
@@ -212,20 +205,11 @@ func containerEnv(t *testing.T, c corev1.Container, pod *corev1.Pod) []string {
 
 func secretPEM(t *testing.T, s *corev1.Secret, key string) []*x509.Certificate {
 	t.Helper()
-	var out []*x509.Certificate
-	rest := s.Data[key]
-	for {
-		var b *pem.Block
-		b, rest = pem.Decode(rest)
-		if b == nil {
-			return out
-		}
-		c, err := x509.ParseCertificate(b.Bytes)
-		if err != nil {
-			t.Fatalf("secret %s: %v", key, err)
-		}
-		out = append(out, c)
+	out, err := certs.ParseCertificates(s.Data[key])
+	if err != nil {
+		t.Fatalf("secret %s: %v", key, err)
 	}
+	return out
 }
 
 // TestInstallOnRealAPIServer is the proof: the rendered chart is

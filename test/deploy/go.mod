@@ -8,6 +8,7 @@ replace (
 )
 
 require (
+	github.com/kadmit/kadmit v0.0.0-00010101000000-000000000000
 	github.com/kadmit/kadmit/test v0.0.0-00010101000000-000000000000
 	helm.sh/helm/v4 v4.3.1
 	k8s.io/api v0.37.1
@@ -41,6 +42,7 @@ require (
 	github.com/extism/go-sdk v1.7.1 // indirect
 	github.com/fatih/color v1.19.0 // indirect
 	github.com/fluxcd/cli-utils v1.2.2 // indirect
+	github.com/fsnotify/fsnotify v1.10.1 // indirect
 	github.com/fxamacker/cbor/v2 v2.9.1 // indirect
 	github.com/go-errors/errors v1.5.1 // indirect
 	github.com/go-gorp/gorp/v3 v3.1.0 // indirect

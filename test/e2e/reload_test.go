@@ -4,12 +4,11 @@ import (
 	"bytes"
 	"context"
 	"crypto/tls"
-	"crypto/x509"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
-	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -20,6 +19,7 @@ import (
 
 	"github.com/kadmit/kadmit/test/controlplane/kadmitproc"
 	"github.com/kadmit/kadmit/test/e2e/e2eenv"
+	"github.com/kadmit/kadmit/test/poll"
 )
 
 const reloadConfig = `apiVersion: kadmit.io/v1alpha1
@@ -74,16 +74,13 @@ func TestConfigMapReloadsLive(t *testing.T) {
 	}
 
 	setConfig(ctx, t, e, cm.Name, fmt.Sprintf(reloadConfig, "forbidden"))
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		allowed, msg := review(ctx, "forbidden-pod")
-		if !allowed && msg == `pod name contains "forbidden"` {
-			break
+	if err := poll.Until(ctx, 10*time.Second, func(ctx context.Context) error {
+		if allowed, msg := review(ctx, "forbidden-pod"); allowed || msg != `pod name contains "forbidden"` {
+			return fmt.Errorf("forbidden-pod: allowed %v, message %q", allowed, msg)
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("words [forbidden] not applied 10s after the ConfigMap edit\n%s", p.Tail(20))
-		}
-		time.Sleep(100 * time.Millisecond)
+		return nil
+	}); err != nil {
+		t.Fatalf("words [forbidden] not applied after the ConfigMap edit: %v\n%s", err, p.Tail(20))
 	}
 	if allowed, msg := review(ctx, "offensive-pod"); !allowed {
 		t.Fatalf("offensive-pod still denied after words became [forbidden]: %s", msg)
@@ -91,12 +88,13 @@ func TestConfigMapReloadsLive(t *testing.T) {
 
 	// An edit that does not validate is refused; the running policies stay.
 	setConfig(ctx, t, e, cm.Name, "apiVersion: kadmit.io/v1alpha1\nkind: Configuration\npolicies:\n  lifespan: {max: -1}\n")
-	deadline = time.Now().Add(10 * time.Second)
-	for !strings.Contains(strings.Join(p.Logs(), "\n"), "configuration not applied") {
-		if time.Now().After(deadline) {
-			t.Fatalf("the invalid edit was not reported within 10s\n%s", p.Tail(20))
+	if err := poll.Until(ctx, 10*time.Second, func(context.Context) error {
+		if !strings.Contains(strings.Join(p.Logs(), "\n"), "configuration not applied") {
+			return errors.New(`no "configuration not applied" in kadmit's log`)
 		}
-		time.Sleep(100 * time.Millisecond)
+		return nil
+	}); err != nil {
+		t.Fatalf("the invalid edit was not reported: %v\n%s", err, p.Tail(20))
 	}
 	if allowed, _ := review(ctx, "forbidden-pod"); allowed {
 		t.Fatal("an invalid edit took the running pod-name policy away")
@@ -124,13 +122,7 @@ func setConfig(ctx context.Context, t *testing.T, e *env, name, data string) {
 // as the API server would, and reports the decision.
 func reviewClient(t *testing.T, caFile, url string) func(context.Context, string) (bool, string) {
 	t.Helper()
-	pem, err := os.ReadFile(caFile)
-	if err != nil {
-		t.Fatal(err)
-	}
-	pool := x509.NewCertPool()
-	pool.AppendCertsFromPEM(pem)
-	hc := &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pool}}}
+	hc := &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: caPool(t, caFile)}}}
 	t.Cleanup(hc.CloseIdleConnections)
 	return func(ctx context.Context, podName string) (bool, string) {
 		body := fmt.Sprintf(`{"apiVersion":"admission.k8s.io/v1","kind":"AdmissionReview","request":{"uid":"u-%d",

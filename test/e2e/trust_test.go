@@ -1,6 +1,9 @@
 package e2e
 
 import (
+	"context"
+	"errors"
+	"fmt"
 	"io"
 	"net/http"
 	"os"
@@ -12,6 +15,7 @@ import (
 	"github.com/kadmit/kadmit/internal/certs"
 	"github.com/kadmit/kadmit/test/controlplane/kadmitproc"
 	"github.com/kadmit/kadmit/test/e2e/e2eenv"
+	"github.com/kadmit/kadmit/test/poll"
 )
 
 // TestFilesReplicaUntrustedByCABundleIsNotReady starts a replica serving a
@@ -61,24 +65,26 @@ func TestFilesReplicaUntrustedByCABundleIsNotReady(t *testing.T) {
 	t.Cleanup(func() { _, _, _ = p.Terminate(10 * time.Second) })
 
 	hc := &http.Client{Timeout: 2 * time.Second}
-	var last string
-	for deadline := time.Now().Add(20 * time.Second); time.Now().Before(deadline); time.Sleep(200 * time.Millisecond) {
-		resp, err := hc.Get("http://" + metricsAddr + "/readyz")
+	err = poll.Until(ctx, 20*time.Second, func(ctx context.Context) error {
+		req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+metricsAddr+"/readyz", nil)
 		if err != nil {
-			continue
+			return poll.Stop(err)
+		}
+		resp, err := hc.Do(req)
+		if err != nil {
+			return err
 		}
 		body, _ := io.ReadAll(resp.Body)
 		_ = resp.Body.Close()
-		last = string(body)
 		if resp.StatusCode == http.StatusOK {
-			t.Fatalf("replica untrusted by the registered caBundle reports ready\n%s", p.Tail(10))
+			return poll.Stop(errors.New("replica untrusted by the registered caBundle reports ready"))
 		}
-		if strings.Contains(last, "does not verify against the caBundle of") && strings.Contains(last, "unknown authority") {
-			return
+		if !strings.Contains(string(body), "does not verify against the caBundle of") || !strings.Contains(string(body), "unknown authority") {
+			return fmt.Errorf("/readyz answered %d %q", resp.StatusCode, body)
 		}
-		if ctx.Err() != nil {
-			break
-		}
+		return nil
+	})
+	if err != nil {
+		t.Fatalf("/readyz never said the certificate is untrusted: %v\n%s", err, p.Tail(10))
 	}
-	t.Fatalf("/readyz never said the certificate is untrusted; last answer %q\n%s", last, p.Tail(10))
 }

@@ -39,20 +39,15 @@ func Stop(err error) error {
 // returns nil. cond gets a context that ends with the wait.
 //
 // Errors: when cond returns an error made by Stop, the error given to Stop;
-// when ctx ends or timeout passes
-// (timeout <= 0 waits as long as ctx), an error wrapping the context's error
-// (context.DeadlineExceeded once timeout passed) and naming cond's last
-// error.
+// when ctx ends or timeout passes (timeout <= 0 waits as long as ctx), an
+// error wrapping the context's error (context.DeadlineExceeded once timeout
+// passed) and naming cond's last error.
 func Until(ctx context.Context, timeout time.Duration, cond func(context.Context) error) error {
-	if timeout <= 0 {
-		var cancel context.CancelFunc
-		ctx, cancel = context.WithCancel(ctx)
-		defer cancel()
-	} else {
-		var cancel context.CancelFunc
+	parent, cancel := ctx, context.CancelFunc(func() {})
+	if timeout > 0 {
 		ctx, cancel = context.WithTimeout(ctx, timeout)
-		defer cancel()
 	}
+	defer cancel()
 	var last error
 	err := wait.PollUntilContextCancel(ctx, Interval, true, func(ctx context.Context) (bool, error) {
 		last = cond(ctx)
@@ -70,7 +65,7 @@ func Until(ctx context.Context, timeout time.Duration, cond func(context.Context
 		return stop.err
 	case last == nil:
 		return fmt.Errorf("%w before the condition was checked", err)
-	case timeout > 0 && errors.Is(err, context.DeadlineExceeded):
+	case timeout > 0 && parent.Err() == nil && errors.Is(err, context.DeadlineExceeded):
 		return fmt.Errorf("not within %s: %w (last: %w)", timeout, err, last)
 	default:
 		return fmt.Errorf("%w (last: %w)", err, last)

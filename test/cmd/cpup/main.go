@@ -1,5 +1,8 @@
 // Command cpup starts the test control plane, writes its kubeconfig and
 // waits for SIGINT/SIGTERM: for trying kadmit by hand against a real API server.
+//
+//	make controlplane                 # once: builds kube-apiserver and etcd
+//	cd test && go run ./cmd/cpup [-out /tmp/kadmit-dev.kubeconfig]
 package main
 
 import (

@@ -29,6 +29,7 @@ import (
 	"github.com/kadmit/kadmit/internal/doctor"
 	"github.com/kadmit/kadmit/test/e2e/e2eenv"
 	"github.com/kadmit/kadmit/test/netns"
+	"github.com/kadmit/kadmit/test/poll"
 )
 
 const (
@@ -376,20 +377,19 @@ func admit(w http.ResponseWriter, r *http.Request, delay time.Duration) {
 // server has picked up the configuration. Bounded by webhookTakeEffect.
 func waitCalled(t *testing.T, e *env, ns, webhook string) {
 	t.Helper()
-	deadline := time.Now().Add(webhookTakeEffect)
-	var last error
-	for time.Now().Before(deadline) {
-		_, err := e.Client.CoreV1().Pods(ns).Create(e2eenv.TestCtx(t, apiTimeout), &corev1.Pod{
+	err := poll.Until(t.Context(), webhookTakeEffect, func(ctx context.Context) error {
+		_, err := e.Client.CoreV1().Pods(ns).Create(ctx, &corev1.Pod{
 			ObjectMeta: metav1.ObjectMeta{GenerateName: "wait-"},
 			Spec:       corev1.PodSpec{Containers: []corev1.Container{{Name: "c", Image: "example.com/c"}}},
 		}, metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
 		if err != nil && strings.Contains(err.Error(), `"`+webhook+`"`) {
-			return
+			return nil
 		}
-		last = err
-		time.Sleep(200 * time.Millisecond)
+		return fmt.Errorf("API server answered: %v", err)
+	})
+	if err != nil {
+		t.Fatalf("the API server did not call webhook %s: %v", webhook, err)
 	}
-	t.Fatalf("the API server did not call webhook %s within %s (last answer: %v)", webhook, webhookTakeEffect, last)
 }
 
 // runDoctor runs doctor in-process on the named configurations with the

@@ -27,6 +27,7 @@ import (
 	"github.com/kadmit/kadmit/test/controlplane/kadmitproc"
 	"github.com/kadmit/kadmit/test/e2e/e2eenv"
 	"github.com/kadmit/kadmit/test/netns"
+	"github.com/kadmit/kadmit/test/poll"
 )
 
 // runPlugin runs `kubectl kadmit <args>` (kubectl finds kubectl-kadmit on
@@ -226,19 +227,14 @@ func TestOpenKruiseBootstrapDeadlock(t *testing.T) {
 		return
 	}
 	// And the API server agrees: the controller's pod is admitted now.
-	deadline := time.Now().Add(webhookTakeEffect)
-	for {
-		_, err := e.Client.CoreV1().Pods(sys).Create(e2eenv.TestCtx(t, apiTimeout), &corev1.Pod{
+	if err := poll.Until(t.Context(), webhookTakeEffect, func(ctx context.Context) error {
+		_, err := e.Client.CoreV1().Pods(sys).Create(ctx, &corev1.Pod{
 			ObjectMeta: metav1.ObjectMeta{GenerateName: "kruise-controller-manager-", Labels: labels},
 			Spec:       corev1.PodSpec{Containers: []corev1.Container{{Name: "manager", Image: "example.com/kruise"}}},
 		}, metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
-		if err == nil {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("after the fix the controller's pod is still rejected: %v", err)
-		}
-		time.Sleep(200 * time.Millisecond)
+		return err
+	}); err != nil {
+		t.Fatalf("after the fix the controller's pod is still rejected: %v", err)
 	}
 }
 

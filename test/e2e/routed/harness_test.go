@@ -4,7 +4,6 @@ import (
 	"context"
 	"crypto/tls"
 	"crypto/x509"
-	"encoding/pem"
 	"errors"
 	"fmt"
 	"io"
@@ -27,8 +26,10 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/utils/ptr"
 
+	"github.com/kadmit/kadmit/internal/certs"
 	"github.com/kadmit/kadmit/test/controlplane/kadmitproc"
 	"github.com/kadmit/kadmit/test/netns"
+	"github.com/kadmit/kadmit/test/poll"
 )
 
 // ---------------------------------------------------------------------------
@@ -182,10 +183,13 @@ func (c *cluster) remove(r *replica) error {
 	// Let the endpoints controller write the slice without it and the API
 	// server see that, as a preStop delay would, before the process stops
 	// accepting connections.
-	deadline := time.Now().Add(3 * time.Second)
-	for time.Now().Before(deadline) && c.published(r.name) {
-		time.Sleep(50 * time.Millisecond)
-	}
+	// Best effort: past 3s the replica stops anyway, as a kubelet would.
+	_ = poll.Until(context.Background(), 3*time.Second, func(context.Context) error {
+		if c.published(r.name) {
+			return errors.New("still published")
+		}
+		return nil
+	})
 	if c.publish.Load() {
 		time.Sleep(300 * time.Millisecond)
 	}
@@ -623,29 +627,6 @@ func (s summary) String() string {
 // ---------------------------------------------------------------------------
 // Certificates.
 
-func parseCerts(pemBytes []byte) ([]*x509.Certificate, error) {
-	var out []*x509.Certificate
-	for {
-		var b *pem.Block
-		b, pemBytes = pem.Decode(pemBytes)
-		if b == nil {
-			break
-		}
-		if b.Type != "CERTIFICATE" {
-			continue
-		}
-		c, err := x509.ParseCertificate(b.Bytes)
-		if err != nil {
-			return nil, err
-		}
-		out = append(out, c)
-	}
-	if len(out) == 0 {
-		return nil, errors.New("no PEM certificate")
-	}
-	return out, nil
-}
-
 // servedLeaf handshakes with addr as the API server does (ServerName
 // kadmit.kadmit-system.svc) and returns the certificate served.
 func servedLeaf(addr string) (*x509.Certificate, error) {
@@ -665,10 +646,6 @@ func servedLeaf(addr string) (*x509.Certificate, error) {
 	return pcs[0], nil
 }
 
-func pemCert(c *x509.Certificate) []byte {
-	return pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: c.Raw})
-}
-
 // verifyAgainst checks leaf for serverName against exactly the CAs given.
 func verifyAgainst(leaf *x509.Certificate, cas ...*x509.Certificate) error {
 	pool := x509.NewCertPool()
@@ -685,10 +662,10 @@ func (e *env) secretMaterial(ctx context.Context) (cas []*x509.Certificate, leaf
 	if err != nil {
 		return nil, nil, nil, err
 	}
-	if cas, err = parseCerts(s.Data["ca.crt"]); err != nil {
+	if cas, err = certs.ParseCertificates(s.Data["ca.crt"]); err != nil {
 		return nil, nil, s, fmt.Errorf("ca.crt: %w", err)
 	}
-	ls, err := parseCerts(s.Data["tls.crt"])
+	ls, err := certs.ParseCertificates(s.Data["tls.crt"])
 	if err != nil {
 		return nil, nil, s, fmt.Errorf("tls.crt: %w", err)
 	}
@@ -698,20 +675,13 @@ func (e *env) secretMaterial(ctx context.Context) (cas []*x509.Certificate, leaf
 // ---------------------------------------------------------------------------
 // Waiting.
 
-// eventually polls cond every 100ms until it returns nil or d elapses; it
+// eventually polls cond (test/poll) until it returns nil or d elapses; it
 // returns how long it took, or fails t with cond's last error.
 func eventually(t *testing.T, d time.Duration, what string, cond func() error) time.Duration {
 	t.Helper()
 	start := time.Now()
-	deadline := start.Add(d)
-	for {
-		err := cond()
-		if err == nil {
-			return time.Since(start)
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%s: not within %s: %v", what, d, err)
-		}
-		time.Sleep(100 * time.Millisecond)
+	if err := poll.Until(t.Context(), d, func(context.Context) error { return cond() }); err != nil {
+		t.Fatalf("%s: %v", what, err)
 	}
+	return time.Since(start)
 }

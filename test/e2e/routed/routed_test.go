@@ -20,7 +20,9 @@ import (
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/utils/ptr"
 
+	"github.com/kadmit/kadmit/internal/certs"
 	"github.com/kadmit/kadmit/test/e2e/e2eenv"
+	"github.com/kadmit/kadmit/test/poll"
 )
 
 // Tests run in this order; each leaves three replicas serving, or says so
@@ -106,12 +108,13 @@ func TestBootstrapWaitsForReadyEndpoint(t *testing.T) {
 	})
 	// The leader reconciles at once and retries every few seconds; hold long
 	// enough for several attempts.
-	holdUntil := time.Now().Add(2*leaseDuration + settleDelay)
-	for time.Now().Before(holdUntil) {
+	if err := poll.Holds(ctx, 2*leaseDuration+settleDelay, func(ctx context.Context) error {
 		if e.anyConfigExists(ctx) {
-			t.Fatal("a webhook configuration was written while no endpoint of the Service was ready")
+			return errors.New("a webhook configuration was written while no endpoint of the Service was ready")
 		}
-		time.Sleep(200 * time.Millisecond)
+		return nil
+	}); err != nil {
+		t.Fatal(err)
 	}
 	if n := countLogs(rs, "not registering webhooks yet"); n == 0 {
 		t.Error(`the leader never logged "not registering webhooks yet"`)
@@ -257,7 +260,7 @@ func (e *env) checkConfigs(t *testing.T, cas []*x509.Certificate) {
 	}
 	var bundle []byte
 	for _, ca := range cas {
-		bundle = append(bundle, pemCert(ca)...)
+		bundle = append(bundle, certs.EncodeCertificates(ca)...)
 	}
 	for _, w := range all {
 		where := w.kind + "WebhookConfiguration/" + w.name
@@ -409,7 +412,7 @@ func TestRotationsUnderLoad(t *testing.T) {
 func (e *env) bundlesAre(ctx context.Context, cas []*x509.Certificate) error {
 	var want []byte
 	for _, ca := range cas {
-		want = append(want, pemCert(ca)...)
+		want = append(want, certs.EncodeCertificates(ca)...)
 	}
 	ar := e.Client.AdmissionregistrationV1()
 	mwc, err := ar.MutatingWebhookConfigurations().Get(ctx, configName, metav1.GetOptions{})

@@ -26,6 +26,7 @@ import (
 	"k8s.io/client-go/dynamic"
 
 	"github.com/kadmit/kadmit/test/e2e/e2eenv"
+	"github.com/kadmit/kadmit/test/poll"
 )
 
 // env is the world every test shares, built once by TestMain: the base
@@ -159,7 +160,7 @@ func (e *env) installCRDs(ctx context.Context, file string) error {
 		names = append(names, u.GetName())
 	}
 	for _, n := range names {
-		if err := poll(ctx, 60*time.Second, func() error {
+		if err := poll.Until(ctx, 60*time.Second, func(ctx context.Context) error {
 			u, err := e.dyn.Resource(crdGVR).Get(ctx, n, metav1.GetOptions{})
 			if err != nil {
 				return err
@@ -177,24 +178,4 @@ func (e *env) installCRDs(ctx context.Context, file string) error {
 		}
 	}
 	return nil
-}
-
-// poll calls f every 100ms until it returns nil, ctx ends or timeout passes;
-// the error then carries f's last error.
-func poll(ctx context.Context, timeout time.Duration, f func() error) error {
-	ctx, cancel := context.WithTimeout(ctx, timeout)
-	defer cancel()
-	tick := time.NewTicker(100 * time.Millisecond)
-	defer tick.Stop()
-	for {
-		err := f()
-		if err == nil {
-			return nil
-		}
-		select {
-		case <-ctx.Done():
-			return fmt.Errorf("gave up after %s: %w", timeout, err)
-		case <-tick.C:
-		}
-	}
 }

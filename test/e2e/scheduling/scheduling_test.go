@@ -1,6 +1,7 @@
 package scheduling
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"strings"
@@ -16,6 +17,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 
 	"github.com/kadmit/kadmit/test/e2e/e2eenv"
+	"github.com/kadmit/kadmit/test/poll"
 )
 
 var (
@@ -98,7 +100,7 @@ func TestJobQueueMustExistAsLocalQueue(t *testing.T) {
 		t.Fatal(err)
 	}
 	// kadmit's informer sees the LocalQueue shortly after.
-	if err := poll(ctx, cacheWait, func() error {
+	if err := poll.Until(ctx, cacheWait, func(ctx context.Context) error {
 		_, err := jobs.Create(ctx, newJob("lq-job", map[string]string{queueLabel: "team-lq"}, 1, "1"), metav1.CreateOptions{})
 		return err
 	}); err != nil {
@@ -221,7 +223,7 @@ func TestElasticQuotaTreeAndPods(t *testing.T) {
 	// The child is created once kadmit's cache knows its parent.
 	var a *unstructured.Unstructured
 	claims, _ := json.Marshal([]string{e.podsNS})
-	if err := poll(ctx, cacheWait, func() error {
+	if err := poll.Until(ctx, cacheWait, func(ctx context.Context) error {
 		var err error
 		a, err = eq.Create(ctx, quota(teamA, e.quotas, map[string]string{eqPrefix + "parent": org}, map[string]string{eqPrefix + "namespaces": string(claims)},
 			cpu("4"), cpu("8")), metav1.CreateOptions{})
@@ -245,7 +247,7 @@ func TestElasticQuotaTreeAndPods(t *testing.T) {
 		// Until kadmit's cache has team-a, siblings would be checked
 		// against a parent with no children; probe with a sibling that only
 		// fails when team-a's min is counted.
-		if err := poll(ctx, cacheWait, func() error {
+		if err := poll.Until(ctx, cacheWait, func(ctx context.Context) error {
 			_, err := eq.Create(ctx, quota("probe", e.quotas, map[string]string{eqPrefix + "parent": org}, nil, cpu("7"), cpu("8")), dryRun)
 			if err == nil {
 				return fmt.Errorf("%s not in kadmit's cache yet", name)
@@ -282,7 +284,7 @@ func TestElasticQuotaTreeAndPods(t *testing.T) {
 	if _, err := pods.Create(ctx, p("first", "5"), metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	if err := poll(ctx, cacheWait, func() error {
+	if err := poll.Until(ctx, cacheWait, func(ctx context.Context) error {
 		_, err := pods.Create(ctx, p("second", "4"), dryRun)
 		if err == nil {
 			return fmt.Errorf("pod first not counted yet")
@@ -301,7 +303,7 @@ func TestElasticQuotaTreeAndPods(t *testing.T) {
 	// Deletion guards.
 	err = eq.Delete(ctx, org, metav1.DeleteOptions{})
 	wantDenied(t, err, "ElasticQuota "+org+" has 2 child quota(s) ("+teamA+", "+teamB+")")
-	if err := poll(ctx, cacheWait, func() error {
+	if err := poll.Until(ctx, cacheWait, func(ctx context.Context) error {
 		err := eq.Delete(ctx, teamA, metav1.DeleteOptions{DryRun: []string{metav1.DryRunAll}})
 		if err == nil || !strings.Contains(err.Error(), "has 2 bound pod(s) ("+e.podsNS+"/first, "+e.podsNS+"/third)") {
 			return fmt.Errorf("delete team-a: %v", err)
