@@ -272,7 +272,9 @@ func TestRepairCorruptSecret(t *testing.T) {
 	s, before := secret(t, cs)
 	for _, corrupt := range []func(*corev1.Secret){
 		func(s *corev1.Secret) { delete(s.Data, certs.SecretCAPrivateKey) },
-		func(s *corev1.Secret) { s.Data[certs.SecretCertKey] = []byte("-----BEGIN CERTIFICATE-----\nnot base64\n-----END CERTIFICATE-----\n") },
+		func(s *corev1.Secret) {
+			s.Data[certs.SecretCertKey] = []byte("-----BEGIN CERTIFICATE-----\nnot base64\n-----END CERTIFICATE-----\n")
+		},
 		func(s *corev1.Secret) { s.Type = corev1.SecretTypeOpaque; s.Data = map[string][]byte{} },
 	} {
 		s = s.DeepCopy()
