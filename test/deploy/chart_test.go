@@ -280,7 +280,7 @@ func TestRBACFollowsValues(t *testing.T) {
 
 	noReg := grantsOf(t, render(t, "kadmit", chart.Namespace, map[string]any{"register": false}))
 	for _, g := range noReg {
-		if strings.Contains(g, "webhookconfigurations") {
+		if strings.Contains(g, "webhookconfigurations") && !strings.HasPrefix(g, "list ") && !strings.HasPrefix(g, "watch ") {
 			t.Errorf("register=false grants %s", g)
 		}
 	}
