@@ -212,10 +212,14 @@ func (d *daemon) newMetrics(context.Context) error {
 	return err
 }
 
-// newRegistrar builds the registrar with --register; a configuration set
-// that cannot be registered (no URL or Service, a bad name) is a usage error.
+// newRegistrar builds the registrar: with --register it writes and repairs
+// the configurations; a self-managed replica without --register still
+// watches them, read-only, so it reports unready when whoever registers them
+// does not trust its certificate (a replica behind the same Service with a
+// Secret of its own). A configuration set that cannot be registered (no URL
+// or Service, a bad name) is a usage error.
 func (d *daemon) newRegistrar(context.Context) error {
-	if !d.opts.Register {
+	if !d.opts.Register && d.opts.TLSMode != TLSSelfManaged {
 		return nil
 	}
 	reg, err := registration.NewRegistrar(registration.RegistrarOptions{
@@ -227,6 +231,9 @@ func (d *daemon) newRegistrar(context.Context) error {
 		return usage("--register: %v", err)
 	}
 	d.registrar = reg
+	if !d.opts.Register {
+		return nil
+	}
 	d.reloads.register = reg.SetHooks
 	if d.manager != nil {
 		d.manager.SetRegistrar(reg)
@@ -258,8 +265,8 @@ func (d *daemon) probe() func(context.Context) ([]*x509.Certificate, error) {
 // ready is the one readiness condition /readyz answers: the listener
 // serves (server.Ready checks that first), the certificate source is synced
 // with a fresh certificate, and the API server would trust it: against the
-// registered caBundles with --register, else against the source's own
-// bundle. Policies' cluster caches need no condition: the hooks that read
+// registered caBundles whenever the registrar watches them, else against
+// the source's own bundle (files and self-signed without --register). Policies' cluster caches need no condition: the hooks that read
 // them are served only after StartCluster waited for their sync.
 func (d *daemon) ready() readiness.Gate {
 	trust := func() error {
@@ -319,7 +326,7 @@ func (d *daemon) start(ctx context.Context) error {
 		return err
 	}
 	d.log.Info("serving certificate source started", "tls", d.opts.TLSMode, "sans", d.source.SANs(), "serverName", d.serverName)
-	if d.registrar != nil && d.opts.TLSMode != TLSSelfManaged {
+	if d.opts.Register && d.opts.TLSMode != TLSSelfManaged {
 		// Self-managed writes are the elected replica's (lifecycle);
 		// here every replica keeps its configurations written.
 		if err := waitServing(ctx, d.srv, 10*time.Second); err != nil {

@@ -129,10 +129,20 @@ func (m *Manager) SetRegistrar(reg *registration.Registrar) {
 }
 
 // Start bootstraps the Secret (Create, or read what another replica created),
-// starts the informers, loads the serving certificate and starts leader
+// starts the informer, loads the serving certificate and starts leader
 // election in the background. It returns once a certificate is served or ctx
 // ends; the background work stops with ctx.
 func (m *Manager) Start(ctx context.Context) error {
+	if err := m.startCaches(ctx); err != nil {
+		return err
+	}
+	go m.elect(ctx)
+	return nil
+}
+
+// startCaches is Start without the election: bootstrap, the Secret
+// informer, the first load.
+func (m *Manager) startCaches(ctx context.Context) error {
 	if err := m.bootstrap(ctx); err != nil {
 		return err
 	}
@@ -161,7 +171,6 @@ func (m *Manager) Start(ctx context.Context) error {
 	if m.holder.Current() == nil {
 		return fmt.Errorf("lifecycle: Secret %s/%s holds no usable certificate", m.o.Namespace, m.o.SecretName)
 	}
-	go m.elect(ctx)
 	return nil
 }
 

@@ -2,6 +2,7 @@ package deploy
 
 import (
 	"bytes"
+	"fmt"
 	"os"
 	"path/filepath"
 	"slices"
@@ -113,7 +114,7 @@ func TestDefaultInstall(t *testing.T) {
 	if ru := dep.Spec.Strategy.RollingUpdate; ru == nil || ru.MaxUnavailable.IntValue() != 0 {
 		t.Errorf("rolling update must never lower the ready count: %+v", ru)
 	}
-	for _, want := range []string{"serve", "--tls=self-managed", "--register", "--namespace=kadmit-system", "--service-name=kadmit", "--secret-name=kadmit-tls", "--lease-name=kadmit-leader", "--shutdown-grace=30s"} {
+	for _, want := range []string{"serve", "--tls=self-managed", "--register", "--webhook-config-name=kadmit", "--namespace=kadmit-system", "--service-name=kadmit", "--secret-name=kadmit-tls", "--lease-name=kadmit-leader", "--shutdown-grace=30s"} {
 		if !slices.Contains(c.Args, want) {
 			t.Errorf("args %q lack %s", c.Args, want)
 		}
@@ -223,6 +224,28 @@ func TestTwoReleasesOneNamespace(t *testing.T) {
 	if a.Find("Namespace", "shared") != nil {
 		t.Error("namespace.create=false still renders the Namespace")
 	}
+	// Each release registers, grants and uninstalls webhook configurations
+	// of its own name (TestTwoReleasesCoexist runs them).
+	for _, rel := range []struct {
+		r    *chart.Rendered
+		full string
+	}{{a, "alpha-kadmit"}, {b, "beta-kadmit"}} {
+		var d appsv1.Deployment
+		toTyped(t, mustFind(t, rel.r, "Deployment", rel.full), &d)
+		if !slices.Contains(d.Spec.Template.Spec.Containers[0].Args, "--webhook-config-name="+rel.full) {
+			t.Errorf("%s: serve args %q", rel.full, d.Spec.Template.Spec.Containers[0].Args)
+		}
+		cr := mustFind(t, rel.r, "ClusterRole", "shared:"+rel.full)
+		rules, _, _ := unstructured.NestedSlice(cr.Object, "rules")
+		names, _, _ := unstructured.NestedStringSlice(rules[0].(map[string]any), "resourceNames")
+		if !slices.Equal(names, []string{rel.full}) {
+			t.Errorf("%s: ClusterRole resourceNames %v", rel.full, names)
+		}
+	}
+	if got := render(t, "alpha", "shared", map[string]any{"webhookConfigurationName": "platform-webhooks"}); !strings.Contains(
+		fmt.Sprint(mustFind(t, got, "Deployment", "alpha-kadmit").Object), "--webhook-config-name=platform-webhooks") {
+		t.Error("webhookConfigurationName not passed to serve")
+	}
 }
 
 func grantsOf(t *testing.T, r *chart.Rendered) []string {
@@ -263,11 +286,20 @@ func TestRBACFollowsValues(t *testing.T) {
 	}
 
 	files := grantsOf(t, render(t, "kadmit", chart.Namespace, map[string]any{"tls": map[string]any{"mode": "files"}}))
+	// files mode: no Secret or Lease, but the registrar watches, writes
+	// and repairs its configurations in every mode, and probes the
+	// Service's endpoints before the first registration.
 	want := []string{
 		"create admissionregistration.k8s.io/mutatingwebhookconfigurations name=kadmit",
 		"create admissionregistration.k8s.io/validatingwebhookconfigurations name=kadmit",
+		"get core/services name=kadmit",
+		"list admissionregistration.k8s.io/mutatingwebhookconfigurations name=kadmit",
+		"list admissionregistration.k8s.io/validatingwebhookconfigurations name=kadmit",
+		"list discovery.k8s.io/endpointslices",
 		"patch admissionregistration.k8s.io/mutatingwebhookconfigurations name=kadmit",
 		"patch admissionregistration.k8s.io/validatingwebhookconfigurations name=kadmit",
+		"watch admissionregistration.k8s.io/mutatingwebhookconfigurations name=kadmit",
+		"watch admissionregistration.k8s.io/validatingwebhookconfigurations name=kadmit",
 	}
 	if !slices.Equal(files, want) {
 		t.Errorf("files mode grants\n%s\nwant\n%s", strings.Join(files, "\n"), strings.Join(want, "\n"))

@@ -59,10 +59,14 @@ app.kubernetes.io/part-of: kadmit
 {{- end -}}
 
 {{/*
-kadmit registers both configurations under this fixed name (kadmit serve has
-no flag for it), so RBAC resourceNames and `kadmit uninstall` use it too.
+The name of this release's MutatingWebhookConfiguration and
+ValidatingWebhookConfiguration (kadmit serve --webhook-config-name): the
+full name by default, so two releases never share, overwrite or uninstall
+each other's webhooks. RBAC resourceNames and `kadmit uninstall` use it too.
 */}}
-{{- define "kadmit.webhookConfigurationName" -}}kadmit{{- end -}}
+{{- define "kadmit.webhookConfigurationName" -}}
+{{- default (include "kadmit.fullname" .) .Values.webhookConfigurationName | trunc 63 | trimSuffix "-" -}}
+{{- end -}}
 
 {{/* Which cluster-state reads the enabled policies need (see internal/policy/builtin/cluster.go). */}}
 {{- define "kadmit.needsLocalQueues" -}}

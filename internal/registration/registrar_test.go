@@ -1,0 +1,399 @@
+package registration
+
+import (
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"errors"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/kubernetes/fake"
+	k8stesting "k8s.io/client-go/testing"
+
+	"github.com/kadmit/kadmit/internal/certs"
+)
+
+var quiet = slog.New(slog.NewTextHandler(io.Discard, nil))
+
+// pki is a CA and a serving certificate for 127.0.0.1 it signed.
+type pki struct {
+	ca   []byte
+	cert *tls.Certificate
+}
+
+func newPKI(t *testing.T) pki {
+	t.Helper()
+	b, err := certs.NewSelfSigned(certs.SelfSignedOptions{IPs: []net.IP{net.ParseIP("127.0.0.1")}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := b.TLSCertificate()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return pki{ca: b.CACert, cert: c}
+}
+
+type harness struct {
+	cs     *fake.Clientset
+	holder *certs.Holder
+	bundle atomic.Pointer[[]byte]
+	reg    *Registrar
+	ctx    context.Context
+}
+
+func newHarness(t *testing.T, cs *fake.Clientset, name string, p pki, mutate func(*RegistrarOptions)) *harness {
+	t.Helper()
+	h := &harness{cs: cs, holder: &certs.Holder{}}
+	h.holder.Set(p.cert)
+	h.setBundle(p.ca)
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel)
+	h.ctx = ctx
+	o := RegistrarOptions{
+		Client: cs, Registration: Options{Name: name, URL: "https://127.0.0.1:9443"}, Hooks: testHooks(),
+		ServerName: "127.0.0.1", Holder: h.holder, Bundle: func() []byte { return *h.bundle.Load() }, Logger: quiet,
+	}
+	if mutate != nil {
+		mutate(&o)
+	}
+	reg, err := NewRegistrar(o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := reg.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	h.reg = reg
+	return h
+}
+
+func (h *harness) setBundle(b []byte) { h.bundle.Store(&b) }
+
+// bundles returns every webhook's caBundle of both configurations named
+// name, as the API server (here: the fake tracker) stores them.
+func bundles(t *testing.T, cs kubernetes.Interface, name string) []string {
+	t.Helper()
+	var out []string
+	m, err := cs.AdmissionregistrationV1().MutatingWebhookConfigurations().Get(context.Background(), name, metav1.GetOptions{})
+	if err == nil {
+		for _, w := range m.Webhooks {
+			out = append(out, string(w.ClientConfig.CABundle))
+		}
+	}
+	v, err := cs.AdmissionregistrationV1().ValidatingWebhookConfigurations().Get(context.Background(), name, metav1.GetOptions{})
+	if err == nil {
+		for _, w := range v.Webhooks {
+			out = append(out, string(w.ClientConfig.CABundle))
+		}
+	}
+	return out
+}
+
+// allEqual reports whether all four webhooks of testHooks (two mutating,
+// two validating) are registered with caBundle want.
+func allEqual(bs []string, want []byte) bool {
+	if len(bs) != 4 {
+		return false
+	}
+	for _, b := range bs {
+		if b != string(want) {
+			return false
+		}
+	}
+	return true
+}
+
+func eventually(t *testing.T, what string, f func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for !f() {
+		if time.Now().After(deadline) {
+			t.Fatalf("%s: not within 10s", what)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// settled waits until r's cache shows its configurations exactly as it
+// would write them with bundle.
+func settled(t *testing.T, r *Registrar, bundle []byte) {
+	t.Helper()
+	eventually(t, r.Name()+" cache up to date", func() bool {
+		m, v, err := r.build(bundle)
+		if err != nil {
+			return false
+		}
+		mu, vu := r.upToDate(m, v)
+		return mu && vu
+	})
+}
+
+func countPatches(cs *fake.Clientset) int {
+	n := 0
+	for _, a := range cs.Actions() {
+		if a.GetVerb() == "patch" {
+			n++
+		}
+	}
+	return n
+}
+
+func TestRegistrarRunRepairsBlankedCABundle(t *testing.T) {
+	p := newPKI(t)
+	cs := fake.NewClientset()
+	h := newHarness(t, cs, "kadmit", p, nil)
+	go h.reg.Run(h.ctx)
+	eventually(t, "first registration", func() bool { return allEqual(bundles(t, cs, "kadmit"), p.ca) })
+	if err := h.reg.Ready(); err != nil {
+		t.Fatalf("ready after registration: %v", err)
+	}
+
+	// Blank the validating configuration's caBundle, as a stray apply or a
+	// hand edit would; the informer event must bring the registrar back.
+	v, err := cs.AdmissionregistrationV1().ValidatingWebhookConfigurations().Get(h.ctx, "kadmit", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range v.Webhooks {
+		v.Webhooks[i].ClientConfig.CABundle = nil
+	}
+	if _, err := cs.AdmissionregistrationV1().ValidatingWebhookConfigurations().Update(h.ctx, v, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "blanked caBundle repaired", func() bool { return allEqual(bundles(t, cs, "kadmit"), p.ca) })
+
+	// A deleted configuration is written back too.
+	if err := cs.AdmissionregistrationV1().MutatingWebhookConfigurations().Delete(h.ctx, "kadmit", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "deleted configuration re-created", func() bool {
+		_, err := cs.AdmissionregistrationV1().MutatingWebhookConfigurations().Get(h.ctx, "kadmit", metav1.GetOptions{})
+		return err == nil
+	})
+	eventually(t, "cache caught up", func() bool { return h.reg.Ready() == nil })
+
+	// Up to date: kicks write nothing.
+	settled(t, h.reg, p.ca)
+	before := countPatches(cs)
+	for range 5 {
+		h.reg.Kick()
+	}
+	time.Sleep(200 * time.Millisecond)
+	if n := countPatches(cs) - before; n != 0 {
+		t.Fatalf("%d patches while the configurations were up to date", n)
+	}
+}
+
+func TestRegistrarRunFollowsBundleChange(t *testing.T) {
+	p := newPKI(t)
+	cs := fake.NewClientset()
+	h := newHarness(t, cs, "kadmit", p, nil)
+	go h.reg.Run(h.ctx)
+	eventually(t, "first registration", func() bool { return allEqual(bundles(t, cs, "kadmit"), p.ca) })
+	// The source's bundle grows (a new CA ahead of the old, as cert-manager's
+	// ca.crt or trust-manager would roll it): written within a tick.
+	grown := append(append([]byte(nil), newPKI(t).ca...), p.ca...)
+	h.setBundle(grown)
+	eventually(t, "new bundle written", func() bool { return allEqual(bundles(t, cs, "kadmit"), grown) })
+}
+
+func TestRegistrarStaleBundleMakesReplicaUnready(t *testing.T) {
+	p, foreign := newPKI(t), newPKI(t)
+	cs := fake.NewClientset()
+	h := newHarness(t, cs, "kadmit", p, nil)
+	// Before any configuration exists, readiness checks the source's bundle.
+	if err := h.reg.Ready(); err != nil {
+		t.Fatalf("ready against the source's own bundle: %v", err)
+	}
+	h.setBundle(foreign.ca)
+	if err := h.reg.Ready(); err == nil || !strings.Contains(err.Error(), "the certificate source") {
+		t.Fatalf("ready with a source bundle that does not verify: %v", err)
+	}
+	// Registered with a foreign CA (stale): not ready, naming the webhook.
+	mwc, vwc, err := Build(testHooks(), Options{Name: "kadmit", URL: "https://127.0.0.1:9443", CABundle: foreign.ca})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := Apply(h.ctx, cs, mwc, vwc); err != nil {
+		t.Fatal(err)
+	}
+	h.setBundle(p.ca)
+	eventually(t, "stale bundle seen", func() bool {
+		err := h.reg.Ready()
+		return err != nil && strings.Contains(err.Error(), "WebhookConfiguration/") && strings.Contains(err.Error(), "unknown authority")
+	})
+	// Inject repairs it, and readiness follows the cache.
+	if held, err := h.reg.Inject(h.ctx, p.ca); held || err != nil {
+		t.Fatalf("Inject = held %t, %v", held, err)
+	}
+	eventually(t, "ready after the repair", func() bool { return h.reg.Ready() == nil })
+	if got := h.reg.staleBundles(p.ca); len(got) != 0 {
+		t.Fatalf("stale webhooks after the repair: %v", got)
+	}
+}
+
+func TestRegistrarGuards(t *testing.T) {
+	p := newPKI(t)
+	var listening atomic.Pointer[error]
+	var probed atomic.Int32
+	var probeLeaves atomic.Pointer[[]*x509.Certificate]
+	cs := fake.NewClientset()
+	h := newHarness(t, cs, "kadmit", p, func(o *RegistrarOptions) {
+		o.Listening = func() error {
+			if e := listening.Load(); e != nil {
+				return *e
+			}
+			return nil
+		}
+		o.Probe = func(context.Context) ([]*x509.Certificate, error) {
+			probed.Add(1)
+			return *probeLeaves.Load(), nil
+		}
+	})
+	none := []*x509.Certificate{}
+	probeLeaves.Store(&none)
+	notServing := errors.New("admission listener not serving")
+	listening.Store(&notServing)
+	if held, err := h.reg.Inject(h.ctx, p.ca); !held || err != nil {
+		t.Fatalf("not listening: held %t, %v", held, err)
+	}
+	listening.Store(nil)
+	if held, err := h.reg.Inject(h.ctx, newPKI(t).ca); !held || err != nil {
+		t.Fatalf("own certificate outside the bundle: held %t, %v", held, err)
+	}
+	// First registration: no ready endpoint serves a verifying certificate.
+	if held, err := h.reg.Inject(h.ctx, p.ca); !held || err != nil || probed.Load() == 0 {
+		t.Fatalf("no endpoint: held %t, %v, probed %d", held, err, probed.Load())
+	}
+	if n := countPatches(cs); n != 0 {
+		t.Fatalf("%d writes while held", n)
+	}
+	leaves := []*x509.Certificate{p.cert.Leaf}
+	probeLeaves.Store(&leaves)
+	if held, err := h.reg.Inject(h.ctx, p.ca); held || err != nil {
+		t.Fatalf("endpoint verifies: held %t, %v", held, err)
+	}
+	eventually(t, "registered in the cache", func() bool { return len(h.reg.Bundles()) == len(bundles(t, cs, "kadmit")) })
+	// A repair of existing configurations does not wait for an endpoint:
+	// after a blank no endpoint is ready, by construction.
+	probeLeaves.Store(&none)
+	probed.Store(0)
+	v, _ := cs.AdmissionregistrationV1().ValidatingWebhookConfigurations().Get(h.ctx, "kadmit", metav1.GetOptions{})
+	v.Webhooks[0].ClientConfig.CABundle = nil
+	if _, err := cs.AdmissionregistrationV1().ValidatingWebhookConfigurations().Update(h.ctx, v, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "blank seen", func() bool { return h.reg.Ready() != nil })
+	if held, err := h.reg.Inject(h.ctx, p.ca); held || err != nil || probed.Load() != 0 {
+		t.Fatalf("repair: held %t, %v, probed %d", held, err, probed.Load())
+	}
+	if _, err := h.reg.Inject(h.ctx, nil); err == nil {
+		t.Fatal("Inject without a bundle succeeded")
+	}
+}
+
+func TestRegistrarPerInstallNames(t *testing.T) {
+	a, b := newPKI(t), newPKI(t)
+	cs := fake.NewClientset()
+	ha := newHarness(t, cs, "team-a-kadmit", a, nil)
+	hb := newHarness(t, cs, "team-b-kadmit", b, nil)
+	go ha.reg.Run(ha.ctx)
+	go hb.reg.Run(hb.ctx)
+	eventually(t, "both registered", func() bool {
+		return allEqual(bundles(t, cs, "team-a-kadmit"), a.ca) && allEqual(bundles(t, cs, "team-b-kadmit"), b.ca)
+	})
+	eventually(t, "both ready", func() bool { return ha.reg.Ready() == nil && hb.reg.Ready() == nil })
+	// Each watches and writes only its own; neither fights the other.
+	settled(t, ha.reg, a.ca)
+	settled(t, hb.reg, b.ca)
+	time.Sleep(300 * time.Millisecond)
+	before := countPatches(cs)
+	time.Sleep(1500 * time.Millisecond)
+	if n := countPatches(cs) - before; n != 0 {
+		t.Fatalf("%d writes between two settled installs: they fight", n)
+	}
+	if err := cs.AdmissionregistrationV1().MutatingWebhookConfigurations().Delete(ha.ctx, "team-a-kadmit", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "a repaired", func() bool { return allEqual(bundles(t, cs, "team-a-kadmit"), a.ca) })
+	if !allEqual(bundles(t, cs, "team-b-kadmit"), b.ca) {
+		t.Fatal("b's configurations changed")
+	}
+	if _, err := NewRegistrar(RegistrarOptions{Client: cs, Registration: Options{Name: "Not_A_Name", URL: "https://x"}, Hooks: testHooks(),
+		ServerName: "x", Holder: ha.holder}); err == nil {
+		t.Fatal("invalid configuration name accepted")
+	}
+}
+
+func TestServerBundlesReadsTheAPIServer(t *testing.T) {
+	p := newPKI(t)
+	cs := fake.NewClientset()
+	h := newHarness(t, cs, "kadmit", p, nil)
+	got, err := h.reg.ServerBundles(h.ctx)
+	if err != nil || len(got) != 0 {
+		t.Fatalf("before registration: %v, %v", got, err)
+	}
+	if held, err := h.reg.Inject(h.ctx, p.ca); held || err != nil {
+		t.Fatal(held, err)
+	}
+	got, err = h.reg.ServerBundles(h.ctx)
+	if err != nil || len(got) != 4 {
+		t.Fatalf("after registration: %d bundles, %v", len(got), err)
+	}
+	cs.PrependReactor("get", "mutatingwebhookconfigurations", func(k8stesting.Action) (bool, runtime.Object, error) {
+		return true, nil, errors.New("etcd unavailable")
+	})
+	if _, err := h.reg.ServerBundles(h.ctx); err == nil || !strings.Contains(err.Error(), "etcd unavailable") {
+		t.Fatalf("API error not returned: %v", err)
+	}
+}
+
+// TestEndpointProber handshakes with a real TLS listener on loopback that
+// an EndpointSlice of the Service names, as the API server would reach it.
+func TestEndpointProber(t *testing.T) {
+	p := newPKI(t)
+	srv := httptest.NewUnstartedServer(http.NotFoundHandler())
+	srv.TLS = &tls.Config{Certificates: []tls.Certificate{*p.cert}}
+	srv.StartTLS()
+	t.Cleanup(srv.Close)
+	_, portStr, _ := net.SplitHostPort(srv.Listener.Addr().String())
+	port, _ := strconv.Atoi(portStr)
+	target, name, ready, notReady := int32(port), "https", true, false
+	cs := fake.NewClientset(
+		&corev1.Service{ObjectMeta: metav1.ObjectMeta{Name: "kadmit", Namespace: "kadmit-system"},
+			Spec: corev1.ServiceSpec{Ports: []corev1.ServicePort{{Name: "https", Port: 443}}}},
+		&discoveryv1.EndpointSlice{
+			ObjectMeta: metav1.ObjectMeta{Name: "kadmit-abc", Namespace: "kadmit-system", Labels: map[string]string{discoveryv1.LabelServiceName: "kadmit"}},
+			Ports:      []discoveryv1.EndpointPort{{Name: &name, Port: &target}},
+			Endpoints: []discoveryv1.Endpoint{
+				{Addresses: []string{"127.0.0.1"}, Conditions: discoveryv1.EndpointConditions{Ready: &ready}},
+				// not ready: never dialled (nothing listens there)
+				{Addresses: []string{"127.0.0.2"}, Conditions: discoveryv1.EndpointConditions{Ready: &notReady}},
+			},
+		})
+	leaves, err := EndpointProber{Client: cs, Namespace: "kadmit-system", Service: "kadmit", ServerName: "kadmit.kadmit-system.svc"}.Probe(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(leaves) != 1 || !leaves[0].Equal(p.cert.Leaf) {
+		t.Fatalf("probed %d leaves, want the listener's", len(leaves))
+	}
+	if _, err := (EndpointProber{Client: cs, Namespace: "kadmit-system", Service: "missing"}).Probe(context.Background()); err == nil {
+		t.Fatal("missing Service: no error")
+	}
+}
