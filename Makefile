@@ -46,6 +46,8 @@ fuzz: ## a short run of each fuzz target
 	$(GO) test -run '^$$' -fuzz '^FuzzDecodeReview$$' -fuzztime $(FUZZTIME) ./internal/admission
 	$(GO) test -run '^$$' -fuzz '^FuzzServeHTTP$$' -fuzztime $(FUZZTIME) ./internal/admission
 	$(GO) test -run '^$$' -fuzz '^FuzzScanValid$$' -fuzztime $(FUZZTIME) ./internal/admission
+	$(GO) test -run '^$$' -fuzz '^FuzzValid$$' -fuzztime $(FUZZTIME) ./internal/jsonedit
+	$(GO) test -run '^$$' -fuzz '^FuzzApply$$' -fuzztime $(FUZZTIME) ./internal/jsonedit
 
 test: vet unit e2e fuzz test-deploy ## everything CI runs
 
