@@ -9,8 +9,10 @@ import (
 	"fmt"
 	"strings"
 
+	admissionv1 "k8s.io/api/admission/v1"
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/client-go/kubernetes"
@@ -226,12 +228,14 @@ func onlyNamespaces(wh *admission.Webhook) []string {
 	return dedupe(out)
 }
 
+// touchesPods reports whether the rules select requests for pod objects
+// (the main resource, any operation), asked of the one rule matcher so that
+// "pods", "*", "*/*", "pods/*" and group or version wildcards all count.
 func touchesPods(rules []admissionregistrationv1.RuleWithOperations) bool {
-	for _, r := range rules {
-		for _, res := range r.Resources {
-			if res == "pods" || res == "*" || res == "*/*" {
-				return true
-			}
+	pods := schema.GroupVersionResource{Version: "v1", Resource: "pods"}
+	for _, op := range []admissionv1.Operation{admissionv1.Create, admissionv1.Update, admissionv1.Delete, admissionv1.Connect} {
+		if admission.MatchRules(rules, admission.NewRuleAttributes(pods, "", op, "any")) {
+			return true
 		}
 	}
 	return false

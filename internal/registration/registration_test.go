@@ -317,3 +317,31 @@ func TestBuildSharedPathIsOneWebhook(t *testing.T) {
 		t.Fatalf("webhook %s rules %d failurePolicy %s", w.Name, len(w.Rules), *w.FailurePolicy)
 	}
 }
+
+// The mirror-pod matchCondition goes on every webhook whose rules select pod
+// objects, however the rules spell it.
+func TestTouchesPodsFollowsTheRuleMatcher(t *testing.T) {
+	rule := func(groups, versions, resources []string, ops ...admissionregistrationv1.OperationType) []admissionregistrationv1.RuleWithOperations {
+		return []admissionregistrationv1.RuleWithOperations{{Operations: ops,
+			Rule: admissionregistrationv1.Rule{APIGroups: groups, APIVersions: versions, Resources: resources}}}
+	}
+	core, v1, all := []string{""}, []string{"v1"}, []string{"*"}
+	for _, tc := range []struct {
+		name  string
+		rules []admissionregistrationv1.RuleWithOperations
+		want  bool
+	}{
+		{"pods", rule(core, v1, []string{"pods"}, "CREATE"), true},
+		{"pods/* selects pods too", rule(core, v1, []string{"pods/*"}, "CREATE"), true},
+		{"*", rule(all, all, []string{"*"}, "*"), true},
+		{"*/*", rule(all, all, []string{"*/*"}, "UPDATE"), true},
+		{"pods/status only", rule(core, v1, []string{"pods/status"}, "UPDATE"), false},
+		{"*/status only", rule(all, all, []string{"*/status"}, "UPDATE"), false},
+		{"pods in another group", rule([]string{"apps"}, v1, []string{"pods"}, "CREATE"), false},
+		{"nodes", rule(core, v1, []string{"nodes"}, "CREATE"), false},
+	} {
+		if got := touchesPods(tc.rules); got != tc.want {
+			t.Errorf("%s: touchesPods = %t, want %t", tc.name, got, tc.want)
+		}
+	}
+}
