@@ -55,6 +55,16 @@ type Options struct {
 	MaxRequestBytes int64
 	// Pprof serves net/http/pprof on the metrics listener (debugging).
 	Pprof bool
+	// Hardening: bounds, mutual TLS and metrics authentication; see
+	// server.Options and docs/security.md.
+	ReadTimeout          time.Duration
+	MaxConnections       int
+	MaxInFlight          int
+	MaxBodyBytesInFlight int64
+	HTTP2                bool
+	ClientCAFile         string
+	ClientAllowedNames   []string
+	MetricsSecure        bool
 
 	// TLSMode is TLSSelfManaged, TLSFiles or TLSSelfSigned.
 	TLSMode string
@@ -227,10 +237,18 @@ func Run(ctx context.Context, opts Options, log *slog.Logger) error {
 			return trust.Start(ctx, cs, nil)
 		}
 	}
+	var metricsAuth *rest.Config
+	if opts.MetricsSecure {
+		if metricsAuth, err = restConfig(opts.Kubeconfig, opts.KubeContext); err != nil {
+			return fmt.Errorf("--metrics-secure authenticates scrapers through the API server: %w", err)
+		}
+	}
 	srv, err = server.New(server.Options{
 		Addr: opts.Addr, MetricsAddr: opts.MetricsAddr, Webhooks: webhooks, Certs: holder, Logger: log,
 		ShutdownGrace: opts.ShutdownGrace, MaxRequestBytes: opts.MaxRequestBytes, Registry: reg, ReadyChecks: readyChecks,
-		Pprof: opts.Pprof,
+		Pprof: opts.Pprof, MetricsAuth: metricsAuth, ReadTimeout: opts.ReadTimeout, MaxConnections: opts.MaxConnections,
+		MaxInFlight: opts.MaxInFlight, MaxBodyBytesInFlight: opts.MaxBodyBytesInFlight, HTTP2: opts.HTTP2,
+		ClientCAFile: opts.ClientCAFile, ClientAllowedNames: opts.ClientAllowedNames,
 	})
 	if err != nil {
 		return err
