@@ -117,9 +117,22 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			h.opts.Observe(d)
 		}
 	}()
+	bodyRead := false
 	fail := func(code int, err error) {
 		d.HTTPCode, d.Err = code, err
+		if !bodyRead {
+			// Answering before the body is read: net/http would otherwise
+			// wait for the rest of it (to reuse the connection) before
+			// writing the answer, which a stalled client never sends.
+			// Close instead, right after the answer.
+			w.Header().Set("Connection", "close")
+		}
 		http.Error(w, err.Error(), code)
+		if !bodyRead {
+			rc := http.NewResponseController(w)
+			_ = rc.Flush()
+			_ = rc.SetReadDeadline(time.Now())
+		}
 	}
 
 	if r.Method != http.MethodPost {
@@ -177,6 +190,7 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		}
 		return
 	}
+	bodyRead = true
 	review, err := DecodeReview(*buf)
 	// DecodeReview copies what it keeps; the lease's reservation now stands
 	// for that copy until the review ends.
