@@ -15,12 +15,10 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/go-logr/logr"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"k8s.io/client-go/rest"
-	"sigs.k8s.io/controller-runtime/pkg/metrics/filters"
 
 	"github.com/kadmit/kadmit/internal/admission"
 	"github.com/kadmit/kadmit/internal/certs"
@@ -63,9 +61,8 @@ type Options struct {
 	// certificate from Certs) and requires, for /metrics and
 	// /debug/pprof/, a bearer token the API server authenticates
 	// (TokenReview) and authorizes for "get" on that non-resource URL
-	// (SubjectAccessReview), via controller-runtime's
-	// filters.WithAuthenticationAndAuthorization. /healthz and /readyz
-	// stay open for the kubelet. Nil: plain HTTP, no authentication.
+	// (SubjectAccessReview); see metricsAuth. /healthz and /readyz stay
+	// open for the kubelet. Nil: plain HTTP, no authentication.
 	MetricsAuth *rest.Config
 	// Webhooks are served on their paths.
 	Webhooks []*admission.Webhook
@@ -254,16 +251,9 @@ func (s *Server) buildMetricsServer() error {
 	}
 	var handler http.Handler = protected
 	if opts.MetricsAuth != nil {
-		hc, err := rest.HTTPClientFor(opts.MetricsAuth)
-		if err != nil {
-			return fmt.Errorf("server: metrics authentication client: %w", err)
-		}
-		filter, err := filters.WithAuthenticationAndAuthorization(opts.MetricsAuth, hc)
-		if err != nil {
-			return fmt.Errorf("server: metrics authentication: %w", err)
-		}
-		if handler, err = filter(logr.FromSlogHandler(opts.Logger.Handler()), protected); err != nil {
-			return fmt.Errorf("server: metrics authentication: %w", err)
+		var err error
+		if handler, err = metricsAuth(opts.MetricsAuth, s.log, s.throttle, protected); err != nil {
+			return fmt.Errorf("server: %w", err)
 		}
 	}
 	pm := http.NewServeMux()
