@@ -484,3 +484,52 @@ func tail(b []byte, n int) []byte {
 	}
 	return b
 }
+
+// TestHostileFullBodies: 16 clients send complete 6 MB pod reviews (one
+// annotation holds the bulk, so every policy decodes it) back to back for
+// 8 s, with the chart's GOMEMLIMIT. Peak RSS must stay under the chart's
+// 256 MiB memory limit: the body budget (--max-body-bytes-in-flight, 32
+// MiB) admits four such requests at once and answers the rest 503.
+func TestHostileFullBodies(t *testing.T) {
+	if v := os.Getenv("KADMIT_HOSTILE_GOMEMLIMIT"); v != "off" {
+		t.Setenv("GOMEMLIMIT", "200MiB")
+	}
+	p := startKadmit(t, 5*time.Second)
+	base := p.peakRSS(500 * time.Millisecond)
+	big := []byte(strings.Replace(string(podReview("full", "big", "CREATE")), `"metadata":{"name":"big"`,
+		`"metadata":{"annotations":{"bulk":"`+strings.Repeat("x", 6_000_000)+`"},"name":"big"`, 1))
+	c := &http.Client{Timeout: 30 * time.Second, Transport: &http.Transport{TLSClientConfig: p.tlsConfig(), MaxIdleConnsPerHost: 16}}
+	ctx, cancel := context.WithTimeout(context.Background(), 8*time.Second)
+	defer cancel()
+	var mu sync.Mutex
+	codes := map[int]int{}
+	var wg sync.WaitGroup
+	for i := 0; i < 16; i++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for ctx.Err() == nil {
+				req, _ := http.NewRequestWithContext(ctx, http.MethodPost, "https://"+p.addr+"/validate-pod", bytes.NewReader(big))
+				req.Header.Set("Content-Type", "application/json")
+				resp, err := c.Do(req)
+				if err != nil {
+					continue
+				}
+				_, _ = io.Copy(io.Discard, resp.Body)
+				resp.Body.Close()
+				mu.Lock()
+				codes[resp.StatusCode]++
+				mu.Unlock()
+			}
+		}()
+	}
+	peak := p.peakRSS(8 * time.Second)
+	wg.Wait()
+	t.Logf("full 6 MB bodies, 16 clients for 8s: RSS %d MiB -> peak %d MiB; answers by HTTP status %v", base/mib, peak/mib, codes)
+	if peak > 256*mib {
+		t.Fatalf("peak RSS %d MiB above the chart's 256 MiB limit", peak/mib)
+	}
+	if codes[200] == 0 {
+		t.Fatal("no 6 MB review was answered 200")
+	}
+}

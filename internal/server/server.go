@@ -12,6 +12,7 @@ import (
 	"net/http"
 	"net/http/pprof"
 	"sort"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -44,8 +45,8 @@ const (
 	// like any other; the windows bound unread body bytes per connection.
 	http2MaxStreams        = 100
 	http2MaxReadFrameSize  = 16 << 10
-	http2MaxReceiveConn    = 256 << 10
-	http2MaxReceiveStream  = 128 << 10
+	http2MaxReceiveConn    = 64 << 10
+	http2MaxReceiveStream  = 64 << 10
 	http2MaxHeaderTableLen = 4 << 10
 )
 
@@ -129,6 +130,10 @@ type Server struct {
 	plainLn  net.Listener
 	serving  atomic.Bool
 	stopping atomic.Bool
+	// fallback is the metrics listener's certificate until Certs has one.
+	fallbackOnce sync.Once
+	fallback     *tls.Certificate
+	fallbackErr  error
 	// routes maps each admission path to its handler; swapped whole by
 	// SetWebhooks so a config reload never serves half a policy set.
 	routes atomic.Pointer[map[string]http.Handler]
@@ -271,7 +276,7 @@ func (s *Server) buildMetricsServer() error {
 		var protocols http.Protocols
 		protocols.SetHTTP1(true)
 		s.plain.Protocols = &protocols
-		s.plain.TLSConfig = &tls.Config{MinVersion: tls.VersionTLS12, GetCertificate: opts.Certs.GetCertificate}
+		s.plain.TLSConfig = &tls.Config{MinVersion: tls.VersionTLS12, GetCertificate: s.metricsCertificate}
 	}
 	return nil
 }
@@ -438,6 +443,25 @@ func (s *Server) Serve(ctx context.Context) error {
 	}
 	s.serving.Store(false)
 	return errors.Join(serveErr, err)
+}
+
+// metricsCertificate serves the admission certificate on the secure
+// metrics listener, or, while there is none yet (a self-managed replica
+// still bootstrapping), an in-memory self-signed one: the kubelet's probes
+// do not verify certificates, and /healthz must answer while /readyz says
+// why the replica is not ready.
+func (s *Server) metricsCertificate(hello *tls.ClientHelloInfo) (*tls.Certificate, error) {
+	if c, err := s.opts.Certs.GetCertificate(hello); err == nil {
+		return c, nil
+	}
+	s.fallbackOnce.Do(func() {
+		b, err := certs.NewSelfSigned(certs.SelfSignedOptions{DNSNames: []string{"kadmit-metrics"}})
+		if err == nil {
+			s.fallback, err = b.TLSCertificate()
+		}
+		s.fallbackErr = err
+	})
+	return s.fallback, s.fallbackErr
 }
 
 func (s *Server) paths() []string {
