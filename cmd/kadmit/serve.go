@@ -25,8 +25,10 @@ func newServeCmd() *cobra.Command {
 		Short: "Serve the admission webhooks over HTTPS",
 		Long: `Serve AdmissionReview v1 and v1beta1 over HTTPS on one path per webhook
 (/validate-pod, /mutate-pod, /mutate-node-status, /validate-node), with
-/healthz, /readyz and /metrics on a separate plain-HTTP port. With --pprof
-(debugging only, off by default) that port also serves /debug/pprof/.
+/healthz, /readyz and /metrics on a separate port: plain HTTP on 127.0.0.1
+by default, HTTPS with token-authorized /metrics with --metrics-secure. With
+--pprof (debugging only, off by default) that port also serves /debug/pprof/.
+Every request, connection and body byte is bounded (docs/security.md).
 
 With --register, kadmit writes its own MutatingWebhookConfiguration and
 ValidatingWebhookConfiguration (named kadmit) once it is ready to answer.`,

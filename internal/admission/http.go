@@ -120,15 +120,16 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	bodyRead := false
 	fail := func(code int, err error) {
 		d.HTTPCode, d.Err = code, err
-		if !bodyRead {
-			// Answering before the body is read: net/http would otherwise
-			// wait for the rest of it (to reuse the connection) before
-			// writing the answer, which a stalled client never sends.
-			// Close instead, right after the answer.
+		// HTTP/1.1 only (HTTP/2 resets the stream by itself): answering
+		// before the body is read, net/http would wait for the rest of it
+		// (to reuse the connection) before writing the answer, and a
+		// stalled client never sends it. Close instead, after the answer.
+		closeConn := !bodyRead && r.ProtoMajor == 1
+		if closeConn {
 			w.Header().Set("Connection", "close")
 		}
 		http.Error(w, err.Error(), code)
-		if !bodyRead {
+		if closeConn {
 			rc := http.NewResponseController(w)
 			_ = rc.Flush()
 			_ = rc.SetReadDeadline(time.Now())
