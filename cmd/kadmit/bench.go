@@ -128,7 +128,7 @@ Exit status: 0 when every request was answered correctly, 1 when any failed,
 	f.DurationVarP(&opts.Duration, "duration", "d", 0, fmt.Sprintf("stop issuing requests after this long, %s..%s (default %s, or %s with -n)", bench.MinDuration, bench.MaxDuration, bench.DefaultDuration, bench.MaxDuration))
 	f.Int64VarP(&opts.Requests, "requests", "n", 0, fmt.Sprintf("stop after this many requests, 1..%d", bench.MaxRequests))
 	f.DurationVar(&opts.Timeout, "timeout", bench.DefaultTimeout, fmt.Sprintf("per-request timeout, up to %s", bench.MaxTimeout))
-	f.BoolVar(&opts.HTTP2, "http2", false, "use HTTP/2 (ALPN h2) instead of HTTP/1.1")
+	f.BoolVar(&opts.HTTP2, "http2", false, "use HTTP/2 (ALPN h2) instead of HTTP/1.1 (kadmit serve offers it only with --http2)")
 	f.BoolVar(&opts.AllowRemote, "allow-remote", false, "allow a host that resolves to non-loopback addresses")
 	f.StringVarP(&output, "output", "o", "text", "report format: text or json")
 	f.StringVar(&svg, "histogram", "", "also write the latency histogram to this SVG file")

@@ -2,11 +2,9 @@ package main
 
 import (
 	"errors"
-	"fmt"
 	"github.com/kadmit/kadmit/internal/cmdexit"
 	"log/slog"
 	"os"
-	"strings"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -14,7 +12,9 @@ import (
 	"github.com/kadmit/kadmit/internal/admission"
 	"github.com/kadmit/kadmit/internal/certs"
 	"github.com/kadmit/kadmit/internal/daemon"
+	"github.com/kadmit/kadmit/internal/logging"
 	"github.com/kadmit/kadmit/internal/registration"
+	"github.com/kadmit/kadmit/internal/server"
 )
 
 func newServeCmd() *cobra.Command {
@@ -26,8 +26,10 @@ func newServeCmd() *cobra.Command {
 		Short: "Serve the admission webhooks over HTTPS",
 		Long: `Serve AdmissionReview v1 and v1beta1 over HTTPS on one path per webhook
 (/validate-pod, /mutate-pod, /mutate-node-status, /validate-node), with
-/healthz, /readyz and /metrics on a separate plain-HTTP port. With --pprof
-(debugging only, off by default) that port also serves /debug/pprof/.
+/healthz, /readyz and /metrics on a separate port: plain HTTP on 127.0.0.1
+by default, HTTPS with token-authorized /metrics with --metrics-secure. With
+--pprof (debugging only, off by default) that port also serves /debug/pprof/.
+Every request, connection and body byte is bounded (docs/security.md).
 
 With --register, kadmit writes its own MutatingWebhookConfiguration and
 ValidatingWebhookConfiguration (named by --webhook-config-name, one name per
@@ -62,8 +64,17 @@ whatever the --tls mode.`,
 	f.StringVar(&o.ConfigMap, "config-map", "", "NAMESPACE/NAME of a ConfigMap holding the configuration, followed live (exclusive with --config)")
 	f.StringVar(&o.ConfigKey, "config-key", "config.yaml", "data key of --config-map")
 	f.StringVar(&o.Addr, "addr", ":9443", "HTTPS admission listen address")
-	f.StringVar(&o.MetricsAddr, "metrics-addr", ":8080", `plain-HTTP address for /metrics, /healthz and /readyz ("0" disables)`)
+	f.StringVar(&o.MetricsAddr, "metrics-addr", "", `address for /metrics, /healthz and /readyz ("0" disables); default 127.0.0.1:8080, or :8443 with --metrics-secure`)
 	f.BoolVar(&o.Pprof, "pprof", false, "serve net/http/pprof under /debug/pprof/ on the --metrics-addr listener, for debugging (heap and CPU profiles); keep that address private")
+	// Hardening (docs/security.md).
+	f.BoolVar(&o.MetricsSecure, "metrics-secure", false, "serve --metrics-addr over HTTPS; /metrics and /debug/pprof/ need a token the API server authenticates and authorizes (get on the URL); /healthz and /readyz stay open")
+	f.StringVar(&o.ClientCAFile, "client-ca-file", "", "require admission clients (the API server) to present a certificate signed by a CA in this PEM file (mutual TLS; re-read on change)")
+	f.StringSliceVar(&o.ClientAllowedNames, "client-allowed-names", nil, "with --client-ca-file: accept only client certificates whose subject CN or a DNS SAN is one of these")
+	f.DurationVar(&o.ReadTimeout, "read-timeout", server.DefaultReadTimeout, "bound on reading one admission request, headers and body (the API server's largest webhook timeoutSeconds is 30)")
+	f.IntVar(&o.MaxConnections, "max-connections", server.DefaultMaxConnections, "open admission connections; more are closed at accept")
+	f.IntVar(&o.MaxInFlight, "max-in-flight", admission.DefaultMaxInFlight, "admission requests in flight, reviews running past their deadline included; more get HTTP 503")
+	f.Int64Var(&o.MaxBodyBytesInFlight, "max-body-bytes-in-flight", admission.DefaultMaxBodyBytesInFlight, "request-body buffer bytes held by all requests at once; more get HTTP 503")
+	f.BoolVar(&o.HTTP2, "http2", false, "offer HTTP/2 on the admission listener (HTTP/1.1 only by default; see docs/security.md)")
 	f.DurationVar(&o.ShutdownGrace, "shutdown-grace", 30*time.Second, "how long in-flight requests may take to finish after SIGTERM")
 	f.Int64Var(&o.MaxRequestBytes, "max-request-bytes", admission.DefaultMaxRequestBytes, "largest AdmissionReview body accepted (larger: HTTP 413)")
 	f.StringVar(&o.TLSMode, "tls", daemon.TLSSelfManaged, "certificate source: self-managed (a Secret kadmit rotates), files (--cert-dir, reloaded on change) or self-signed (in memory, development)")
@@ -103,18 +114,8 @@ func envOr(key, def string) string {
 	return def
 }
 
+// newLogger builds the logger every command writes to stderr; field caps
+// and escaping live in internal/logging.
 func newLogger(format, level string) (*slog.Logger, error) {
-	var lv slog.Level
-	if err := lv.UnmarshalText([]byte(level)); err != nil {
-		return nil, fmt.Errorf("--log-level %q: %w", level, err)
-	}
-	ho := &slog.HandlerOptions{Level: lv}
-	switch strings.ToLower(format) {
-	case "json":
-		return slog.New(slog.NewJSONHandler(os.Stderr, ho)), nil
-	case "text":
-		return slog.New(slog.NewTextHandler(os.Stderr, ho)), nil
-	default:
-		return nil, fmt.Errorf("--log-format %q: must be json or text", format)
-	}
+	return logging.New(os.Stderr, format, level)
 }

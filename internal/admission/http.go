@@ -5,9 +5,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"mime"
 	"net/http"
+	"os"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -45,19 +48,33 @@ type Decision struct {
 type HandlerOptions struct {
 	// MaxRequestBytes bounds the body; 0 means DefaultMaxRequestBytes.
 	MaxRequestBytes int64
+	// Limits, shared by every handler of a server, bound requests in flight
+	// (abandoned reviews included) and body bytes buffered at once; nil
+	// means a private NewLimits(0, 0).
+	Limits *Limits
 	// Observe, when set, is called once per request after the answer is written.
 	Observe func(Decision)
 }
 
 // NewHandler serves wh over HTTP: it checks Content-Type (415 otherwise), bounds
 // the body (413), decodes AdmissionReview v1 or v1beta1 (400 with a one-line
-// reason), bounds the review by the API server's ?timeout= and answers with the
-// request's apiVersion. A panicking policy, a review that misses its deadline
-// or an encoding failure is answered with HTTP 500 so the webhook's
+// reason), bounds the review by the API server's ?timeout= (at most
+// MaxTimeout, counted from the moment the request's headers were read) and
+// answers with the request's apiVersion. A panicking policy, a review that
+// misses its deadline or an encoding failure is answered with HTTP 500, and a
+// request refused because Limits are reached with HTTP 503, so the webhook's
 // failurePolicy decides, never with an invented admission decision.
+//
+// Memory is sized from bytes received, never from the declared
+// Content-Length: a body grows in steps, each step reserved from Limits
+// first, so a client that declares 7 MiB and sends one byte holds one small
+// buffer.
 func NewHandler(wh *Webhook, opts HandlerOptions) http.Handler {
 	if opts.MaxRequestBytes <= 0 {
 		opts.MaxRequestBytes = DefaultMaxRequestBytes
+	}
+	if opts.Limits == nil {
+		opts.Limits = NewLimits(0, 0)
 	}
 	return &handler{wh: wh, opts: opts}
 }
@@ -65,6 +82,30 @@ func NewHandler(wh *Webhook, opts HandlerOptions) http.Handler {
 type handler struct {
 	wh   *Webhook
 	opts HandlerOptions
+}
+
+// lease is one request's share of Limits: its in-flight slot and the body
+// bytes it reserved. It is returned once, by the handler, or, when the
+// review was abandoned at its deadline, by the review goroutine when the
+// policy finally returns: an abandoned review keeps its slot, so abandoned
+// reviews can never outnumber MaxInFlight.
+type lease struct {
+	lim      *Limits
+	reserved int64
+}
+
+func (l *lease) reserve(n int64) error {
+	if err := l.lim.reserve(n); err != nil {
+		return err
+	}
+	l.reserved += n
+	return nil
+}
+
+func (l *lease) release() {
+	l.lim.unreserve(l.reserved)
+	l.reserved = 0
+	l.lim.release()
 }
 
 func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
@@ -76,9 +117,23 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			h.opts.Observe(d)
 		}
 	}()
+	bodyRead := false
 	fail := func(code int, err error) {
 		d.HTTPCode, d.Err = code, err
+		// HTTP/1.1 only (HTTP/2 resets the stream by itself): answering
+		// before the body is read, net/http would wait for the rest of it
+		// (to reuse the connection) before writing the answer, and a
+		// stalled client never sends it. Close instead, after the answer.
+		closeConn := !bodyRead && r.ProtoMajor == 1
+		if closeConn {
+			w.Header().Set("Connection", "close")
+		}
 		http.Error(w, err.Error(), code)
+		if closeConn {
+			rc := http.NewResponseController(w)
+			_ = rc.Flush()
+			_ = rc.SetReadDeadline(time.Now())
+		}
 	}
 
 	if r.Method != http.MethodPost {
@@ -90,24 +145,57 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		fail(http.StatusUnsupportedMediaType, fmt.Errorf("Content-Type %q is not application/json", r.Header.Get("Content-Type")))
 		return
 	}
-	buf := bodyPool.Get().(*bytes.Buffer)
-	defer putBody(buf)
-	buf.Reset()
-	if n := r.ContentLength; n > 0 && n <= h.opts.MaxRequestBytes {
-		buf.Grow(int(n) + bytes.MinRead)
-	}
-	_, err := buf.ReadFrom(http.MaxBytesReader(w, r.Body, h.opts.MaxRequestBytes))
-	body := buf.Bytes()
-	if err != nil {
-		var tooBig *http.MaxBytesError
-		if errors.As(err, &tooBig) {
-			fail(http.StatusRequestEntityTooLarge, fmt.Errorf("AdmissionReview body exceeds %d bytes", h.opts.MaxRequestBytes))
-			return
-		}
-		fail(http.StatusBadRequest, fmt.Errorf("read AdmissionReview body: %w", err))
+	// A declared length may refuse a request early; it never sizes anything.
+	if r.ContentLength > h.opts.MaxRequestBytes {
+		fail(http.StatusRequestEntityTooLarge, fmt.Errorf("AdmissionReview body of %d bytes exceeds %d bytes", r.ContentLength, h.opts.MaxRequestBytes))
 		return
 	}
-	review, err := DecodeReview(body)
+	if err := h.opts.Limits.acquire(); err != nil {
+		fail(http.StatusServiceUnavailable, err)
+		return
+	}
+	ls := &lease{lim: h.opts.Limits}
+	owned := true // false once an abandoned review goroutine owns the lease
+	defer func() {
+		if owned {
+			ls.release()
+		}
+	}()
+
+	timeout := DefaultTimeout
+	if t := r.URL.Query().Get("timeout"); t != "" {
+		if pt, err := time.ParseDuration(t); err == nil && pt > 0 {
+			timeout = min(pt, MaxTimeout)
+		}
+	}
+	// The API server's clock started when it sent the request, so the
+	// deadline counts from the headers, not from the end of the body. Answer
+	// a little before the API server gives up, so a slow policy shows up as
+	// our 500 (logged, counted) rather than as a bare client timeout.
+	ctx, cancel := context.WithDeadline(r.Context(), start.Add(timeout-timeout/10))
+	defer cancel()
+
+	buf, err := readBody(http.MaxBytesReader(w, r.Body, h.opts.MaxRequestBytes), ls, h.opts.MaxRequestBytes)
+	if err != nil {
+		putBody(buf)
+		var tooBig *http.MaxBytesError
+		switch {
+		case errors.As(err, &tooBig):
+			fail(http.StatusRequestEntityTooLarge, fmt.Errorf("AdmissionReview body exceeds %d bytes", h.opts.MaxRequestBytes))
+		case errors.Is(err, ErrBusy):
+			fail(http.StatusServiceUnavailable, err)
+		case errors.Is(err, os.ErrDeadlineExceeded):
+			fail(http.StatusRequestTimeout, fmt.Errorf("read AdmissionReview body: %w", err))
+		default:
+			fail(http.StatusBadRequest, fmt.Errorf("read AdmissionReview body: %w", err))
+		}
+		return
+	}
+	bodyRead = true
+	review, err := DecodeReview(*buf)
+	// DecodeReview copies what it keeps; the lease's reservation now stands
+	// for that copy until the review ends.
+	putBody(buf)
 	if err != nil {
 		fail(http.StatusBadRequest, err)
 		return
@@ -115,18 +203,8 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	req := &Request{AdmissionRequest: *review.Request}
 	d.UID, d.Kind, d.Namespace, d.Name, d.Operation = string(req.UID), req.Kind.Kind, req.Namespace, req.Name, string(req.Operation)
 
-	timeout := DefaultTimeout
-	if t := r.URL.Query().Get("timeout"); t != "" {
-		if pt, err := time.ParseDuration(t); err == nil && pt > 0 {
-			timeout = pt
-		}
-	}
-	// Answer a little before the API server gives up, so a slow policy shows
-	// up as our 500 (logged, counted) rather than as a bare client timeout.
-	ctx, cancel := context.WithTimeout(r.Context(), timeout-timeout/10)
-	defer cancel()
-
-	out, err := h.review(ctx, req)
+	out, abandoned, err := h.review(ctx, req, ls)
+	owned = !abandoned
 	if err != nil {
 		var pe *PanicError
 		if errors.As(err, &pe) {
@@ -149,38 +227,110 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	_, _ = w.Write(payload)
 }
 
-// bodyPool holds request body buffers: DecodeReview copies what it keeps, so
-// a buffer is free again once the request is decoded, and reusing it saves
-// the several growing allocations io.ReadAll makes for each 5 KB body.
-var bodyPool = sync.Pool{New: func() any { return new(bytes.Buffer) }}
+// Body buffers come from a pool: DecodeReview copies what it keeps, so a
+// buffer is free again once the request is decoded, and reusing it saves the
+// several growing allocations io.ReadAll makes for each 5 KB body.
+const (
+	// minBody is a pooled buffer's starting capacity.
+	minBody = 16 << 10
+	// maxPooledBody keeps buffers grown by rare huge objects (up to 7 MiB)
+	// from staying in the pool.
+	maxPooledBody = 256 << 10
+)
 
-// maxPooledBody keeps buffers grown by rare huge objects (up to 7 MiB) from
-// staying in the pool.
-const maxPooledBody = 256 << 10
+var bodyPool = sync.Pool{New: func() any { b := make([]byte, 0, minBody); return &b }}
 
-func putBody(b *bytes.Buffer) {
-	if b.Cap() <= maxPooledBody {
+func putBody(b *[]byte) {
+	if b != nil && cap(*b) <= maxPooledBody {
+		*b = (*b)[:0]
 		bodyPool.Put(b)
 	}
 }
 
+// readBody reads r into a pooled buffer that grows (doubling, capped at
+// max+1 so MaxBytesReader can report an oversized body) only as bytes
+// arrive, reserving each growth from ls first. It returns the buffer even
+// on error, for putBody.
+func readBody(r io.Reader, ls *lease, max int64) (*[]byte, error) {
+	if err := ls.reserve(minBody); err != nil {
+		return nil, err
+	}
+	bp := bodyPool.Get().(*[]byte)
+	b := (*bp)[:0]
+	// A pooled buffer may be larger than minBody; account for all of it.
+	if extra := int64(cap(b)) - minBody; extra > 0 {
+		if err := ls.reserve(extra); err != nil {
+			putBody(bp)
+			return nil, err
+		}
+	}
+	for {
+		if len(b) == cap(b) {
+			newCap := min(2*int64(cap(b)), max+1)
+			if newCap <= int64(cap(b)) {
+				newCap = int64(cap(b)) + bytes.MinRead
+			}
+			if err := ls.reserve(newCap - int64(cap(b))); err != nil {
+				*bp = b
+				return bp, err
+			}
+			nb := make([]byte, len(b), newCap)
+			copy(nb, b)
+			putBody(bp)
+			bp = &nb
+			b = nb
+		}
+		n, err := r.Read(b[len(b):cap(b)])
+		b = b[:len(b)+n]
+		if err == io.EOF {
+			*bp = b
+			return bp, nil
+		}
+		if err != nil {
+			*bp = b
+			return bp, err
+		}
+	}
+}
+
+// Review goroutine states.
+const (
+	reviewRunning int32 = iota
+	reviewDone
+	reviewAbandoned
+)
+
 // review runs the webhook on its own goroutine so that a policy that ignores
-// ctx still cannot hold the answer past the deadline. The goroutine finishes
-// on its own; its result is then discarded.
-func (h *handler) review(ctx context.Context, req *Request) (Outcome, error) {
+// ctx still cannot hold the answer past the deadline. When the deadline
+// passes first, the review is abandoned: the answer is a 500, ctx is
+// cancelled (a policy that honours it stops), and the goroutine keeps the
+// request's lease until the policy returns, so Limits counts it
+// (abandoned=true: the caller must not release the lease).
+func (h *handler) review(ctx context.Context, req *Request, ls *lease) (out Outcome, abandoned bool, err error) {
 	type result struct {
 		out Outcome
 		err error
 	}
 	ch := make(chan result, 1)
+	var state atomic.Int32
 	go func() {
 		out, err := h.wh.review(ctx, req, false)
 		ch <- result{out, err}
+		if !state.CompareAndSwap(reviewRunning, reviewDone) {
+			h.opts.Limits.abandoned.Add(-1)
+			ls.release()
+		}
 	}()
 	select {
 	case res := <-ch:
-		return res.out, res.err
+		return res.out, false, res.err
 	case <-ctx.Done():
-		return Outcome{}, fmt.Errorf("no decision before the deadline: %w", ctx.Err())
+		if state.CompareAndSwap(reviewRunning, reviewAbandoned) {
+			h.opts.Limits.abandoned.Add(1)
+			return Outcome{}, true, fmt.Errorf("no decision before the deadline: %w", ctx.Err())
+		}
+		// The policy returned just as the deadline passed: use its answer.
+		res := <-ch
+		return res.out, false, res.err
 	}
 }

@@ -58,6 +58,16 @@ type Options struct {
 	MaxRequestBytes int64
 	// Pprof serves net/http/pprof on the metrics listener (debugging).
 	Pprof bool
+	// Hardening: bounds, mutual TLS and metrics authentication; see
+	// server.Options and docs/security.md.
+	ReadTimeout          time.Duration
+	MaxConnections       int
+	MaxInFlight          int
+	MaxBodyBytesInFlight int64
+	HTTP2                bool
+	ClientCAFile         string
+	ClientAllowedNames   []string
+	MetricsSecure        bool
 
 	// TLSMode is TLSSelfManaged, TLSFiles or TLSSelfSigned.
 	TLSMode string
@@ -290,10 +300,20 @@ func (d *daemon) newServer(context.Context) error {
 	if err != nil {
 		return err
 	}
+	var metricsAuth *rest.Config
+	if d.opts.MetricsSecure {
+		if metricsAuth, err = d.kube(); err != nil {
+			return fmt.Errorf("--metrics-secure authenticates scrapers through the API server: %w", err)
+		}
+	}
+	o := d.opts
 	d.srv, err = server.New(server.Options{
-		Addr: d.opts.Addr, MetricsAddr: d.opts.MetricsAddr, Webhooks: webhooks, Certs: d.source.Holder(),
-		Logger: d.log, ShutdownGrace: d.opts.ShutdownGrace, MaxRequestBytes: d.opts.MaxRequestBytes,
-		Registry: d.promReg, Ready: d.ready().Check, Pprof: d.opts.Pprof,
+		Addr: o.Addr, MetricsAddr: o.MetricsAddr, Webhooks: webhooks, Certs: d.source.Holder(),
+		Logger: d.log, ShutdownGrace: o.ShutdownGrace, MaxRequestBytes: o.MaxRequestBytes,
+		Registry: d.promReg, Ready: d.ready().Check, Pprof: o.Pprof,
+		MetricsAuth: metricsAuth, ReadTimeout: o.ReadTimeout, MaxConnections: o.MaxConnections,
+		MaxInFlight: o.MaxInFlight, MaxBodyBytesInFlight: o.MaxBodyBytesInFlight, HTTP2: o.HTTP2,
+		ClientCAFile: o.ClientCAFile, ClientAllowedNames: o.ClientAllowedNames,
 	})
 	d.reloads.serve = d.srv.SetWebhooks
 	return err

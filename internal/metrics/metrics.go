@@ -21,7 +21,8 @@ type Metrics struct {
 
 // New creates the metrics and registers them on reg:
 //   - kadmit_admission_requests_total{webhook,operation,allowed,code}: answered
-//     requests; code is the HTTP status, allowed is "true", "false" or "" (no decision).
+//     requests; code is the HTTP status, allowed is "true", "false" or "" (no
+//     decision), operation is CREATE, UPDATE, DELETE, CONNECT, "" or "other".
 //   - kadmit_admission_duration_seconds{webhook,operation}: time from request
 //     read to answer written.
 //   - kadmit_admission_in_flight_requests{webhook}: requests being served.
@@ -56,14 +57,44 @@ func New(reg prometheus.Registerer) (*Metrics, error) {
 	return m, nil
 }
 
-// Observe records one answered request.
+// Operation maps a request's operation to the closed set of label values:
+// CREATE, UPDATE, DELETE, CONNECT, "" (no decoded request) or "other".
+// The operation comes from the client; a label taken from it verbatim would
+// let each distinct string add series until /metrics is megabytes.
+func Operation(op string) string {
+	switch op {
+	case "CREATE", "UPDATE", "DELETE", "CONNECT", "":
+		return op
+	default:
+		return "other"
+	}
+}
+
+// Code maps an HTTP status to its label value; kadmit writes only a handful
+// of statuses, anything else (none today) is "other".
+func Code(code int) string {
+	switch code {
+	case http.StatusOK, http.StatusBadRequest, http.StatusMethodNotAllowed, http.StatusRequestTimeout,
+		http.StatusRequestEntityTooLarge, http.StatusUnsupportedMediaType,
+		http.StatusInternalServerError, http.StatusServiceUnavailable:
+		return strconv.Itoa(code)
+	default:
+		return "other"
+	}
+}
+
+// Observe records one answered request. Every label value is from a closed
+// set: the webhook is a served path (the caller routes only registered
+// paths here), the operation and code go through Operation and Code, the
+// policy of a panic is a registered policy name.
 func (m *Metrics) Observe(d admission.Decision) {
 	allowed := ""
 	if d.HTTPCode == http.StatusOK {
 		allowed = strconv.FormatBool(d.Allowed)
 	}
-	m.requests.WithLabelValues(d.Webhook, d.Operation, allowed, strconv.Itoa(d.HTTPCode)).Inc()
-	m.latency.WithLabelValues(d.Webhook, d.Operation).Observe(d.Latency.Seconds())
+	op := Operation(d.Operation)
+	m.requests.WithLabelValues(d.Webhook, op, allowed, Code(d.HTTPCode)).Inc()
+	m.latency.WithLabelValues(d.Webhook, op).Observe(d.Latency.Seconds())
 	if d.Panic != nil {
 		m.panics.WithLabelValues(d.Webhook, d.Panic.Policy).Inc()
 	}

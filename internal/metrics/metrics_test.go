@@ -106,3 +106,14 @@ func TestInFlight(t *testing.T) {
 		t.Fatalf("in flight after panic: %v", got)
 	}
 }
+
+func TestClosedLabelSets(t *testing.T) {
+	for in, want := range map[string]string{"CREATE": "CREATE", "UPDATE": "UPDATE", "DELETE": "DELETE", "CONNECT": "CONNECT", "": "", "create": "other", "OP-1": "other"} {
+		if got := Operation(in); got != want {
+			t.Errorf("Operation(%q) = %q, want %q", in, got, want)
+		}
+	}
+	if Code(200) != "200" || Code(503) != "503" || Code(418) != "other" {
+		t.Errorf("Code: %q %q %q", Code(200), Code(503), Code(418))
+	}
+}

@@ -12,34 +12,93 @@ import (
 	"net/http"
 	"net/http/pprof"
 	"sort"
+	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"k8s.io/client-go/rest"
 
 	"github.com/kadmit/kadmit/internal/admission"
 	"github.com/kadmit/kadmit/internal/certs"
 	"github.com/kadmit/kadmit/internal/metrics"
 )
 
+// Defaults of the bounds in Options; docs/security.md adds them up.
+const (
+	// DefaultReadTimeout bounds reading one request, headers and body: 30s,
+	// the largest timeoutSeconds the API server accepts for a webhook, so
+	// no call the API server still waits for is cut short.
+	DefaultReadTimeout = 30 * time.Second
+	// DefaultReadHeaderTimeout bounds the TLS handshake and the request
+	// headers: 10s.
+	DefaultReadHeaderTimeout = 10 * time.Second
+	// DefaultMaxConnections bounds open admission connections: 512.
+	DefaultMaxConnections = 512
+	// DefaultMaxHeaderBytes bounds request headers: 64 KiB (the API server
+	// sends a few hundred bytes).
+	DefaultMaxHeaderBytes = 64 << 10
+	// HTTP/2, when enabled: streams per connection, largest frame read and
+	// receive windows. Each stream is a request and takes an in-flight slot
+	// like any other; the windows bound unread body bytes per connection.
+	http2MaxStreams        = 100
+	http2MaxReadFrameSize  = 16 << 10
+	http2MaxReceiveConn    = 64 << 10
+	http2MaxReceiveStream  = 64 << 10
+	http2MaxHeaderTableLen = 4 << 10
+)
+
 // Options configure a Server.
 type Options struct {
 	// Addr is the HTTPS admission listen address; default ":9443".
 	Addr string
-	// MetricsAddr is the plain-HTTP address for /metrics, /healthz and
-	// /readyz; default ":8080"; "0" disables it.
+	// MetricsAddr is the address for /metrics, /healthz and /readyz;
+	// default "127.0.0.1:8080" (plain HTTP) or ":8443" (MetricsAuth set);
+	// "0" disables it.
 	MetricsAddr string
+	// MetricsAuth, when set, makes the metrics listener HTTPS (serving
+	// certificate from Certs) and requires, for /metrics and
+	// /debug/pprof/, a bearer token the API server authenticates
+	// (TokenReview) and authorizes for "get" on that non-resource URL
+	// (SubjectAccessReview); see metricsAuth. /healthz and /readyz stay
+	// open for the kubelet. Nil: plain HTTP, no authentication.
+	MetricsAuth *rest.Config
 	// Webhooks are served on their paths.
 	Webhooks []*admission.Webhook
 	// Certs holds the serving certificate; required.
 	Certs *certs.Holder
+	// ClientCAFile, when set, makes the admission listener require a
+	// client certificate signed by a CA in this PEM file (re-read when it
+	// changes): mutual TLS with the API server.
+	ClientCAFile string
+	// ClientAllowedNames, with ClientCAFile, further requires the client
+	// certificate's subject common name or a DNS SAN to be one of these.
+	ClientAllowedNames []string
 	// Logger receives one info line per decision; default slog.Default().
 	Logger *slog.Logger
-	// ShutdownGrace bounds how long in-flight requests may take to finish
-	// after shutdown starts; default 30s.
+	// ShutdownGrace bounds how long in-flight reviews may take to finish
+	// after shutdown starts; default 30s. Requests still reading their body
+	// and connections with no review in progress are closed at once.
 	ShutdownGrace time.Duration
+	// ReadTimeout bounds reading one request, headers and body, counted
+	// from its first byte; default DefaultReadTimeout.
+	ReadTimeout time.Duration
+	// MaxConnections bounds open admission connections; beyond it a new
+	// connection is closed at accept. Default DefaultMaxConnections.
+	MaxConnections int
+	// MaxInFlight bounds admission requests in flight (abandoned reviews
+	// included); beyond it requests get HTTP 503. Default
+	// admission.DefaultMaxInFlight.
+	MaxInFlight int
+	// MaxBodyBytesInFlight bounds the body buffers of all requests at once;
+	// beyond it requests get HTTP 503. Default
+	// admission.DefaultMaxBodyBytesInFlight.
+	MaxBodyBytesInFlight int64
+	// HTTP2 offers HTTP/2 on the admission listener (off: HTTP/1.1 only).
+	// See docs/security.md for why it is opt-in.
+	HTTP2 bool
 	// MaxRequestBytes bounds AdmissionReview bodies; 0 means the default.
 	MaxRequestBytes int64
 	// Registry receives kadmit's metrics; default a new registry with the Go
@@ -49,10 +108,11 @@ type Options struct {
 	// (readiness.Gate.Check, which includes Serving). Default: Serving and
 	// a valid certificate in Certs.
 	Ready func() error
-	// Pprof serves net/http/pprof under /debug/pprof/ on the plain-HTTP
-	// metrics listener (never on the admission listener), for debugging:
-	// heap and CPU profiles of a running server. Off by default; ignored
-	// when the metrics listener is disabled.
+	// Pprof serves net/http/pprof under /debug/pprof/ on the metrics
+	// listener (never on the admission listener), for debugging: heap and
+	// CPU profiles of a running server. Off by default; ignored when the
+	// metrics listener is disabled; authenticated like /metrics when
+	// MetricsAuth is set.
 	Pprof bool
 }
 
@@ -61,12 +121,21 @@ type Server struct {
 	opts     Options
 	log      *slog.Logger
 	metrics  *metrics.Metrics
+	limitsM  *metrics.Limits
+	limits   *admission.Limits
+	tracker  *tracker
+	throttle *throttle
 	https    *http.Server
 	plain    *http.Server
 	httpsLn  net.Listener
+	connLn   *limitListener
 	plainLn  net.Listener
 	serving  atomic.Bool
 	stopping atomic.Bool
+	// fallback is the metrics listener's certificate until Certs has one.
+	fallbackOnce sync.Once
+	fallback     *tls.Certificate
+	fallbackErr  error
 	// routes maps each admission path to its handler; swapped whole by
 	// SetWebhooks so a config reload never serves half a policy set.
 	routes atomic.Pointer[map[string]http.Handler]
@@ -81,10 +150,19 @@ func New(opts Options) (*Server, error) {
 		opts.Addr = ":9443"
 	}
 	if opts.MetricsAddr == "" {
-		opts.MetricsAddr = ":8080"
+		opts.MetricsAddr = "127.0.0.1:8080"
+		if opts.MetricsAuth != nil {
+			opts.MetricsAddr = ":8443"
+		}
 	}
 	if opts.ShutdownGrace <= 0 {
 		opts.ShutdownGrace = 30 * time.Second
+	}
+	if opts.ReadTimeout <= 0 {
+		opts.ReadTimeout = DefaultReadTimeout
+	}
+	if opts.MaxConnections <= 0 {
+		opts.MaxConnections = DefaultMaxConnections
 	}
 	if opts.Logger == nil {
 		opts.Logger = slog.Default()
@@ -97,36 +175,112 @@ func New(opts Options) (*Server, error) {
 	if err != nil {
 		return nil, fmt.Errorf("server: register metrics: %w", err)
 	}
-	s := &Server{opts: opts, log: opts.Logger, metrics: m}
+	s := &Server{opts: opts, log: opts.Logger, metrics: m, tracker: newTracker(), throttle: newThrottle(),
+		limits: admission.NewLimits(opts.MaxInFlight, opts.MaxBodyBytesInFlight)}
+	s.connLn = &limitListener{max: int64(opts.MaxConnections)}
+	s.limitsM, err = metrics.NewLimits(opts.Registry, metrics.LimitsSource{
+		InFlight: s.limits.InFlight, Abandoned: s.limits.Abandoned, BodyBytes: s.limits.BodyBytes,
+		Connections: s.connLn.open.Load,
+		MaxInFlight: int64(s.limits.MaxInFlight()), MaxBodyBytes: s.limits.MaxBodyBytes(), MaxConnections: int64(opts.MaxConnections),
+	})
+	if err != nil {
+		return nil, fmt.Errorf("server: register metrics: %w", err)
+	}
+	s.connLn.refused = func() {
+		s.limitsM.Refused("connections")
+		s.throttle.log(s.log, slog.LevelWarn, "connection refused: kadmit is at its limit of open connections", slog.Int("maxConnections", opts.MaxConnections))
+	}
 
 	s.SetWebhooks(opts.Webhooks)
 	mux := http.NewServeMux()
-	mux.HandleFunc("/", s.route)
+	mux.Handle("/", s.tracker.wrap(http.HandlerFunc(s.route)))
 	s.health(mux)
+	tlsConfig := &tls.Config{
+		MinVersion:     tls.VersionTLS12,
+		GetCertificate: opts.Certs.GetCertificate,
+	}
+	if opts.ClientCAFile != "" {
+		ca, err := newClientCA(opts.ClientCAFile, opts.ClientAllowedNames)
+		if err != nil {
+			return nil, fmt.Errorf("server: %w", err)
+		}
+		ca.configure(tlsConfig)
+	} else if len(opts.ClientAllowedNames) > 0 {
+		return nil, errors.New("server: allowed client names need a client CA file")
+	}
+	var protocols http.Protocols
+	protocols.SetHTTP1(true)
+	protocols.SetHTTP2(opts.HTTP2)
 	s.https = &http.Server{
-		Handler: mux,
-		TLSConfig: &tls.Config{
-			MinVersion:     tls.VersionTLS12,
-			GetCertificate: opts.Certs.GetCertificate,
+		Handler:           mux,
+		TLSConfig:         tlsConfig,
+		Protocols:         &protocols,
+		ReadHeaderTimeout: min(DefaultReadHeaderTimeout, opts.ReadTimeout),
+		ReadTimeout:       opts.ReadTimeout,
+		// Answers are small; the extra 5s covers writing one to a slow
+		// reader after a review that used its whole deadline.
+		WriteTimeout:   opts.ReadTimeout + 5*time.Second,
+		IdleTimeout:    90 * time.Second,
+		MaxHeaderBytes: DefaultMaxHeaderBytes,
+		ConnState:      s.tracker.connState,
+		ConnContext:    s.tracker.connContext,
+		ErrorLog:       s.throttle.errorLog(opts.Logger),
+		HTTP2: &http.HTTP2Config{
+			MaxConcurrentStreams:          http2MaxStreams,
+			MaxReadFrameSize:              http2MaxReadFrameSize,
+			MaxReceiveBufferPerConnection: http2MaxReceiveConn,
+			MaxReceiveBufferPerStream:     http2MaxReceiveStream,
+			MaxDecoderHeaderTableSize:     http2MaxHeaderTableLen,
+			MaxEncoderHeaderTableSize:     http2MaxHeaderTableLen,
 		},
-		ReadHeaderTimeout: 10 * time.Second,
-		IdleTimeout:       90 * time.Second,
-		ErrorLog:          slog.NewLogLogger(opts.Logger.Handler(), slog.LevelDebug),
 	}
 	if opts.MetricsAddr != "0" {
-		pm := http.NewServeMux()
-		pm.Handle("/metrics", promhttp.HandlerFor(opts.Registry, promhttp.HandlerOpts{Registry: opts.Registry}))
-		s.health(pm)
-		if opts.Pprof {
-			pm.HandleFunc("/debug/pprof/", pprof.Index)
-			pm.HandleFunc("/debug/pprof/cmdline", pprof.Cmdline)
-			pm.HandleFunc("/debug/pprof/profile", pprof.Profile)
-			pm.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
-			pm.HandleFunc("/debug/pprof/trace", pprof.Trace)
+		if err := s.buildMetricsServer(); err != nil {
+			return nil, err
 		}
-		s.plain = &http.Server{Handler: pm, ReadHeaderTimeout: 10 * time.Second}
 	}
 	return s, nil
+}
+
+// buildMetricsServer serves /metrics (and /debug/pprof/ with Pprof), behind
+// Kubernetes authentication and authorization when MetricsAuth is set, and
+// the unauthenticated health probes.
+func (s *Server) buildMetricsServer() error {
+	opts := s.opts
+	protected := http.NewServeMux()
+	protected.Handle("/metrics", promhttp.HandlerFor(opts.Registry, promhttp.HandlerOpts{Registry: opts.Registry}))
+	if opts.Pprof {
+		protected.HandleFunc("/debug/pprof/", pprof.Index)
+		protected.HandleFunc("/debug/pprof/cmdline", pprof.Cmdline)
+		protected.HandleFunc("/debug/pprof/profile", pprof.Profile)
+		protected.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
+		protected.HandleFunc("/debug/pprof/trace", pprof.Trace)
+	}
+	var handler http.Handler = protected
+	if opts.MetricsAuth != nil {
+		var err error
+		if handler, err = metricsAuth(opts.MetricsAuth, s.log, s.throttle, protected); err != nil {
+			return fmt.Errorf("server: %w", err)
+		}
+	}
+	pm := http.NewServeMux()
+	pm.Handle("/", handler)
+	s.health(pm)
+	s.plain = &http.Server{
+		Handler:           pm,
+		ReadHeaderTimeout: DefaultReadHeaderTimeout,
+		ReadTimeout:       DefaultReadHeaderTimeout,
+		IdleTimeout:       90 * time.Second,
+		MaxHeaderBytes:    DefaultMaxHeaderBytes,
+		ErrorLog:          s.throttle.errorLog(opts.Logger),
+	}
+	if opts.MetricsAuth != nil {
+		var protocols http.Protocols
+		protocols.SetHTTP1(true)
+		s.plain.Protocols = &protocols
+		s.plain.TLSConfig = &tls.Config{MinVersion: tls.VersionTLS12, GetCertificate: s.metricsCertificate}
+	}
+	return nil
 }
 
 // SetWebhooks replaces the served webhooks atomically: requests already in
@@ -135,7 +289,7 @@ func New(opts Options) (*Server, error) {
 func (s *Server) SetWebhooks(webhooks []*admission.Webhook) {
 	routes := make(map[string]http.Handler, len(webhooks))
 	for _, wh := range webhooks {
-		h := admission.NewHandler(wh, admission.HandlerOptions{MaxRequestBytes: s.opts.MaxRequestBytes, Observe: s.observe})
+		h := admission.NewHandler(wh, admission.HandlerOptions{MaxRequestBytes: s.opts.MaxRequestBytes, Limits: s.limits, Observe: s.observe})
 		routes[wh.Path] = s.metrics.InFlight(wh.Path, h)
 	}
 	s.routes.Store(&routes)
@@ -196,7 +350,8 @@ func (s *Server) Listen() error {
 	if err != nil {
 		return fmt.Errorf("listen on %s: %w", s.opts.Addr, err)
 	}
-	s.httpsLn = ln
+	s.connLn.Listener = ln
+	s.httpsLn = s.connLn
 	if s.plain != nil {
 		pln, err := net.Listen("tcp", s.opts.MetricsAddr)
 		if err != nil {
@@ -232,7 +387,11 @@ func (s *Server) Serve(ctx context.Context) error {
 	errc := make(chan error, 2)
 	go func() { errc <- s.https.ServeTLS(s.httpsLn, "", "") }()
 	if s.plain != nil {
-		go func() { errc <- s.plain.Serve(s.plainLn) }()
+		if s.plain.TLSConfig != nil {
+			go func() { errc <- s.plain.ServeTLS(s.plainLn, "", "") }()
+		} else {
+			go func() { errc <- s.plain.Serve(s.plainLn) }()
+		}
 	}
 	s.serving.Store(true)
 	s.log.Info("serving admission webhooks", "addr", s.httpsLn.Addr().String(), "metrics", addrString(s.plainLn), "paths", s.paths())
@@ -248,7 +407,26 @@ func (s *Server) Serve(ctx context.Context) error {
 	// The caller's ctx is already done; the grace period needs its own.
 	shutCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.opts.ShutdownGrace)
 	defer cancel()
+	// Shutdown waits for every connection with a request in progress,
+	// including a client that sent half a body and stopped: cut those off
+	// (and keep doing so while draining) so only reviews wait.
+	stopSweep, swept := make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(swept)
+		tick := time.NewTicker(50 * time.Millisecond)
+		defer tick.Stop()
+		for {
+			s.tracker.sweep()
+			select {
+			case <-stopSweep:
+				return
+			case <-tick.C:
+			}
+		}
+	}()
 	err := s.https.Shutdown(shutCtx)
+	close(stopSweep)
+	<-swept
 	if err != nil {
 		_ = s.https.Close()
 		err = fmt.Errorf("in-flight requests outlived the %s grace period: %w", s.opts.ShutdownGrace, err)
@@ -265,6 +443,25 @@ func (s *Server) Serve(ctx context.Context) error {
 	return errors.Join(serveErr, err)
 }
 
+// metricsCertificate serves the admission certificate on the secure
+// metrics listener, or, while there is none yet (a self-managed replica
+// still bootstrapping), an in-memory self-signed one: the kubelet's probes
+// do not verify certificates, and /healthz must answer while /readyz says
+// why the replica is not ready.
+func (s *Server) metricsCertificate(hello *tls.ClientHelloInfo) (*tls.Certificate, error) {
+	if c, err := s.opts.Certs.GetCertificate(hello); err == nil {
+		return c, nil
+	}
+	s.fallbackOnce.Do(func() {
+		b, err := certs.NewSelfSigned(certs.SelfSignedOptions{DNSNames: []string{"kadmit-metrics"}})
+		if err == nil {
+			s.fallback, err = b.TLSCertificate()
+		}
+		s.fallbackErr = err
+	})
+	return s.fallback, s.fallbackErr
+}
+
 func (s *Server) paths() []string {
 	routes := *s.routes.Load()
 	out := make([]string, 0, len(routes))
@@ -277,6 +474,12 @@ func (s *Server) paths() []string {
 
 func (s *Server) observe(d admission.Decision) {
 	s.metrics.Observe(d)
+	switch {
+	case errors.Is(d.Err, admission.ErrInFlightLimit):
+		s.limitsM.Refused("in-flight")
+	case errors.Is(d.Err, admission.ErrBodyBytesLimit):
+		s.limitsM.Refused("body-bytes")
+	}
 	attrs := []slog.Attr{
 		slog.String("webhook", d.Webhook),
 		slog.String("uid", d.UID),
@@ -288,10 +491,12 @@ func (s *Server) observe(d admission.Decision) {
 	}
 	switch {
 	case d.Panic != nil:
-		s.log.LogAttrs(context.Background(), slog.LevelError, "policy panicked; answered 500 so failurePolicy applies",
+		// Throttled like the warnings: a policy that panics on every
+		// request must not turn each one into a stack trace in the log.
+		s.throttle.log(s.log, slog.LevelError, "policy panicked; answered 500 so failurePolicy applies",
 			append(attrs, slog.String("policy", d.Panic.Policy), slog.Any("panic", d.Panic.Value), slog.String("stack", string(d.Panic.Stack)))...)
 	case d.Err != nil:
-		s.log.LogAttrs(context.Background(), slog.LevelWarn, "request not admitted: "+d.Err.Error(), attrs...)
+		s.throttle.log(s.log, slog.LevelWarn, "request not admitted: "+d.Err.Error(), attrs...)
 	default:
 		attrs = append(attrs, slog.Bool("allowed", d.Allowed))
 		if !d.Allowed {

@@ -285,7 +285,15 @@ func TestRBACFollowsValues(t *testing.T) {
 		}
 	}
 
-	files := grantsOf(t, render(t, "kadmit", chart.Namespace, map[string]any{"tls": map[string]any{"mode": "files"}}))
+	// Secure metrics (the default) add TokenReview and SubjectAccessReview;
+	// the rest of this test looks at the other settings without them.
+	secure := grantsOf(t, render(t, "kadmit", chart.Namespace, map[string]any{"tls": map[string]any{"mode": "files"}, "register": false}))
+	if want := []string{"create authentication.k8s.io/tokenreviews", "create authorization.k8s.io/subjectaccessreviews"}; !slices.Equal(secure, want) {
+		t.Errorf("files mode without registration, secure metrics, grants %v, want %v", secure, want)
+	}
+	plainMetrics := map[string]any{"secure": false}
+
+	files := grantsOf(t, render(t, "kadmit", chart.Namespace, map[string]any{"tls": map[string]any{"mode": "files"}, "metrics": plainMetrics}))
 	// files mode: no Secret or Lease, but the registrar watches, writes
 	// and repairs its configurations in every mode, and probes the
 	// Service's endpoints before the first registration.
@@ -304,7 +312,7 @@ func TestRBACFollowsValues(t *testing.T) {
 	if !slices.Equal(files, want) {
 		t.Errorf("files mode grants\n%s\nwant\n%s", strings.Join(files, "\n"), strings.Join(want, "\n"))
 	}
-	filesNoReg := grantsOf(t, render(t, "kadmit", chart.Namespace, map[string]any{"tls": map[string]any{"mode": "files"}, "register": false}))
+	filesNoReg := grantsOf(t, render(t, "kadmit", chart.Namespace, map[string]any{"tls": map[string]any{"mode": "files"}, "register": false, "metrics": plainMetrics}))
 	if len(filesNoReg) != 0 {
 		t.Errorf("files mode without registration grants %v", filesNoReg)
 	}
@@ -339,4 +347,33 @@ func TestRBACFollowsValues(t *testing.T) {
 		t.Errorf("config set but no --config: %q", dep.Spec.Template.Spec.Containers[0].Args)
 	}
 	mustFind(t, cp, "ConfigMap", "kadmit-config")
+}
+
+// TestNetworkPolicy: ingress to the webhook port only from the configured
+// API server sources, to the metrics port only from the monitoring
+// namespace; off with networkPolicy.enabled=false.
+func TestNetworkPolicy(t *testing.T) {
+	np := mustFind(t, render(t, "kadmit", chart.Namespace, map[string]any{"networkPolicy": map[string]any{
+		"webhook": map[string]any{"apiServerCIDRs": []any{"10.0.0.10/32"}},
+	}}), "NetworkPolicy", "kadmit")
+	ingress, _, _ := unstructured.NestedSlice(np.Object, "spec", "ingress")
+	if len(ingress) != 2 {
+		t.Fatalf("ingress rules: %v", ingress)
+	}
+	webhook, metrics := ingress[0].(map[string]any), ingress[1].(map[string]any)
+	port := func(rule map[string]any) any { return rule["ports"].([]any)[0].(map[string]any)["port"] }
+	if port(webhook) != "https" || port(metrics) != "metrics" {
+		t.Fatalf("ports: %v %v", port(webhook), port(metrics))
+	}
+	cidr, _, _ := unstructured.NestedString(webhook["from"].([]any)[0].(map[string]any), "ipBlock", "cidr")
+	if cidr != "10.0.0.10/32" {
+		t.Errorf("webhook source %v", webhook["from"])
+	}
+	ns, _, _ := unstructured.NestedString(metrics["from"].([]any)[0].(map[string]any), "namespaceSelector", "matchLabels", "kubernetes.io/metadata.name")
+	if ns != "monitoring" {
+		t.Errorf("metrics source %v", metrics["from"])
+	}
+	if render(t, "kadmit", chart.Namespace, map[string]any{"networkPolicy": map[string]any{"enabled": false}}).Find("NetworkPolicy", "kadmit") != nil {
+		t.Error("networkPolicy.enabled=false still renders a NetworkPolicy")
+	}
 }

@@ -323,7 +323,9 @@ func TestInstallOnRealAPIServer(t *testing.T) {
 				addr = firstAddr
 			}
 			maddr, _ := kadmitproc.FreeAddr()
-			args := append(slices.Clone(container.Args), "--kubeconfig="+saKubeconfig, "--addr="+addr, "--metrics-addr="+maddr)
+			// --metrics-secure=false: proc reads /readyz and /metrics over
+			// plain HTTP; the secure listener is covered by test/e2e/mtls.
+			args := append(slices.Clone(container.Args), "--kubeconfig="+saKubeconfig, "--addr="+addr, "--metrics-addr="+maddr, "--metrics-secure=false")
 			args = append(args, extra...)
 			p, err := proc.Start(pod.Name, bin, args, containerEnv(t, container, pod), addr, maddr, nil)
 			if err != nil {
@@ -682,7 +684,7 @@ func TestInstallOnRealAPIServer(t *testing.T) {
 		}
 		addr, _ := kadmitproc.FreeAddr()
 		maddr, _ := kadmitproc.FreeAddr()
-		args = append(args, "--kubeconfig="+saKubeconfig, "--addr="+addr, "--metrics-addr="+maddr, "--webhook-url=https://"+addr)
+		args = append(args, "--kubeconfig="+saKubeconfig, "--addr="+addr, "--metrics-addr="+maddr, "--metrics-secure=false", "--webhook-url=https://"+addr)
 		p, err := proc.Start(pods[0].Name, bin, args, containerEnv(t, ct, pods[0]), addr, maddr, nil)
 		if err != nil {
 			t.Fatal(err)
@@ -721,7 +723,13 @@ func TestInstallOnRealAPIServer(t *testing.T) {
 				return err
 			}, "kadmit"},
 		}
-		fallback := map[string]string{}
+		fallback := map[string]string{
+			// The replicas here serve metrics over plain HTTP (proc reads them
+			// so); TokenReview and SubjectAccessReview for --metrics-secure
+			// are exercised against the real API server by test/e2e/mtls.
+			"create tokenreviews/":         "secure metrics, exercised by test/e2e/mtls",
+			"create subjectaccessreviews/": "secure metrics, exercised by test/e2e/mtls",
+		}
 		for _, l := range lists {
 			if err := l.list(metav1.ListOptions{FieldSelector: "metadata.name=" + l.name}); err != nil {
 				t.Errorf("list %s with fieldSelector metadata.name=%s as the ServiceAccount: %v", l.what, l.name, err)

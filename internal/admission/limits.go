@@ -1,0 +1,109 @@
+package admission
+
+import (
+	"errors"
+	"fmt"
+	"sync/atomic"
+	"time"
+)
+
+// Bounds shared by every admission handler of one server. The figures and
+// the worst case they add up to are in docs/security.md ("Bounds").
+const (
+	// DefaultMaxInFlight bounds the requests being read, reviewed or
+	// answered at once, plus reviews abandoned after their deadline and
+	// still running: 256. The API server's own concurrency towards one
+	// webhook is bounded by its --max-mutating-requests-inflight (200 by
+	// default) per API server.
+	DefaultMaxInFlight = 256
+	// DefaultMaxBodyBytesInFlight bounds the request-body buffer capacity
+	// held by all requests at once: 32 MiB, four AdmissionReviews of the
+	// largest size the API server sends (an UPDATE with two 3 MiB objects).
+	DefaultMaxBodyBytesInFlight int64 = 32 << 20
+	// MaxTimeout is the largest review deadline honoured: the API server's
+	// largest webhook timeoutSeconds is 30, so a larger ?timeout= is a
+	// client asking for more than the API server itself would wait.
+	MaxTimeout = 30 * time.Second
+)
+
+// ErrBusy is wrapped by the errors of requests refused because a Limits
+// bound is reached; they are answered with HTTP 503 so the webhook's
+// failurePolicy decides, as for any failed call.
+var ErrBusy = errors.New("kadmit is at its limit")
+
+// ErrInFlightLimit and ErrBodyBytesLimit tell which bound refused a
+// request; both wrap ErrBusy.
+var (
+	ErrInFlightLimit  = fmt.Errorf("%w of requests in flight", ErrBusy)
+	ErrBodyBytesLimit = fmt.Errorf("%w of request bodies buffered at once", ErrBusy)
+)
+
+// Limits bound the work that all handlers sharing it do at once: the number
+// of requests in flight (including abandoned reviews) and the request-body
+// bytes buffered. The zero value is not usable; build one with NewLimits.
+// It is safe for concurrent use.
+type Limits struct {
+	maxInFlight  int64
+	maxBodyBytes int64
+	inFlight     atomic.Int64
+	abandoned    atomic.Int64
+	bodyBytes    atomic.Int64
+}
+
+// NewLimits returns Limits allowing maxInFlight concurrent requests (0:
+// DefaultMaxInFlight) and maxBodyBytes of body buffers across them (0:
+// DefaultMaxBodyBytesInFlight).
+func NewLimits(maxInFlight int, maxBodyBytes int64) *Limits {
+	if maxInFlight <= 0 {
+		maxInFlight = DefaultMaxInFlight
+	}
+	if maxBodyBytes <= 0 {
+		maxBodyBytes = DefaultMaxBodyBytesInFlight
+	}
+	return &Limits{maxInFlight: int64(maxInFlight), maxBodyBytes: maxBodyBytes}
+}
+
+// MaxInFlight is the bound on requests in flight, abandoned reviews included.
+func (l *Limits) MaxInFlight() int { return int(l.maxInFlight) }
+
+// MaxBodyBytes is the bound on body buffer bytes held at once.
+func (l *Limits) MaxBodyBytes() int64 { return l.maxBodyBytes }
+
+// InFlight is the number of requests in flight, abandoned reviews included.
+func (l *Limits) InFlight() int64 { return l.inFlight.Load() }
+
+// Abandoned is the number of reviews answered with HTTP 500 at their
+// deadline whose policies have not returned yet.
+func (l *Limits) Abandoned() int64 { return l.abandoned.Load() }
+
+// BodyBytes is the body buffer capacity currently reserved.
+func (l *Limits) BodyBytes() int64 { return l.bodyBytes.Load() }
+
+func (l *Limits) acquire() error {
+	for {
+		n := l.inFlight.Load()
+		if n >= l.maxInFlight {
+			return fmt.Errorf("%w: %d (%d of them reviews still running past their deadline)", ErrInFlightLimit, l.maxInFlight, l.abandoned.Load())
+		}
+		if l.inFlight.CompareAndSwap(n, n+1) {
+			return nil
+		}
+	}
+}
+
+func (l *Limits) release() { l.inFlight.Add(-1) }
+
+// reserve takes n bytes of the body budget, or fails without taking any.
+func (l *Limits) reserve(n int64) error {
+	for {
+		cur := l.bodyBytes.Load()
+		if cur+n > l.maxBodyBytes {
+			return fmt.Errorf("%w: %d bytes", ErrBodyBytesLimit, l.maxBodyBytes)
+		}
+		if l.bodyBytes.CompareAndSwap(cur, cur+n) {
+			return nil
+		}
+	}
+}
+
+func (l *Limits) unreserve(n int64) { l.bodyBytes.Add(-n) }
