@@ -237,9 +237,22 @@ func TestTwoReleasesOneNamespace(t *testing.T) {
 		}
 		cr := mustFind(t, rel.r, "ClusterRole", "shared:"+rel.full)
 		rules, _, _ := unstructured.NestedSlice(cr.Object, "rules")
-		names, _, _ := unstructured.NestedStringSlice(rules[0].(map[string]any), "resourceNames")
-		if !slices.Equal(names, []string{rel.full}) {
-			t.Errorf("%s: ClusterRole resourceNames %v", rel.full, names)
+		// The webhook configurations' rule (secure metrics add
+		// TokenReview and SubjectAccessReview rules, which have no names).
+		found := false
+		for _, r := range rules {
+			res, _, _ := unstructured.NestedStringSlice(r.(map[string]any), "resources")
+			if !slices.Contains(res, "mutatingwebhookconfigurations") {
+				continue
+			}
+			found = true
+			names, _, _ := unstructured.NestedStringSlice(r.(map[string]any), "resourceNames")
+			if !slices.Equal(names, []string{rel.full}) {
+				t.Errorf("%s: ClusterRole resourceNames %v", rel.full, names)
+			}
+		}
+		if !found {
+			t.Errorf("%s: ClusterRole has no rule for the webhook configurations: %v", rel.full, rules)
 		}
 	}
 	if got := render(t, "alpha", "shared", map[string]any{"webhookConfigurationName": "platform-webhooks"}); !strings.Contains(
