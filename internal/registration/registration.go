@@ -93,7 +93,16 @@ func Build(hooks []admission.Hook, opts Options) (*admissionregistrationv1.Mutat
 	for _, wh := range webhooks {
 		name, rules, fp := webhookName(wh), []admissionregistrationv1.RuleWithOperations(nil), admissionregistrationv1.Ignore
 		for _, h := range wh.Hooks {
-			rules = append(rules, h.Rules...)
+			for _, r := range h.Rules {
+				// Spell out the API server's default scope ("*"), so the
+				// registrar's comparison with the live object (which carries
+				// the default) finds nothing to write when nothing changed.
+				if r.Scope == nil {
+					all := admissionregistrationv1.AllScopes
+					r.Scope = &all
+				}
+				rules = append(rules, r)
+			}
 			// The strictest failurePolicy on the path wins: a Fail policy must
 			// not be skipped because another policy shares its path.
 			if h.FailurePolicy != admissionregistrationv1.Ignore {

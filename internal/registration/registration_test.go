@@ -111,8 +111,15 @@ func TestBuildURL(t *testing.T) {
 		if w.cc.URL == nil || *w.cc.URL != "https://127.0.0.1:9443"+path || w.cc.Service != nil || string(w.cc.CABundle) != string(ca) {
 			t.Errorf("%s: clientConfig %+v", w.name, w.cc)
 		}
-		if !reflect.DeepEqual(w.rules, h.Rules) {
-			t.Errorf("%s: rules %+v, want %+v", w.name, w.rules, h.Rules)
+		// The hook's rules, with the API server's default scope spelled out.
+		all := admissionregistrationv1.AllScopes
+		var wantRules []admissionregistrationv1.RuleWithOperations
+		for _, r := range h.Rules {
+			r.Scope = &all
+			wantRules = append(wantRules, r)
+		}
+		if !reflect.DeepEqual(w.rules, wantRules) {
+			t.Errorf("%s: rules %+v, want %+v", w.name, w.rules, wantRules)
 		}
 		wantFP := h.FailurePolicy
 		if wantFP == "" {
