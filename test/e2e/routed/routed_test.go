@@ -489,8 +489,9 @@ func (e *env) bundlesAre(ctx context.Context, cas []*x509.Certificate) error {
 
 // TestLeaderKilled: SIGKILL the Lease holder under load; another replica
 // takes over within the lease duration (plus a margin), a forced rotation
-// still completes, and admissions only fail while the Service still routes
-// to the dead, still-"ready" endpoint.
+// still completes, and admissions fail only as a lost replica makes them:
+// at most leaderLossMaxFailures, all within leaderLossWindow of the kill,
+// all a refused or reset connection to the killed address.
 func TestLeaderKilled(t *testing.T) {
 	e := world(t)
 	e.ensureInstalled(t)
@@ -552,14 +553,37 @@ func TestLeaderKilled(t *testing.T) {
 	rs := load.finish()
 	s := summarize(rs)
 	t.Logf("load: %v", s)
-	// Admissions may fail only while the API server still routes to the
-	// dead endpoint: calls in flight at the kill (SIGKILL resets their
-	// connections), and calls from the kill until the slice without it is
-	// written, plus the API server's informer lag (allow 2s).
-	windowEnd := unpublished.Add(2 * time.Second)
+	// Admissions may fail only because the API server still routed them
+	// to the dead endpoint: calls in flight at the kill (SIGKILL resets
+	// their connections) and calls dialled before the API server saw the
+	// slice without it. Measured on the 2-core CI machine (4 runs, 20
+	// pods/s): 0-2 failures per replica loss, each "connection refused"
+	// dialling the killed address or "connection reset by peer" from it,
+	// all ending within 160ms of the kill (the slice dropped it after
+	// 60-170ms; the harness probes /readyz every 200ms). The caps keep a
+	// margin of 3x in count and ~6x in time; docs/tls.md says what a real
+	// cluster adds.
+	deadRefused := regexp.MustCompile(`: (dial tcp ` + regexp.QuoteMeta(dead.addr) + `: connect: connection refused|` +
+		`read tcp [0-9.:]+->` + regexp.QuoteMeta(dead.addr) + `: read: connection reset by peer|` +
+		`write tcp [0-9.:]+->` + regexp.QuoteMeta(dead.addr) + `: write: broken pipe|EOF)$`)
 	for _, r := range rs {
-		if r.err != nil && (r.end.Before(killAt) || r.start.After(windowEnd)) {
-			t.Errorf("admission failed outside the dead-endpoint window: %s %v", r.start.Format(time.StampMilli), r.err)
+		if r.err == nil {
+			continue
+		}
+		if r.end.Before(killAt) || r.end.After(killAt.Add(leaderLossWindow)) {
+			t.Errorf("admission failed outside %s of the kill (%s..%s after it): %v", leaderLossWindow,
+				r.start.Sub(killAt).Round(time.Millisecond), r.end.Sub(killAt).Round(time.Millisecond), r.err)
+		}
+		if !deadRefused.MatchString(r.err.Error()) {
+			t.Errorf("admission failed with an error other than a refused or reset connection to the killed %s: %v", dead.addr, r.err)
+		}
+	}
+	if s.failed > leaderLossMaxFailures {
+		t.Errorf("%d admissions failed after one replica loss; want at most %d", s.failed, leaderLossMaxFailures)
+	}
+	for _, r := range rs {
+		if r.err != nil {
+			t.Logf("failure %s..%s after the kill: %v", r.start.Sub(killAt).Round(time.Millisecond), r.end.Sub(killAt).Round(time.Millisecond), r.err)
 		}
 	}
 	if s.failed > 0 {
@@ -577,6 +601,13 @@ func TestLeaderKilled(t *testing.T) {
 	c.startReplica(t, nil)
 	eventually(t, 60*time.Second, "replacement replica ready", func() error { return e.allReady(3) })
 }
+
+// Caps on TestLeaderKilled's failures at 20 pods/s, from its measured
+// figures (see there) with a margin.
+const (
+	leaderLossMaxFailures = 6
+	leaderLossWindow      = time.Second
+)
 
 // TestCABundleAndSecretRecovery blanks a caBundle, then deletes the Secret,
 // under load, and measures how long admissions fail.
