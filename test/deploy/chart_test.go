@@ -236,10 +236,22 @@ func TestTwoReleasesOneNamespace(t *testing.T) {
 			t.Errorf("%s: serve args %q", rel.full, d.Spec.Template.Spec.Containers[0].Args)
 		}
 		cr := mustFind(t, rel.r, "ClusterRole", "shared:"+rel.full)
+		// The webhook-configuration rule (secure metrics' TokenReview and
+		// SubjectAccessReview rules come first and have no names).
 		rules, _, _ := unstructured.NestedSlice(cr.Object, "rules")
-		names, _, _ := unstructured.NestedStringSlice(rules[0].(map[string]any), "resourceNames")
-		if !slices.Equal(names, []string{rel.full}) {
-			t.Errorf("%s: ClusterRole resourceNames %v", rel.full, names)
+		found := false
+		for _, r := range rules {
+			res, _, _ := unstructured.NestedStringSlice(r.(map[string]any), "resources")
+			if !slices.Contains(res, "mutatingwebhookconfigurations") {
+				continue
+			}
+			found = true
+			if names, _, _ := unstructured.NestedStringSlice(r.(map[string]any), "resourceNames"); !slices.Equal(names, []string{rel.full}) {
+				t.Errorf("%s: ClusterRole resourceNames %v for the webhook configurations", rel.full, names)
+			}
+		}
+		if !found {
+			t.Errorf("%s: ClusterRole has no rule for the webhook configurations: %v", rel.full, rules)
 		}
 	}
 	if got := render(t, "alpha", "shared", map[string]any{"webhookConfigurationName": "platform-webhooks"}); !strings.Contains(
