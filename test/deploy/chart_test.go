@@ -236,9 +236,9 @@ func TestTwoReleasesOneNamespace(t *testing.T) {
 			t.Errorf("%s: serve args %q", rel.full, d.Spec.Template.Spec.Containers[0].Args)
 		}
 		cr := mustFind(t, rel.r, "ClusterRole", "shared:"+rel.full)
+		// The webhook-configuration rule (secure metrics' TokenReview and
+		// SubjectAccessReview rules come first and have no names).
 		rules, _, _ := unstructured.NestedSlice(cr.Object, "rules")
-		// The webhook configurations' rule (secure metrics add
-		// TokenReview and SubjectAccessReview rules, which have no names).
 		found := false
 		for _, r := range rules {
 			res, _, _ := unstructured.NestedStringSlice(r.(map[string]any), "resources")
@@ -246,9 +246,8 @@ func TestTwoReleasesOneNamespace(t *testing.T) {
 				continue
 			}
 			found = true
-			names, _, _ := unstructured.NestedStringSlice(r.(map[string]any), "resourceNames")
-			if !slices.Equal(names, []string{rel.full}) {
-				t.Errorf("%s: ClusterRole resourceNames %v", rel.full, names)
+			if names, _, _ := unstructured.NestedStringSlice(r.(map[string]any), "resourceNames"); !slices.Equal(names, []string{rel.full}) {
+				t.Errorf("%s: ClusterRole resourceNames %v for the webhook configurations", rel.full, names)
 			}
 		}
 		if !found {
@@ -261,15 +260,18 @@ func TestTwoReleasesOneNamespace(t *testing.T) {
 	}
 }
 
+// grantsOf returns what the chart's bindings grant the Deployment's
+// ServiceAccount: bindings → roles, so a role nobody binds adds nothing and
+// a binding to a role outside the chart fails the test.
 func grantsOf(t *testing.T, r *chart.Rendered) []string {
 	t.Helper()
-	var roles []*unstructured.Unstructured
-	for _, o := range r.Objects {
-		if o.GetKind() == "Role" || o.GetKind() == "ClusterRole" {
-			roles = append(roles, o)
-		}
+	if problems := audit.CheckBindings(append(append([]*unstructured.Unstructured{}, r.Objects...), r.Hooks...), unboundRoles(r)); len(problems) > 0 {
+		t.Fatalf("chart RBAC:\n%s", strings.Join(problems, "\n"))
 	}
-	gs, err := audit.Grants(roles...)
+	var dep appsv1.Deployment
+	toTyped(t, mustFind(t, r, "Deployment", "kadmit"), &dep)
+	user := "system:serviceaccount:" + dep.Namespace + ":" + dep.Spec.Template.Spec.ServiceAccountName
+	gs, err := audit.BoundGrants(user, r.Objects...)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -279,6 +281,50 @@ func grantsOf(t *testing.T, r *chart.Rendered) []string {
 	}
 	slices.Sort(out)
 	return out
+}
+
+// unboundRoles names the roles the chart renders for users to bind: the
+// metrics-reader ClusterRole, which a scraper's ServiceAccount is given
+// (templates/rbac.yaml, templates/monitoring.yaml).
+func unboundRoles(r *chart.Rendered) map[string]string {
+	out := map[string]string{}
+	for _, o := range r.Objects {
+		if o.GetKind() == "ClusterRole" && strings.HasSuffix(o.GetName(), "-metrics-reader") {
+			out["ClusterRole/"+o.GetName()] = "for users to bind to their metrics scraper"
+		}
+	}
+	return out
+}
+
+// TestRBACBindings: in every supported shape, each RoleBinding and
+// ClusterRoleBinding the chart renders (hooks included) references a role
+// the chart renders and binds only ServiceAccounts the chart renders, and
+// every role is bound but the documented metrics-reader.
+func TestRBACBindings(t *testing.T) {
+	for name, vals := range map[string]map[string]any{
+		"defaults":         nil,
+		"files mode":       {"tls": map[string]any{"mode": "files"}},
+		"no register":      {"register": false},
+		"plain metrics":    {"metrics": map[string]any{"secure": false}},
+		"cluster policies": clusterPolicies,
+	} {
+		for _, rel := range []struct{ release, ns string }{{"kadmit", chart.Namespace}, {"alpha", "shared"}} {
+			r := render(t, rel.release, rel.ns, vals)
+			all := append(append([]*unstructured.Unstructured{}, r.Objects...), r.Hooks...)
+			bindings := 0
+			for _, o := range all {
+				if k := o.GetKind(); k == "RoleBinding" || k == "ClusterRoleBinding" {
+					bindings++
+				}
+			}
+			if bindings == 0 {
+				t.Errorf("%s, release %s: no bindings rendered", name, rel.release)
+			}
+			for _, p := range audit.CheckBindings(all, unboundRoles(r)) {
+				t.Errorf("%s, release %s: %s", name, rel.release, p)
+			}
+		}
+	}
 }
 
 // TestRBACFollowsValues: permissions appear only with the settings that

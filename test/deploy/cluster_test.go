@@ -757,28 +757,27 @@ func TestInstallOnRealAPIServer(t *testing.T) {
 		var roles []*unstructured.Unstructured
 		roles = append(roles, r.Objects...)
 		if reads := cr.Find("ClusterRole", ns+":kadmit-cluster-reads"); reads != nil {
-			roles = append(roles, reads)
+			roles = append(roles, reads, mustFind(t, cr, "ClusterRoleBinding", ns+":kadmit-cluster-reads"))
 		}
 		rbacMatches(t, c, saUser, "kadmit", roles, fallback)
 	})
 }
 
-// rbacMatches compares user's calls in the audit log with the Roles and
-// ClusterRoles among objs: every call allowed and granted, every grant used.
+// rbacMatches compares user's calls in the audit log with what the
+// RoleBindings and ClusterRoleBindings among objs grant user through the
+// Roles and ClusterRoles among objs (bindings → roles, as RBAC authorizes):
+// every call allowed and granted, every grant used.
 //
 // fallback lists grants kadmit's calls may leave unused, each with the
 // reason; the caller proves them some other way.
 func rbacMatches(t *testing.T, c *cluster, user, agent string, objs []*unstructured.Unstructured, fallback map[string]string) {
 	t.Helper()
-	var roles []*unstructured.Unstructured
-	for _, o := range objs {
-		if o.GetKind() == "Role" || o.GetKind() == "ClusterRole" {
-			roles = append(roles, o)
-		}
-	}
-	grants, err := audit.Grants(roles...)
+	grants, err := audit.BoundGrants(user, objs...)
 	if err != nil {
 		t.Fatal(err)
+	}
+	if len(grants) == 0 {
+		t.Fatalf("no binding among the objects grants %s anything", user)
 	}
 	calls, nonResource, err := audit.Calls(c.auditLog, user, agent)
 	if err != nil {

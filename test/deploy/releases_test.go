@@ -184,10 +184,9 @@ func startRelease(t *testing.T, ctx context.Context, c *cluster, rel *release, b
 	maddr, _ := kadmitproc.FreeAddr()
 	rel.url = "https://" + addr
 	kc := c.kubeconfigAs(t, "system:serviceaccount:"+dep.Namespace+":"+rel.full)
-	args := append(slices.Clone(ct.Args), "--kubeconfig="+kc, "--addr="+addr, "--metrics-addr="+maddr, "--webhook-url="+rel.url,
-		// proc reads /readyz over plain HTTP; TestInstallOnRealAPIServer
-		// and the mtls e2e cover secure metrics.
-		"--metrics-secure=false")
+	// --metrics-secure=false: proc reads /readyz over plain HTTP, as in
+	// TestInstallOnRealAPIServer; secure metrics are exercised by test/e2e/mtls.
+	args := append(slices.Clone(ct.Args), "--kubeconfig="+kc, "--addr="+addr, "--metrics-addr="+maddr, "--metrics-secure=false", "--webhook-url="+rel.url)
 	p, err := proc.Start(rel.full, bin, args, containerEnv(t, ct, created), addr, maddr, nil)
 	if err != nil {
 		t.Fatal(err)

@@ -1,6 +1,8 @@
 package routed
 
 import (
+	"bufio"
+	"bytes"
 	"context"
 	"crypto/tls"
 	"crypto/x509"
@@ -11,6 +13,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"strconv"
 	"strings"
@@ -489,6 +492,7 @@ type loadGen struct {
 	done    chan struct{}
 	mu      sync.Mutex
 	results []result
+	bounded bool // the load stopped at its time or count bound, not at finish
 }
 
 // startLoad creates (server-side dry-run) rate pods per second in loadNS
@@ -507,6 +511,15 @@ func (e *env) startLoad(t *testing.T, rate int, maxDur time.Duration) *loadGen {
 		sem := make(chan struct{}, 100)
 		var wg sync.WaitGroup
 		defer wg.Wait()
+		defer func() {
+			select {
+			case <-l.stopc:
+			default:
+				l.mu.Lock()
+				l.bounded = true
+				l.mu.Unlock()
+			}
+		}()
 		for i := 0; i < maxCount; i++ {
 			select {
 			case <-l.stopc:
@@ -546,6 +559,14 @@ func (l *loadGen) snapshot() []result {
 	out := append([]result(nil), l.results...)
 	slices.SortFunc(out, func(a, b result) int { return a.start.Compare(b.start) })
 	return out
+}
+
+// hitBound reports whether the load has stopped on its own, at its time or
+// count bound: a test whose load must outlast some event fails on it.
+func (l *loadGen) hitBound() bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.bounded
 }
 
 // finish stops the load, waits for in-flight requests and returns every
@@ -685,3 +706,44 @@ func eventually(t *testing.T, d time.Duration, what string, cond func() error) t
 	}
 	return time.Since(start)
 }
+
+// webhookCounters is what the API server's /metrics says about kadmit's
+// webhooks (names ending .kadmit.io), summed over its label sets:
+// failOpen from apiserver_admission_webhook_fail_open_count (calls that
+// failed and were let through by failurePolicy Ignore), admitted from
+// apiserver_admission_webhook_request_total with code 200 and
+// rejected="false", by webhook name.
+type webhookCounters struct {
+	failOpen float64
+	admitted map[string]float64
+}
+
+func (e *env) webhookCounters(ctx context.Context) (webhookCounters, error) {
+	raw, err := e.Client.CoreV1().RESTClient().Get().AbsPath("/metrics").DoRaw(ctx)
+	if err != nil {
+		return webhookCounters{}, fmt.Errorf("GET /metrics from the API server: %w", err)
+	}
+	w := webhookCounters{admitted: map[string]float64{}}
+	sc := bufio.NewScanner(bytes.NewReader(raw))
+	sc.Buffer(make([]byte, 0, 64*1024), 1<<20)
+	for sc.Scan() {
+		line := sc.Text()
+		m := webhookLabel.FindStringSubmatch(line)
+		if strings.HasPrefix(line, "#") || m == nil {
+			continue
+		}
+		v, err := strconv.ParseFloat(line[strings.LastIndexByte(line, ' ')+1:], 64)
+		if err != nil {
+			return webhookCounters{}, fmt.Errorf("API server metric line %q: %w", line, err)
+		}
+		switch {
+		case strings.HasPrefix(line, "apiserver_admission_webhook_fail_open_count{"):
+			w.failOpen += v
+		case strings.HasPrefix(line, "apiserver_admission_webhook_request_total{") && strings.Contains(line, `code="200"`) && strings.Contains(line, `rejected="false"`):
+			w.admitted[m[1]] += v
+		}
+	}
+	return w, sc.Err()
+}
+
+var webhookLabel = regexp.MustCompile(`[{,]name="([a-z0-9-]+\.kadmit\.io)"`)

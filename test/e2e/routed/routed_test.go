@@ -208,6 +208,23 @@ func TestFreshInstallThreeReplicas(t *testing.T) {
 	if r := createPod(e.Client, loadNS, "offensive-mirror", map[string]string{"kubernetes.io/config.mirror": "0123456789abcdef"}); r.err != nil || r.mutated {
 		t.Errorf("offensive mirror pod: err=%v mutated=%v; want admitted untouched", r.err, r.mutated)
 	}
+	// Annotated pods that are not mirror pods are judged like any other: a
+	// matchCondition that skipped every annotated pod would let most real
+	// pods (Deployments, Helm, Prometheus all annotate) past kadmit. The
+	// kubelet's other static-pod annotations are here too, so the
+	// condition must key on config.mirror alone.
+	ordinary := map[string]string{
+		"prometheus.io/scrape":                             "true",
+		"kubectl.kubernetes.io/last-applied-configuration": `{"apiVersion":"v1","kind":"Pod"}`,
+		"kubernetes.io/config.hash":                        "0123456789abcdef",
+		"kubernetes.io/config.source":                      "api",
+	}
+	if r := createPod(e.Client, loadNS, "offensive-annotated", ordinary); r.err == nil || !strings.Contains(r.err.Error(), `pod name contains "offensive"`) {
+		t.Errorf("offensive annotated (not mirror) pod in %s: %v; want denied by kadmit's pod-name webhook", loadNS, r.err)
+	}
+	if r := createPod(e.Client, loadNS, "annotated", ordinary); r.err != nil || !r.mutated {
+		t.Errorf("annotated (not mirror) pod in %s: err=%v mutated=%v; want admitted and mutated by lifespan", loadNS, r.err, r.mutated)
+	}
 	for _, ns := range []string{ignoredNS, systemNS, "kube-system"} {
 		if r := createPod(e.Client, ns, "offensive-"+ns, nil); r.err != nil || r.mutated {
 			t.Errorf("offensive pod in %s: err=%v mutated=%v; want admitted untouched", ns, r.err, r.mutated)
@@ -336,12 +353,20 @@ func excludes(sel *metav1.LabelSelector, key string, values ...string) bool {
 func TestRotationsUnderLoad(t *testing.T) {
 	e := world(t)
 	e.ensureInstalled(t)
-	ctx := e2eenv.TestCtx(t, 3*time.Minute)
+	ctx := e2eenv.TestCtx(t, 4*time.Minute)
 	origCAs, origLeaf, _, err := e.secretMaterial(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
-	load := e.startLoad(t, 20, 70*time.Second)
+	before, err := e.webhookCounters(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The load runs until the CA rotation's last step (the old CA gone
+	// from ca.crt, every caBundle and every replica) has been observed; its
+	// bounds (rotationLoadBound, 20/s) only stop a hung test, and reaching
+	// one fails it.
+	load := e.startLoad(t, 20, rotationLoadBound)
 	start := time.Now()
 	time.Sleep(3 * time.Second)
 
@@ -396,17 +421,43 @@ func TestRotationsUnderLoad(t *testing.T) {
 		return e.everyReplicaServes(func(l *x509.Certificate) error { return verifyAgainst(l, cas[0]) })
 	})
 	t.Logf("CA rotation: ca.crt holds only the new CA %q, in every caBundle, served by every replica, %s after the annotation", newCA.Subject.CommonName, took.Round(time.Millisecond))
-	time.Sleep(3 * time.Second)
-	sleepUntil(start.Add(40 * time.Second))
-	s := summarize(load.finish())
-	t.Logf("load over %s: %v", time.Since(start).Round(time.Second), s)
+	lastStep := time.Now()
+	bounded := load.hitBound()
+	rs := load.finish()
+	s := summarize(rs)
+	t.Logf("load over %s, stopped when the old CA was seen dropped: %v", time.Since(start).Round(time.Second), s)
+	if bounded {
+		t.Errorf("the load stopped at its bound (%s at 20/s) before the CA rotation's last step was observed", rotationLoadBound)
+	}
+	if n := len(rs); n == 0 || rs[n-1].start.Before(lastStep.Add(-time.Second)) {
+		t.Errorf("no admission started in the second before the old CA was seen dropped: the load did not cover the last step")
+	}
 	if s.failed > 0 {
 		t.Errorf("%d admissions failed during the rotations", s.failed)
 	}
-	if s.mutated == 0 {
-		t.Error("no admission went through kadmit")
+	// With failurePolicy Fail a pod kadmit did not see is admitted only if
+	// a matchCondition, selector or rule skipped it: every pod of the load
+	// must carry lifespan's mutation.
+	if s.mutated != s.total {
+		t.Errorf("%d of %d admissions were not mutated by kadmit: they bypassed it", s.total-s.mutated, s.total)
+	}
+	after, err := e.webhookCounters(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d := after.failOpen - before.failOpen; d != 0 {
+		t.Errorf("apiserver_admission_webhook_fail_open_count for kadmit's webhooks rose by %v during the rotations", d)
+	}
+	if d := after.admitted["lifespan.kadmit.io"] - before.admitted["lifespan.kadmit.io"]; d < float64(s.mutated) {
+		t.Errorf("the API server counted %v admitted lifespan.kadmit.io calls for %d mutated pods", d, s.mutated)
+	} else {
+		t.Logf("API server: %v lifespan.kadmit.io calls admitted (code 200) for %d pods; fail-open count unchanged at %v", d, s.total, after.failOpen)
 	}
 }
+
+// rotationLoadBound bounds TestRotationsUnderLoad's load in time (and so,
+// at 20/s, in count): both rotations take ~10-20s on the 2-core CI machine.
+const rotationLoadBound = 150 * time.Second
 
 // bundlesAre fails unless every kadmit webhook's caBundle holds exactly cas.
 func (e *env) bundlesAre(ctx context.Context, cas []*x509.Certificate) error {
@@ -438,8 +489,9 @@ func (e *env) bundlesAre(ctx context.Context, cas []*x509.Certificate) error {
 
 // TestLeaderKilled: SIGKILL the Lease holder under load; another replica
 // takes over within the lease duration (plus a margin), a forced rotation
-// still completes, and admissions only fail while the Service still routes
-// to the dead, still-"ready" endpoint.
+// still completes, and admissions fail only as a lost replica makes them:
+// at most leaderLossMaxFailures, all within leaderLossWindow of the kill,
+// all a refused or reset connection to the killed address.
 func TestLeaderKilled(t *testing.T) {
 	e := world(t)
 	e.ensureInstalled(t)
@@ -501,14 +553,37 @@ func TestLeaderKilled(t *testing.T) {
 	rs := load.finish()
 	s := summarize(rs)
 	t.Logf("load: %v", s)
-	// Admissions may fail only while the API server still routes to the
-	// dead endpoint: calls in flight at the kill (SIGKILL resets their
-	// connections), and calls from the kill until the slice without it is
-	// written, plus the API server's informer lag (allow 2s).
-	windowEnd := unpublished.Add(2 * time.Second)
+	// Admissions may fail only because the API server still routed them
+	// to the dead endpoint: calls in flight at the kill (SIGKILL resets
+	// their connections) and calls dialled before the API server saw the
+	// slice without it. Measured on the 2-core CI machine (4 runs, 20
+	// pods/s): 0-2 failures per replica loss, each "connection refused"
+	// dialling the killed address or "connection reset by peer" from it,
+	// all ending within 160ms of the kill (the slice dropped it after
+	// 60-170ms; the harness probes /readyz every 200ms). The caps keep a
+	// margin of 3x in count and ~6x in time; docs/tls.md says what a real
+	// cluster adds.
+	deadRefused := regexp.MustCompile(`: (dial tcp ` + regexp.QuoteMeta(dead.addr) + `: connect: connection refused|` +
+		`read tcp [0-9.:]+->` + regexp.QuoteMeta(dead.addr) + `: read: connection reset by peer|` +
+		`write tcp [0-9.:]+->` + regexp.QuoteMeta(dead.addr) + `: write: broken pipe|EOF)$`)
 	for _, r := range rs {
-		if r.err != nil && (r.end.Before(killAt) || r.start.After(windowEnd)) {
-			t.Errorf("admission failed outside the dead-endpoint window: %s %v", r.start.Format(time.StampMilli), r.err)
+		if r.err == nil {
+			continue
+		}
+		if r.end.Before(killAt) || r.end.After(killAt.Add(leaderLossWindow)) {
+			t.Errorf("admission failed outside %s of the kill (%s..%s after it): %v", leaderLossWindow,
+				r.start.Sub(killAt).Round(time.Millisecond), r.end.Sub(killAt).Round(time.Millisecond), r.err)
+		}
+		if !deadRefused.MatchString(r.err.Error()) {
+			t.Errorf("admission failed with an error other than a refused or reset connection to the killed %s: %v", dead.addr, r.err)
+		}
+	}
+	if s.failed > leaderLossMaxFailures {
+		t.Errorf("%d admissions failed after one replica loss; want at most %d", s.failed, leaderLossMaxFailures)
+	}
+	for _, r := range rs {
+		if r.err != nil {
+			t.Logf("failure %s..%s after the kill: %v", r.start.Sub(killAt).Round(time.Millisecond), r.end.Sub(killAt).Round(time.Millisecond), r.err)
 		}
 	}
 	if s.failed > 0 {
@@ -526,6 +601,13 @@ func TestLeaderKilled(t *testing.T) {
 	c.startReplica(t, nil)
 	eventually(t, 60*time.Second, "replacement replica ready", func() error { return e.allReady(3) })
 }
+
+// Caps on TestLeaderKilled's failures at 20 pods/s, from its measured
+// figures (see there) with a margin.
+const (
+	leaderLossMaxFailures = 6
+	leaderLossWindow      = time.Second
+)
 
 // TestCABundleAndSecretRecovery blanks a caBundle, then deletes the Secret,
 // under load, and measures how long admissions fail.

@@ -228,3 +228,155 @@ func Compare(calls []Call, grants []Grant) (uncovered []Call, unused []Grant) {
 	}
 	return uncovered, unused
 }
+
+// saPrefix is how the API server names a ServiceAccount's user
+// (k8s.io/apiserver/pkg/authentication/serviceaccount.MakeUsername).
+const saPrefix = "system:serviceaccount:"
+
+// subjectUser names an RBAC subject as the authorizer sees it: a
+// ServiceAccount as system:serviceaccount:<ns>:<name>, a User by its name.
+// Groups have no single user; they come back as "group:<name>".
+func subjectUser(s map[string]any, bindingNS string) string {
+	kind, _ := s["kind"].(string)
+	name, _ := s["name"].(string)
+	switch kind {
+	case "ServiceAccount":
+		ns, _ := s["namespace"].(string)
+		if ns == "" {
+			ns = bindingNS
+		}
+		return saPrefix + ns + ":" + name
+	case "Group":
+		return "group:" + name
+	default:
+		return name
+	}
+}
+
+// roleKey names a role as a binding's roleRef resolves it: a Role by its
+// namespace (the binding's own) and name, a ClusterRole by name.
+func roleKey(kind, ns, name string) string {
+	if kind == "ClusterRole" {
+		return "ClusterRole/" + name
+	}
+	return "Role/" + ns + "/" + name
+}
+
+// BoundGrants returns the grants the RoleBindings and ClusterRoleBindings
+// among objs give user, expanded from the Roles and ClusterRoles among objs
+// they reference, as RBAC authorizes (k8s.io/kubernetes
+// pkg/registry/rbac/validation/rule.go, VisitRulesFor): a ClusterRoleBinding
+// grants its ClusterRole cluster-wide, a RoleBinding grants its Role or
+// ClusterRole in the binding's namespace only. A role no binding gives
+// user grants user nothing, however broad it is.
+//
+// A binding whose roleRef names a role absent from objs is an error: its
+// grants cannot be read from objs (CheckBindings says why it is wrong).
+func BoundGrants(user string, objs ...*unstructured.Unstructured) ([]Grant, error) {
+	roles := map[string]*unstructured.Unstructured{}
+	for _, o := range objs {
+		if k := o.GetKind(); k == "Role" || k == "ClusterRole" {
+			roles[roleKey(k, o.GetNamespace(), o.GetName())] = o
+		}
+	}
+	var out []Grant
+	for _, b := range objs {
+		kind := b.GetKind()
+		if kind != "RoleBinding" && kind != "ClusterRoleBinding" {
+			continue
+		}
+		subjects, _, _ := unstructured.NestedSlice(b.Object, "subjects")
+		binds := false
+		for _, s := range subjects {
+			if m, ok := s.(map[string]any); ok && subjectUser(m, b.GetNamespace()) == user {
+				binds = true
+			}
+		}
+		if !binds {
+			continue
+		}
+		refKind, _, _ := unstructured.NestedString(b.Object, "roleRef", "kind")
+		refName, _, _ := unstructured.NestedString(b.Object, "roleRef", "name")
+		role := roles[roleKey(refKind, b.GetNamespace(), refName)]
+		if role == nil {
+			return nil, fmt.Errorf("audit: %s/%s binds %s to %s %q, which objs do not hold", kind, b.GetName(), user, refKind, refName)
+		}
+		gs, err := Grants(role)
+		if err != nil {
+			return nil, err
+		}
+		for _, g := range gs {
+			if kind == "RoleBinding" {
+				// a RoleBinding confines even a ClusterRole to its namespace
+				g.Namespace = b.GetNamespace()
+			}
+			out = append(out, g)
+		}
+	}
+	return out, nil
+}
+
+// CheckBindings returns what is wrong with the RBAC among objs, one
+// sentence each, for a chart that must grant only its own roles to its own
+// ServiceAccounts:
+//   - every RoleBinding and ClusterRoleBinding references a Role or
+//     ClusterRole objs hold (a RoleBinding's Role in its own namespace);
+//   - every subject is a ServiceAccount objs hold;
+//   - every Role and ClusterRole is bound, unless unbound names it (by
+//     Kind/name) with the reason it is left for users to bind.
+func CheckBindings(objs []*unstructured.Unstructured, unbound map[string]string) []string {
+	roles := map[string]bool{}
+	sas := map[string]bool{}
+	for _, o := range objs {
+		switch k := o.GetKind(); k {
+		case "Role", "ClusterRole":
+			roles[roleKey(k, o.GetNamespace(), o.GetName())] = false
+		case "ServiceAccount":
+			sas[saPrefix+o.GetNamespace()+":"+o.GetName()] = true
+		}
+	}
+	var problems []string
+	for _, b := range objs {
+		kind := b.GetKind()
+		if kind != "RoleBinding" && kind != "ClusterRoleBinding" {
+			continue
+		}
+		refGroup, _, _ := unstructured.NestedString(b.Object, "roleRef", "apiGroup")
+		refKind, _, _ := unstructured.NestedString(b.Object, "roleRef", "kind")
+		refName, _, _ := unstructured.NestedString(b.Object, "roleRef", "name")
+		key := roleKey(refKind, b.GetNamespace(), refName)
+		if seen, ok := roles[key]; refGroup != "rbac.authorization.k8s.io" || !ok || (kind == "ClusterRoleBinding" && refKind != "ClusterRole") {
+			problems = append(problems, fmt.Sprintf("%s/%s references %s/%s %q, which the chart does not render", kind, b.GetName(), refGroup, refKind, refName))
+		} else if !seen {
+			roles[key] = true
+		}
+		subjects, _, _ := unstructured.NestedSlice(b.Object, "subjects")
+		if len(subjects) == 0 {
+			problems = append(problems, fmt.Sprintf("%s/%s has no subjects", kind, b.GetName()))
+		}
+		for _, s := range subjects {
+			m, _ := s.(map[string]any)
+			if u := subjectUser(m, b.GetNamespace()); m["kind"] != "ServiceAccount" || !sas[u] {
+				problems = append(problems, fmt.Sprintf("%s/%s binds %v, not a ServiceAccount the chart renders", kind, b.GetName(), m))
+			}
+		}
+	}
+	keys := make([]string, 0, len(roles))
+	for k := range roles {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	for _, k := range keys {
+		if roles[k] {
+			continue
+		}
+		name := k
+		if strings.HasPrefix(k, "Role/") {
+			name = "Role/" + k[strings.LastIndexByte(k, '/')+1:]
+		}
+		if _, ok := unbound[name]; !ok {
+			problems = append(problems, fmt.Sprintf("%s is rendered but bound to nobody", name))
+		}
+	}
+	return problems
+}
