@@ -57,7 +57,7 @@ func parseRawValues(s string) (rawQuantities, error) {
 		for _, name := range sortedKeys(m) {
 			parsed, err := quantity.Parse(m[name])
 			if err != nil {
-				return rawQuantities{}, fmt.Errorf("decode %s: %s.%s: %w", AnnotationRaw, field, name, err)
+				return rawQuantities{}, fmt.Errorf("decode %s: %w", AnnotationRaw, &quantity.FieldError{Field: field + "." + string(name), Err: err})
 			}
 			dst[name] = parsed
 		}
@@ -186,9 +186,15 @@ func (p *Policy) plan(doc *jsonedit.Doc) (*mutation, admission.Verdict) {
 	var recorded *rawQuantities
 	if hadRaw {
 		r, err := parseRawValues(rawText)
-		if err != nil {
+		var fe *quantity.FieldError
+		switch {
+		case err != nil && errors.As(err, &fe) && errors.Is(err, quantity.ErrOutOfRange):
+			// Short enough for MaxWarningLength; the validating hook's
+			// denial carries the value and the bound.
+			warnings = append(warnings, fmt.Sprintf("annotation %s ignored: %s is out of range", AnnotationRaw, fe.Field))
+		case err != nil:
 			warnings = append(warnings, fmt.Sprintf("annotation %s is unreadable, recorded the incoming values as raw: %v", AnnotationRaw, err))
-		} else {
+		default:
 			recorded = &r
 		}
 	}
