@@ -22,6 +22,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
 	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/validation"
 
 	"github.com/kadmit/kadmit/internal/admission"
@@ -359,10 +360,21 @@ func (p *Policy) checkDelete(name string) admission.Verdict {
 // the sum of the effective requests of the quota's pods that have not
 // finished. Pods bound to no quota, or to one kadmit does not know, pass.
 func (p *Policy) ValidatePod(_ context.Context, req *admission.Request) admission.Verdict {
-	var pod corev1.Pod
-	if err := json.Unmarshal(req.Object.Raw, &pod); err != nil {
+	// Only the metadata and what podrequest.Effective reads are decoded;
+	// quantities go through internal/quantity, so an out-of-range request
+	// is a 400 naming its field before any arithmetic.
+	var raw struct {
+		metav1.ObjectMeta `json:"metadata"`
+		Spec              json.RawMessage `json:"spec"`
+	}
+	if err := json.Unmarshal(req.Object.Raw, &raw); err != nil {
 		return admission.Invalid("%s: cannot parse the pod: %v", Name, err)
 	}
+	spec, err := podrequest.DecodeSpec(raw.Spec, "spec")
+	if err != nil {
+		return admission.Invalid("%s: cannot parse the pod: %v", Name, err)
+	}
+	pod := corev1.Pod{ObjectMeta: raw.ObjectMeta, Spec: *spec}
 	if p.cache == nil {
 		if pod.Labels[LabelQuotaName] != "" {
 			return admission.Allow(offlineWarning)
