@@ -253,6 +253,21 @@ func TestHugeQuantitiesAnsweredAtOnce(t *testing.T) {
 		{nodeStatus, "raw-allocatable", nodeWith("annotation")},
 		{nodeValidate, "kadmit.io/raw-allocatable: allocatable.cpu", nodeWith("annotation")},
 	}
+	podWith := func(q string) string {
+		return `{"metadata":{"name":"p","namespace":"team-a"},"spec":{"containers":[{"name":"c","image":"i","resources":{"requests":{"cpu":` + mustJSON(q) + `}}}]}}`
+	}
+	places = append(places,
+		place{podValidate, "spec.containers[0].resources.requests.cpu", podWith},
+		place{jobValidate, "spec.template.spec.containers[0].resources.requests.cpu", func(q string) string {
+			return `{"metadata":{"name":"j","namespace":"team-a","labels":{"kueue.x-k8s.io/queue-name":"main"}},"spec":{"template":` + podWith(q) + `}}`
+		}},
+		place{quotaValidate, "spec.max.cpu", func(q string) string {
+			return `{"metadata":{"name":"q","namespace":"team-a"},"spec":{"max":{"cpu":` + mustJSON(q) + `}}}`
+		}},
+		place{quotaMutate, "spec.max.cpu", func(q string) string {
+			return `{"metadata":{"name":"q","namespace":"team-a"},"spec":{"max":{"cpu":` + mustJSON(q) + `}}}`
+		}},
+	)
 	goroutines := runtime.NumGoroutine()
 	for _, pl := range places {
 		for _, q := range huge {
