@@ -81,6 +81,7 @@ func TestSchedulingConfigErrors(t *testing.T) {
 		{"colocation: {profiles: [{name: Bad}]}", "policies.colocation.profiles[0].name"},
 		{"kadmitConfig: {enabled: true}", "policies.kadmitConfig.namespace"},
 		{"resourceFlavor: {addFinalizers: true}", "unknown field"},
+		{"jobQueue: {queues: [{name: main, quota: {cpu: \"1e9999999\"}}]}", "cpu: quantity 1e9999999 is out of range (|value| must be below 9223372036854775807m)"},
 	} {
 		_, err := Config.Parse([]byte("apiVersion: kadmit.io/v1alpha1\nkind: Configuration\npolicies:\n  " + tc.yaml + "\n"))
 		if err == nil || !strings.Contains(err.Error(), tc.want) {

@@ -22,6 +22,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
 	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/validation"
 
 	"github.com/kadmit/kadmit/internal/admission"
@@ -358,11 +359,22 @@ func (p *Policy) checkDelete(name string) admission.Verdict {
 // current use exceeds the quota's max for a resource the max lists. Use is
 // the sum of the effective requests of the quota's pods that have not
 // finished. Pods bound to no quota, or to one kadmit does not know, pass.
-func (p *Policy) ValidatePod(_ context.Context, req *admission.Request) admission.Verdict {
-	var pod corev1.Pod
-	if err := json.Unmarshal(req.Object.Raw, &pod); err != nil {
+func (p *Policy) ValidatePod(ctx context.Context, req *admission.Request) admission.Verdict {
+	// Only the metadata and what podrequest.Effective reads are decoded;
+	// quantities go through internal/quantity, so an out-of-range request
+	// is a 400 naming its field before any arithmetic.
+	var raw struct {
+		metav1.ObjectMeta `json:"metadata"`
+		Spec              json.RawMessage `json:"spec"`
+	}
+	if err := json.Unmarshal(req.Object.Raw, &raw); err != nil {
 		return admission.Invalid("%s: cannot parse the pod: %v", Name, err)
 	}
+	spec, err := podrequest.DecodeSpec(raw.Spec, "spec")
+	if err != nil {
+		return admission.Invalid("%s: cannot parse the pod: %v", Name, err)
+	}
+	pod := corev1.Pod{ObjectMeta: raw.ObjectMeta, Spec: *spec}
 	if p.cache == nil {
 		if pod.Labels[LabelQuotaName] != "" {
 			return admission.Allow(offlineWarning)
@@ -380,7 +392,12 @@ func (p *Policy) ValidatePod(_ context.Context, req *admission.Request) admissio
 		return admission.Allow()
 	}
 	used := corev1.ResourceList{}
-	for _, bp := range p.boundPods(snap, name) {
+	for i, bp := range p.boundPods(snap, name) {
+		// A quota may hold thousands of pods: stop once the handler has
+		// given up on this review (its context is cancelled).
+		if i%256 == 0 && ctx.Err() != nil {
+			return admission.Errored(0, fmt.Errorf("%s: summing the pods of ElasticQuota %s: %w", Name, name, ctx.Err()))
+		}
 		if bp.Namespace == ns && bp.Name == pod.Name && pod.Name != "" {
 			continue
 		}

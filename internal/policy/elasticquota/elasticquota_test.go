@@ -398,3 +398,36 @@ func TestOffline(t *testing.T) {
 		t.Fatal("same root and system accepted")
 	}
 }
+
+// TestValidatePodStopsWhenCancelled: the sum over a quota's pods ends once
+// the handler has given up on the review, and says so (500), instead of
+// finishing work nobody waits for.
+func TestValidatePodStopsWhenCancelled(t *testing.T) {
+	var pods []*corev1.Pod
+	for i := range 1000 {
+		pods = append(pods, pod("a1", fmt.Sprintf("p%d", i), nil, "1m", corev1.PodRunning))
+	}
+	p, _ := newPolicy(t, tree(t), pods...)
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	v := p.ValidatePod(ctx, podReq("a1", pod("a1", "n", nil, "1", "")))
+	if v.Allowed || v.Code != 500 || !strings.Contains(v.Message, "context canceled") {
+		t.Fatalf("verdict %+v, want a 500 naming the cancellation", v)
+	}
+	if v := p.ValidatePod(context.Background(), podReq("a1", pod("a1", "n", nil, "1", ""))); !v.Allowed {
+		t.Fatalf("uncancelled: %+v", v)
+	}
+}
+
+// TestValidatePodOutOfRange: an out-of-range request is a 400 naming the
+// field, before the quota is looked at.
+func TestValidatePodOutOfRange(t *testing.T) {
+	p, _ := newPolicy(t, tree(t))
+	raw := `{"metadata":{"name":"n","namespace":"a1"},"spec":{"initContainers":[{"name":"i","resources":{"limits":{"memory":"1e9999999"}}}]}}`
+	r := podReq("a1", pod("a1", "n", nil, "1", ""))
+	r.Object.Raw = []byte(raw)
+	v := p.ValidatePod(context.Background(), r)
+	if v.Allowed || v.Code != 400 || !strings.Contains(v.Message, "spec.initContainers[0].resources.limits.memory: quantity 1e9999999 is out of range") {
+		t.Fatalf("verdict %+v", v)
+	}
+}

@@ -8,6 +8,8 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/kadmit/kadmit/internal/quantity"
 )
 
 // Labels and annotations of Koordinator's quota tree.
@@ -57,9 +59,12 @@ type object struct {
 	Spec              json.RawMessage `json:"spec"`
 }
 
+// spec is what Parse reads of an ElasticQuota's spec; quantity.List parses
+// through internal/quantity, so an out-of-range min or max is an error
+// naming it ("spec: max.cpu: quantity 1e9999999 is out of range (...)").
 type spec struct {
-	Min corev1.ResourceList `json:"min,omitempty"`
-	Max corev1.ResourceList `json:"max,omitempty"`
+	Min quantity.List `json:"min,omitempty"`
+	Max quantity.List `json:"max,omitempty"`
 }
 
 // Parse decodes an ElasticQuota's JSON. Errors name the field: a bad
@@ -71,12 +76,24 @@ func Parse(raw []byte) (*Quota, error) {
 	}
 	var s spec
 	if len(o.Spec) > 0 && string(o.Spec) != "null" {
-		if err := json.Unmarshal(o.Spec, &s); err != nil {
+		var raw struct{ Min, Max json.RawMessage }
+		if err := json.Unmarshal(o.Spec, &raw); err != nil {
 			return nil, fmt.Errorf("spec: %w", err)
+		}
+		for _, f := range []struct {
+			name string
+			raw  json.RawMessage
+			dst  *quantity.List
+		}{{"spec.min", raw.Min, &s.Min}, {"spec.max", raw.Max, &s.Max}} {
+			if len(f.raw) > 0 {
+				if err := json.Unmarshal(f.raw, f.dst); err != nil {
+					return nil, quantity.Prefix(f.name, err)
+				}
+			}
 		}
 	}
 	q := &Quota{Namespace: o.Namespace, Name: o.Name, Parent: o.Labels[LabelParent], TreeID: o.Labels[LabelTreeID],
-		Min: s.Min, Max: s.Max, labels: o.Labels, annotations: o.Annotations, spec: o.Spec}
+		Min: corev1.ResourceList(s.Min), Max: corev1.ResourceList(s.Max), labels: o.Labels, annotations: o.Annotations, spec: o.Spec}
 	if v, ok := o.Labels[LabelIsParent]; ok {
 		b, err := strconv.ParseBool(v)
 		if err != nil {
@@ -85,7 +102,10 @@ func Parse(raw []byte) (*Quota, error) {
 		q.IsParent = b
 	}
 	if v, ok := o.Annotations[AnnotationSharedWeight]; ok {
-		if err := json.Unmarshal([]byte(v), &q.SharedWeight); err != nil {
+		var l quantity.List
+		err := json.Unmarshal([]byte(v), &l)
+		q.SharedWeight = corev1.ResourceList(l)
+		if err != nil {
 			return nil, fmt.Errorf("annotation %s: must be a JSON resource list like {\"cpu\":\"4\"}: %w", AnnotationSharedWeight, err)
 		}
 	}

@@ -18,11 +18,13 @@ import (
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/validation"
 
 	"github.com/kadmit/kadmit/internal/admission"
 	"github.com/kadmit/kadmit/internal/jsonedit"
 	"github.com/kadmit/kadmit/internal/policy/podrequest"
+	"github.com/kadmit/kadmit/internal/quantity"
 )
 
 // The policy states its change as JSONPatch operations.
@@ -70,7 +72,9 @@ type Queue struct {
 	// (parallelism × the pod's effective request), per resource, e.g.
 	// {cpu: "8", memory: 32Gi}. A resource the quota does not list cannot
 	// be requested. Empty: no quota check.
-	Quota corev1.ResourceList `json:"quota,omitempty"`
+	// Quantities are parsed with internal/quantity (|value| below
+	// 9223372036854775807m): an out-of-range one fails the configuration.
+	Quota quantity.List `json:"quota,omitempty"`
 }
 
 // DefaultConfig is the seed profile: disabled, no default queues, suspend
@@ -238,8 +242,8 @@ func (p *Policy) Mutate(_ context.Context, req *admission.Request) ([]jsonedit.O
 // pod template and parallelism changed, so that a queue deleted later does not
 // freeze its jobs' metadata.
 func (p *Policy) Validate(_ context.Context, req *admission.Request) admission.Verdict {
-	var job batchv1.Job
-	if err := json.Unmarshal(req.Object.Raw, &job); err != nil {
+	job, err := decodeJob(req.Object.Raw)
+	if err != nil {
 		return admission.Invalid("%s: cannot parse the job: %v", Name, err)
 	}
 	ns := req.Namespace
@@ -249,12 +253,11 @@ func (p *Policy) Validate(_ context.Context, req *admission.Request) admission.V
 	queue, queued := job.Labels[QueueLabel]
 	var old *batchv1.Job
 	if req.Operation == admissionv1.Update && len(req.OldObject.Raw) > 0 {
-		old = &batchv1.Job{}
-		if err := json.Unmarshal(req.OldObject.Raw, old); err != nil {
+		if old, err = decodeJob(req.OldObject.Raw); err != nil {
 			return admission.Invalid("%s: cannot parse the old job: %v", Name, err)
 		}
 		oldQueue, oldQueued := old.Labels[QueueLabel]
-		if (oldQueue != queue || oldQueued != queued) && (!suspended(old) || !suspended(&job)) {
+		if (oldQueue != queue || oldQueued != queued) && (!suspended(old) || !suspended(job)) {
 			return admission.Deny("label %s cannot change from %q to %q while the job is not suspended; set spec.suspend: true first",
 				QueueLabel, oldQueue, queue)
 		}
@@ -336,6 +339,37 @@ func podCount(spec *batchv1.JobSpec) int32 {
 		n = *spec.Completions
 	}
 	return max(n, 0)
+}
+
+// decodeJob decodes what Validate reads of a job: metadata, parallelism,
+// completions, suspend, and of the pod template only what
+// podrequest.Effective reads, through podrequest.DecodeSpec, so an
+// out-of-range request is refused naming its field
+// ("spec.template.spec.containers[0].resources.requests.cpu: quantity ...")
+// before any arithmetic, and no other quantity of the job is parsed.
+func decodeJob(raw []byte) (*batchv1.Job, error) {
+	var j struct {
+		metav1.ObjectMeta `json:"metadata"`
+		Spec              struct {
+			Parallelism *int32 `json:"parallelism"`
+			Completions *int32 `json:"completions"`
+			Suspend     *bool  `json:"suspend"`
+			Template    struct {
+				Spec json.RawMessage `json:"spec"`
+			} `json:"template"`
+		} `json:"spec"`
+	}
+	if err := json.Unmarshal(raw, &j); err != nil {
+		return nil, err
+	}
+	spec, err := podrequest.DecodeSpec(j.Spec.Template.Spec, "spec.template.spec")
+	if err != nil {
+		return nil, err
+	}
+	job := &batchv1.Job{ObjectMeta: j.ObjectMeta}
+	job.Spec.Parallelism, job.Spec.Completions, job.Spec.Suspend = j.Spec.Parallelism, j.Spec.Completions, j.Spec.Suspend
+	job.Spec.Template.Spec = *spec
+	return job, nil
 }
 
 func suspended(j *batchv1.Job) bool { return j.Spec.Suspend != nil && *j.Spec.Suspend }

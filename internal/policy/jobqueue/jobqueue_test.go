@@ -7,13 +7,13 @@ import (
 	"testing"
 
 	admissionv1 "k8s.io/api/admission/v1"
-	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 
 	"github.com/kadmit/kadmit/internal/admission"
 	"github.com/kadmit/kadmit/internal/jsonedit"
+	"github.com/kadmit/kadmit/internal/quantity"
 )
 
 type fakeLQ map[string]bool
@@ -56,12 +56,12 @@ func TestConfigValidate(t *testing.T) {
 		want string
 	}{
 		{"default", DefaultConfig(), ""},
-		{"good", Config{DefaultQueues: map[string]string{"team-a": "main"}, Queues: []Queue{{Name: "main", Quota: corev1.ResourceList{"cpu": resource.MustParse("4")}}}}, ""},
+		{"good", Config{DefaultQueues: map[string]string{"team-a": "main"}, Queues: []Queue{{Name: "main", Quota: quantity.List{"cpu": resource.MustParse("4")}}}}, ""},
 		{"bad namespace", Config{DefaultQueues: map[string]string{"Team": "main"}}, "defaultQueues[Team]: namespace:"},
 		{"empty default", Config{DefaultQueues: map[string]string{"a": ""}}, "defaultQueues[a]: queue name must not be empty"},
 		{"bad queue name", Config{Queues: []Queue{{Name: "bad name"}}}, `queues[0].name: queue name "bad name" is not a valid label value`},
 		{"duplicate", Config{Queues: []Queue{{Name: "q"}, {Name: "q"}}}, `queues[1]: duplicate queue "q"`},
-		{"negative quota", Config{Queues: []Queue{{Name: "q", Quota: corev1.ResourceList{"cpu": resource.MustParse("-1")}}}}, "queues[0].quota.cpu: must be >= 0"},
+		{"negative quota", Config{Queues: []Queue{{Name: "q", Quota: quantity.List{"cpu": resource.MustParse("-1")}}}}, "queues[0].quota.cpu: must be >= 0"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			err := tc.cfg.Validate()
@@ -161,7 +161,7 @@ func TestMutate(t *testing.T) {
 
 func TestValidate(t *testing.T) {
 	cfg := Config{Queues: []Queue{
-		{Name: "small", Quota: corev1.ResourceList{"cpu": resource.MustParse("4"), "memory": resource.MustParse("8Gi")}},
+		{Name: "small", Quota: quantity.List{"cpu": resource.MustParse("4"), "memory": resource.MustParse("8Gi")}},
 		{Name: "ns-only", Namespace: "team-a"},
 	}}
 	p := must(t, cfg, Options{LocalQueues: fakeLQ{"team-a/lq": true}})

@@ -3,14 +3,17 @@ package nodeovercommit
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"maps"
+	"strings"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 
 	"github.com/kadmit/kadmit/internal/admission"
 	"github.com/kadmit/kadmit/internal/jsonedit"
+	"github.com/kadmit/kadmit/internal/quantity"
 )
 
 // The policy states its change as JSONPatch operations.
@@ -29,21 +32,32 @@ type rawQuantities struct {
 	allocatable, capacity map[corev1.ResourceName]resource.Quantity
 }
 
+// maxRawValues bounds the entries of the raw-values annotation: kadmit writes
+// one per configured resource and field, and a node has a few dozen resources.
+const maxRawValues = 256
+
+// parseRawValues decodes the raw-values annotation; every quantity goes
+// through quantity.Parse, so an out-of-range one is an error naming it
+// ("allocatable.cpu: quantity 1e9999999 is out of range (...)") before any
+// big-number arithmetic.
 func parseRawValues(s string) (rawQuantities, error) {
 	var v RawValues
 	if err := json.Unmarshal([]byte(s), &v); err != nil {
 		return rawQuantities{}, fmt.Errorf("decode %s: %w", AnnotationRaw, err)
 	}
 	out := rawQuantities{allocatable: map[corev1.ResourceName]resource.Quantity{}, capacity: map[corev1.ResourceName]resource.Quantity{}}
-	for field, m := range map[string]map[corev1.ResourceName]string{"allocatable": v.Allocatable, "capacity": v.Capacity} {
-		dst := out.allocatable
+	if len(v.Allocatable)+len(v.Capacity) > maxRawValues {
+		return rawQuantities{}, fmt.Errorf("decode %s: more than %d values", AnnotationRaw, maxRawValues)
+	}
+	for _, field := range []string{"allocatable", "capacity"} {
+		m, dst := v.Allocatable, out.allocatable
 		if field == "capacity" {
-			dst = out.capacity
+			m, dst = v.Capacity, out.capacity
 		}
-		for name, q := range m {
-			parsed, err := resource.ParseQuantity(q)
+		for _, name := range sortedKeys(m) {
+			parsed, err := quantity.Parse(m[name])
 			if err != nil {
-				return rawQuantities{}, fmt.Errorf("decode %s: %s.%s: %w", AnnotationRaw, field, name, err)
+				return rawQuantities{}, fmt.Errorf("decode %s: %w", AnnotationRaw, &quantity.FieldError{Field: field + "." + string(name), Err: err})
 			}
 			dst[name] = parsed
 		}
@@ -144,6 +158,10 @@ func (p *Policy) plan(doc *jsonedit.Doc) (*mutation, admission.Verdict) {
 		{&node.allocatable, []string{"status", "allocatable"}},
 	} {
 		if _, err := doc.Decode(f.v, f.path...); err != nil {
+			var fe *quantity.FieldError
+			if errors.As(err, &fe) {
+				err = quantity.Prefix(strings.Join(f.path, "."), fe)
+			}
 			return nil, admission.Invalid("%s: cannot parse the node: %v", Name, err)
 		}
 	}
@@ -168,9 +186,15 @@ func (p *Policy) plan(doc *jsonedit.Doc) (*mutation, admission.Verdict) {
 	var recorded *rawQuantities
 	if hadRaw {
 		r, err := parseRawValues(rawText)
-		if err != nil {
+		var fe *quantity.FieldError
+		switch {
+		case err != nil && errors.As(err, &fe) && errors.Is(err, quantity.ErrOutOfRange):
+			// Short enough for MaxWarningLength; the validating hook's
+			// denial carries the value and the bound.
+			warnings = append(warnings, fmt.Sprintf("annotation %s ignored: %s is out of range", AnnotationRaw, fe.Field))
+		case err != nil:
 			warnings = append(warnings, fmt.Sprintf("annotation %s is unreadable, recorded the incoming values as raw: %v", AnnotationRaw, err))
-		} else {
+		default:
 			recorded = &r
 		}
 	}
@@ -196,6 +220,16 @@ func (p *Policy) plan(doc *jsonedit.Doc) (*mutation, admission.Verdict) {
 			}
 		}
 		c, a, err := Amplify(inCap, inAlloc, ratio, name)
+		if err == nil {
+			// Inputs below the bound times a ratio of at most 10^12 can
+			// still leave the int64 milli-unit range.
+			if err = quantity.Check(c); err == nil {
+				err = quantity.Check(a)
+			}
+			if err != nil {
+				err = fmt.Errorf("amplified: %w", err)
+			}
+		}
 		if err != nil {
 			// Ratios are validated when loaded; this is a bug, but not
 			// one worth blocking a kubelet for.
@@ -231,12 +265,15 @@ func (p *Policy) plan(doc *jsonedit.Doc) (*mutation, admission.Verdict) {
 	return &mutation{rewrite: rewrite, newRaw: newRaw, changes: changes, warnings: warnings}, admission.Allow(warnings...)
 }
 
-// nodeFields is the part of a node Mutate reads, with corev1's types so that
-// wrongly typed annotations or quantities are still a 400; decoding only it
-// skips the node's images, conditions and the rest.
+// nodeFields is the part of a node Mutate reads. Status quantities decode
+// through quantity.List, so an out-of-range or malformed one is a 400 naming
+// the field ("status.allocatable.cpu: quantity 1e9999999 is out of range
+// (...)") before any big-number arithmetic, as a wrongly typed field always
+// was; decoding only these fields skips the node's images, conditions and the
+// rest.
 type nodeFields struct {
 	annotations           map[string]string
-	capacity, allocatable corev1.ResourceList
+	capacity, allocatable quantity.List
 }
 
 func encodeRawValues(r rawQuantities) (string, error) {

@@ -729,3 +729,42 @@ func TestValidateBadObject(t *testing.T) {
 		t.Fatalf("response %+v", r.Result)
 	}
 }
+
+// TestOutOfRangeQuantities: /validate-node refuses (400) an out-of-range
+// status quantity or raw-allocatable value naming the field, but on UPDATE
+// only warns when the old node already carried it; /mutate-node-status
+// refuses the status value and warns about the annotation.
+func TestOutOfRangeQuantities(t *testing.T) {
+	_, w := newWebhooks(t, DefaultConfig())
+	bad := `{"metadata":{"name":"n"},"status":{"capacity":{"cpu":"4","memory":"-1e9999999"},"allocatable":{"cpu":"4"}}}`
+	good := `{"metadata":{"name":"n"},"status":{"capacity":{"cpu":"4"},"allocatable":{"cpu":"4"}}}`
+	const msg = "status.capacity.memory: quantity -1e9999999 is out of range (|value| must be below 9223372036854775807m)"
+	review := func(wh *admission.Webhook, r *admission.Request) *admissionv1.AdmissionResponse {
+		t.Helper()
+		out, err := wh.Review(context.Background(), r)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return out.Response
+	}
+	if r := review(w.validate, request(admissionv1.Create, "", bad, "")); r.Allowed || r.Result.Code != 400 || r.Result.Message != "node-overcommit: "+msg {
+		t.Errorf("create: %+v", r.Result)
+	}
+	if r := review(w.validate, request(admissionv1.Update, "", bad, good)); r.Allowed || r.Result.Code != 400 {
+		t.Errorf("update introducing it: %+v", r.Result)
+	}
+	if r := review(w.validate, request(admissionv1.Update, "", bad, bad)); !r.Allowed || len(r.Warnings) != 1 || !strings.Contains(r.Warnings[0], "status.capacity.memory") {
+		t.Errorf("update keeping it: allowed %v, warnings %q", r.Allowed, r.Warnings)
+	}
+	if r := review(w.mutate, request(admissionv1.Update, "status", bad, good)); r.Allowed || r.Result.Code != 400 || !strings.Contains(r.Result.Message, msg) {
+		t.Errorf("mutate: %+v", r.Result)
+	}
+	annotated := `{"metadata":{"name":"n","annotations":{"kadmit.io/raw-allocatable":"{\"allocatable\":{\"cpu\":\"1e9999999\"},\"capacity\":{\"cpu\":\"4\"}}"}},"status":{"capacity":{"cpu":"4"},"allocatable":{"cpu":"4"}}}`
+	if r := review(w.validate, request(admissionv1.Create, "", annotated, "")); r.Allowed || r.Result.Code != 400 || !strings.Contains(r.Result.Message, "kadmit.io/raw-allocatable: allocatable.cpu: quantity 1e9999999 is out of range") {
+		t.Errorf("validate annotation: %+v", r.Result)
+	}
+	r := review(w.mutate, request(admissionv1.Update, "status", annotated, good))
+	if !r.Allowed || len(r.Warnings) != 1 || r.Warnings[0] != "annotation kadmit.io/raw-allocatable ignored: allocatable.cpu is out of range" {
+		t.Errorf("mutate annotation: allowed %v, warnings %q", r.Allowed, r.Warnings)
+	}
+}

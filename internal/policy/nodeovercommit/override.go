@@ -12,6 +12,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 
 	"github.com/kadmit/kadmit/internal/admission"
+	"github.com/kadmit/kadmit/internal/quantity"
 )
 
 // ParseOverride parses the value of the kadmit.io/overcommit-ratio annotation:
@@ -57,23 +58,43 @@ func (p *Policy) ParseOverride(value string) (map[corev1.ResourceName]*inf.Dec, 
 // about: rejecting it would block unrelated node updates (taints from the
 // node controller, kubelet heartbeats) until someone fixes the annotation.
 // Resources named by the annotation but not configured draw a warning.
+//
+// Quantities are range-checked with quantity.Parse before anything computes
+// with them: an out-of-range or malformed quantity in status.allocatable,
+// status.capacity or the kadmit.io/raw-allocatable annotation is a 400 naming
+// the field, e.g. `node-overcommit: status.allocatable.cpu: quantity
+// 1e9999999 is out of range (|value| must be below 9223372036854775807m)`;
+// on UPDATE, when the old object carries the same problem, only a warning.
 func (p *Policy) Validate(_ context.Context, req *admission.Request) admission.Verdict {
 	var node nodeAnnotations
 	if _, err := admission.DecodeFields(req.Object.Raw, nodeAnnotationsKeep, &node); err != nil {
 		return admission.Invalid("%s: cannot parse the node: %v", Name, err)
 	}
+	var qwarn []string
+	if qerr := node.quantityError(); qerr != nil {
+		var old nodeAnnotations
+		if req.Operation == admissionv1.Update && len(req.OldObject.Raw) > 0 &&
+			json.Unmarshal(req.OldObject.Raw, &old) == nil {
+			if oerr := old.quantityError(); oerr != nil && oerr.Error() == qerr.Error() {
+				qwarn = append(qwarn, fmt.Sprintf("%s (unchanged by this update)", qerr))
+			}
+		}
+		if qwarn == nil {
+			return admission.Invalid("%s: %v", Name, qerr)
+		}
+	}
 	value, ok := node.Metadata.Annotations[AnnotationRatio]
 	if !ok {
-		return admission.Allow()
+		return admission.Allow(qwarn...)
 	}
 	override, err := p.ParseOverride(value)
 	if err != nil {
 		if old, had := oldRatioAnnotation(req); had && old == value && req.Operation == admissionv1.Update {
-			return admission.Allow(fmt.Sprintf("annotation %s is ignored: %v", AnnotationRatio, err))
+			return admission.Allow(append(qwarn, fmt.Sprintf("annotation %s is ignored: %v", AnnotationRatio, err))...)
 		}
 		return admission.Invalid("annotation %s: %v", AnnotationRatio, err)
 	}
-	var warnings []string
+	warnings := qwarn
 	for _, name := range sortedKeys(override) {
 		if _, ok := p.ratios[name]; !ok {
 			warnings = append(warnings, fmt.Sprintf("annotation %s: %q is not an overcommitted resource; ignored", AnnotationRatio, name))
@@ -93,14 +114,45 @@ func oldRatioAnnotation(req *admission.Request) (value string, ok bool) {
 	return value, ok
 }
 
-// nodeAnnotations is the part of a node Validate reads.
+// nodeAnnotations is the part of a node Validate reads; the status maps
+// stay raw until quantityError parses them.
 type nodeAnnotations struct {
 	Metadata struct {
 		Annotations map[string]string `json:"annotations"`
 	} `json:"metadata"`
+	Status struct {
+		Capacity    json.RawMessage `json:"capacity"`
+		Allocatable json.RawMessage `json:"allocatable"`
+	} `json:"status"`
 }
 
-var nodeAnnotationsKeep = admission.Keep{"metadata": {"annotations": nil}}
+var nodeAnnotationsKeep = admission.Keep{"metadata": {"annotations": nil}, "status": {"capacity": nil, "allocatable": nil}}
+
+// quantityError returns the first quantity of status.capacity,
+// status.allocatable (in that order, resources in name order) or the
+// raw-values annotation that quantity.Parse refuses, naming its field; nil
+// when all are in range. Other problems of the raw-values annotation are the
+// mutator's warning, not a denial.
+func (n *nodeAnnotations) quantityError() error {
+	for _, f := range []struct {
+		name string
+		raw  json.RawMessage
+	}{{"status.capacity", n.Status.Capacity}, {"status.allocatable", n.Status.Allocatable}} {
+		if len(f.raw) == 0 {
+			continue
+		}
+		var l quantity.List
+		if err := json.Unmarshal(f.raw, &l); err != nil {
+			return quantity.Prefix(f.name, err)
+		}
+	}
+	if v, ok := n.Metadata.Annotations[AnnotationRaw]; ok {
+		if _, err := parseRawValues(v); err != nil && errors.Is(err, quantity.ErrOutOfRange) {
+			return err // "decode kadmit.io/raw-allocatable: allocatable.cpu: quantity ..."
+		}
+	}
+	return nil
+}
 
 func sortedKeys[V any](m map[corev1.ResourceName]V) []corev1.ResourceName {
 	keys := make([]corev1.ResourceName, 0, len(m))

@@ -4,6 +4,7 @@
 package podrequest
 
 import (
+	"gopkg.in/inf.v0"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 )
@@ -74,17 +75,14 @@ func Add(a, b corev1.ResourceList) {
 	}
 }
 
-// Scale returns l with every quantity multiplied by n (n >= 0).
+// Scale returns l with every quantity multiplied by n (n >= 0), exactly:
+// the product is computed on inf.Dec, so a bounded quantity (see
+// internal/quantity) times a job's parallelism never wraps around int64.
 func Scale(l corev1.ResourceList, n int64) corev1.ResourceList {
 	out := corev1.ResourceList{}
 	for name, q := range l {
-		// Milli-units keep fractional CPU exact; quantities that large
-		// (beyond 9e15 milli) are not requests anyone makes.
-		v := resource.NewMilliQuantity(q.MilliValue()*n, q.Format)
-		if q.MilliValue() > (1<<62)/1000 {
-			v = resource.NewQuantity(q.Value()*n, q.Format)
-		}
-		out[name] = *v
+		d := new(inf.Dec).Mul(q.AsDec(), inf.NewDec(n, 0))
+		out[name] = *resource.NewDecimalQuantity(*d, q.Format)
 	}
 	return out
 }
