@@ -168,7 +168,9 @@ func TestHandlerTimeout(t *testing.T) {
 	release := make(chan struct{})
 	defer close(release)
 	h := NewHandler(validating(func(context.Context, *Request) Verdict { <-release; return Allow() }), HandlerOptions{})
-	r := httptest.NewRequest(http.MethodPost, "/x?timeout=200ms", bytes.NewReader(reviewBody(APIVersionV1, "u", podJSON)))
+	// 2 s: the handler answers at 90 % of it, and the 200 ms margin keeps
+	// the check meaningful on a loaded 2-core CI machine.
+	r := httptest.NewRequest(http.MethodPost, "/x?timeout=2s", bytes.NewReader(reviewBody(APIVersionV1, "u", podJSON)))
 	r.Header.Set("Content-Type", "application/json")
 	w := httptest.NewRecorder()
 	start := time.Now()
@@ -177,8 +179,8 @@ func TestHandlerTimeout(t *testing.T) {
 		t.Fatalf("code %d body %q", w.Code, w.Body.String())
 	}
 	// The answer must come before the API server's own deadline.
-	if el := time.Since(start); el >= 200*time.Millisecond {
-		t.Fatalf("answered after %s, not before the 200ms timeout", el)
+	if el := time.Since(start); el >= 2*time.Second {
+		t.Fatalf("answered after %s, not before the 2s timeout", el)
 	}
 }
 
