@@ -113,6 +113,23 @@ type Definition[C Validator] struct {
 
 var _ Kind = (*Definition[Validator])(nil)
 
+// Hooker is a built policy that lists its hooks.
+type Hooker interface {
+	Hooks() []admission.Hook
+}
+
+// BuildWith adapts a policy constructor that needs nothing from Env (no
+// cluster caches, no loader) to Definition.Build.
+func BuildWith[C Validator, P Hooker](newPolicy func(C) (P, error)) func(C, Env) ([]admission.Hook, error) {
+	return func(cfg C, _ Env) ([]admission.Hook, error) {
+		p, err := newPolicy(cfg)
+		if err != nil {
+			return nil, err
+		}
+		return p.Hooks(), nil
+	}
+}
+
 // Name implements Kind.
 func (d *Definition[C]) Name() string { return d.PolicyName }
 

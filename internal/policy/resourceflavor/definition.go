@@ -1,7 +1,6 @@
 package resourceflavor
 
 import (
-	"github.com/kadmit/kadmit/internal/admission"
 	"github.com/kadmit/kadmit/internal/policy"
 )
 
@@ -12,11 +11,5 @@ var Definition = &policy.Definition[Config]{
 	SectionKey:       "resourceFlavor",
 	EnabledByDefault: false,
 	Defaults:         DefaultConfig,
-	Build: func(cfg Config, _ policy.Env) ([]admission.Hook, error) {
-		p, err := New(cfg)
-		if err != nil {
-			return nil, err
-		}
-		return p.Hooks(), nil
-	},
+	Build:            policy.BuildWith(New),
 }
