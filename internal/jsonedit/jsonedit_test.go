@@ -122,7 +122,9 @@ func checkApply(t *testing.T, doc []byte, ops []Op) {
 	if (err == nil) != (werr == nil) {
 		t.Fatalf("%s %v: Apply error %v, library error %v", doc, ops, err, werr)
 	}
-	if err != nil {
+	// Identical bytes need no decoding (the library passes some documents
+	// that are not JSON, such as an empty one, through unchanged).
+	if err != nil || bytes.Equal(got, want) {
 		return
 	}
 	if !reflect.DeepEqual(decodeExact(t, got), decodeExact(t, want)) {
