@@ -44,19 +44,19 @@ e2e: controlplane ## end-to-end tests against the real kube-apiserver and etcd
 	cd test && KADMIT_E2E_REQUIRED=1 KADMIT_CONTROLPLANE_DIR=$(CONTROLPLANE_DIR) $(GO) test -p 1 -count=1 -timeout 30m ./e2e/...
 
 fuzz: ## a short run of each fuzz target
-	$(GO) test -run '^$$' -fuzz '^FuzzDecodeReview$$' -fuzztime $(FUZZTIME) ./internal/admission
-	$(GO) test -run '^$$' -fuzz '^FuzzServeHTTP$$' -fuzztime $(FUZZTIME) ./internal/admission
-	$(GO) test -run '^$$' -fuzz '^FuzzScanValid$$' -fuzztime $(FUZZTIME) ./internal/admission
-	$(GO) test -run '^$$' -fuzz '^FuzzValid$$' -fuzztime $(FUZZTIME) ./internal/jsonedit
-	$(GO) test -run '^$$' -fuzz '^FuzzApply$$' -fuzztime $(FUZZTIME) ./internal/jsonedit
-	$(GO) test -run '^$$' -fuzz '^FuzzPodName$$' -fuzztime $(FUZZTIME) ./internal/policy/builtin
-	$(GO) test -run '^$$' -fuzz '^FuzzLifespan$$' -fuzztime $(FUZZTIME) ./internal/policy/builtin
-	$(GO) test -run '^$$' -fuzz '^FuzzColocation$$' -fuzztime $(FUZZTIME) ./internal/policy/builtin
-	$(GO) test -run '^$$' -fuzz '^FuzzNodeOvercommit$$' -fuzztime $(FUZZTIME) ./internal/policy/builtin
-	$(GO) test -run '^$$' -fuzz '^FuzzJobQueue$$' -fuzztime $(FUZZTIME) ./internal/policy/builtin
-	$(GO) test -run '^$$' -fuzz '^FuzzElasticQuota$$' -fuzztime $(FUZZTIME) ./internal/policy/builtin
-	$(GO) test -run '^$$' -fuzz '^FuzzResourceFlavor$$' -fuzztime $(FUZZTIME) ./internal/policy/builtin
-	$(GO) test -run '^$$' -fuzz '^FuzzKadmitConfig$$' -fuzztime $(FUZZTIME) ./internal/policy/builtin
+	bash hack/fuzz.sh ./internal/admission FuzzDecodeReview $(FUZZTIME)
+	bash hack/fuzz.sh ./internal/admission FuzzServeHTTP $(FUZZTIME)
+	bash hack/fuzz.sh ./internal/admission FuzzScanValid $(FUZZTIME)
+	bash hack/fuzz.sh ./internal/jsonedit FuzzValid $(FUZZTIME)
+	bash hack/fuzz.sh ./internal/jsonedit FuzzApply $(FUZZTIME)
+	bash hack/fuzz.sh ./internal/policy/builtin FuzzPodName $(FUZZTIME)
+	bash hack/fuzz.sh ./internal/policy/builtin FuzzLifespan $(FUZZTIME)
+	bash hack/fuzz.sh ./internal/policy/builtin FuzzColocation $(FUZZTIME)
+	bash hack/fuzz.sh ./internal/policy/builtin FuzzNodeOvercommit $(FUZZTIME)
+	bash hack/fuzz.sh ./internal/policy/builtin FuzzJobQueue $(FUZZTIME)
+	bash hack/fuzz.sh ./internal/policy/builtin FuzzElasticQuota $(FUZZTIME)
+	bash hack/fuzz.sh ./internal/policy/builtin FuzzResourceFlavor $(FUZZTIME)
+	bash hack/fuzz.sh ./internal/policy/builtin FuzzKadmitConfig $(FUZZTIME)
 
 test: vet unit e2e fuzz test-deploy ## everything CI runs
 
