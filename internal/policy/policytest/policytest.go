@@ -7,6 +7,7 @@ package policytest
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"fmt"
 	"reflect"
@@ -19,6 +20,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/kadmit/kadmit/internal/bench"
+	"github.com/kadmit/kadmit/internal/admission"
 	"github.com/kadmit/kadmit/internal/jsonedit"
 )
 
@@ -181,4 +183,19 @@ func Pods(t testing.TB) map[string]string {
 		"case-variant spec":      `{"Spec":{"Tolerations":[{"key":"k","operator":"Exists"}]},"spec":{}}`,
 		"unknown fields":         `{"metadata":{"name":"p","creationTimestamp":null},"spec":{"futureField":{"x":[1,2.50,1e3]},"containers":[{"name":"c","resources":{}}]},"status":{},"extra":12345678901234567890}`,
 	}
+}
+
+// Mutate runs m on r and returns the object its operations produce (applied
+// with jsonedit.Apply), or nil when it returned none, with its verdict.
+func Mutate(t testing.TB, m admission.Mutator, r *admission.Request) ([]byte, admission.Verdict) {
+	t.Helper()
+	ops, v := m.Mutate(context.Background(), r)
+	if len(ops) == 0 {
+		return nil, v
+	}
+	out, err := jsonedit.Apply(r.Object.Raw, ops)
+	if err != nil {
+		t.Fatalf("apply %v: %v", ops, err)
+	}
+	return out, v
 }

@@ -13,7 +13,6 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 
 	"github.com/kadmit/kadmit/internal/admission"
-	"github.com/kadmit/kadmit/internal/jsonedit"
 	"github.com/kadmit/kadmit/internal/policy/policytest"
 )
 
@@ -126,15 +125,7 @@ func TestImmutable(t *testing.T) {
 // mutate runs p.Mutate and returns the patched flavor, nil when unchanged.
 func mutate(t *testing.T, p *Policy, r *admission.Request) ([]byte, admission.Verdict) {
 	t.Helper()
-	ops, v := p.Mutate(context.Background(), r)
-	if len(ops) == 0 {
-		return nil, v
-	}
-	out, err := jsonedit.Apply(r.Object.Raw, ops)
-	if err != nil {
-		t.Fatalf("apply %v: %v", ops, err)
-	}
-	return out, v
+	return policytest.Mutate(t, p, r)
 }
 
 func TestMutate(t *testing.T) {
