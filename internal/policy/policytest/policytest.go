@@ -19,8 +19,8 @@ import (
 	k8sjson "sigs.k8s.io/json"
 	"sigs.k8s.io/yaml"
 
-	"github.com/kadmit/kadmit/internal/bench"
 	"github.com/kadmit/kadmit/internal/admission"
+	"github.com/kadmit/kadmit/internal/bench"
 	"github.com/kadmit/kadmit/internal/jsonedit"
 )
 
