@@ -75,6 +75,17 @@ build_etcd() {
     log "etcd $ETCD_VERSION already built in $OUT"
     return
   fi
+  # etcd does not depend on the Kubernetes version: reuse the binary of the
+  # same etcd version another version's cache directory holds (only under
+  # the project's own cache root) rather than build it again.
+  local sib
+  for sib in "${HOME}/.cache/kadmit/controlplane"/*/etcd; do
+    if [[ -x "$sib" && "$sib" != "$OUT/etcd" ]] && "$sib" --version 2>/dev/null | grep -q "${ETCD_VERSION#v}"; then
+      cp "$sib" "$OUT/etcd.tmp" && mv "$OUT/etcd.tmp" "$OUT/etcd"
+      log "etcd $ETCD_VERSION copied from $sib"
+      return
+    fi
+  done
   local work; work="$(mktemp -d)"
   log "building etcd $ETCD_VERSION in $work (cold: ~1 min)"
   cat > "$work/go.mod" <<MOD
