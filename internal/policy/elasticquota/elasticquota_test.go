@@ -271,17 +271,20 @@ func TestQuotaAdmissionCounts(t *testing.T) {
 		"more than one elastic quota team-a found")
 }
 
-// TestQuotaAdmissionOutOfRange: an out-of-range request is a 400 naming the
-// field, before any arithmetic.
-func TestQuotaAdmissionOutOfRange(t *testing.T) {
-	cfg := DefaultConfig()
-	cfg.QuotaAdmission = true
-	p, _ := world(t, cfg, orgTree())
-	r := podReq(admissionv1.Create, mkPod("a1", "n", nil, "cpu=1", ""), nil)
-	r.Object.Raw = []byte(`{"metadata":{"name":"n","namespace":"a1"},"spec":{"initContainers":[{"name":"i","resources":{"limits":{"cpu":"1e9999999"}}}]}}`)
-	v := p.ValidatePod(context.Background(), r)
-	if v.Allowed || v.Code != 400 || !strings.Contains(v.Message, "spec.initContainers[0].resources.limits.cpu: quantity 1e9999999 is out of range") {
-		t.Fatalf("verdict %+v", v)
+// TestPodOutOfRange: an out-of-range request is a 400 naming the field,
+// before any arithmetic, with or without quota admission (upstream answers
+// 400 when it cannot decode the pod).
+func TestPodOutOfRange(t *testing.T) {
+	for _, admit := range []bool{false, true} {
+		cfg := DefaultConfig()
+		cfg.QuotaAdmission = admit
+		p, _ := world(t, cfg, orgTree())
+		r := podReq(admissionv1.Create, mkPod("a1", "n", nil, "cpu=1", ""), nil)
+		r.Object.Raw = []byte(`{"metadata":{"name":"n","namespace":"a1"},"spec":{"initContainers":[{"name":"i","resources":{"limits":{"cpu":"1e9999999"}}}]}}`)
+		v := p.ValidatePod(context.Background(), r)
+		if v.Allowed || v.Code != 400 || !strings.Contains(v.Message, "spec.initContainers[0].resources.limits.cpu: quantity 1e9999999 is out of range") {
+			t.Fatalf("quotaAdmission %v: verdict %+v", admit, v)
+		}
 	}
 }
 

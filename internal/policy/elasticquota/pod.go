@@ -41,6 +41,14 @@ func (p *Policy) ValidatePod(ctx context.Context, req *admission.Request) admiss
 	if err := json.Unmarshal(req.Object.Raw, &pod); err != nil {
 		return deny("%s: cannot parse the pod: %v", Name, err)
 	}
+	// Upstream decodes the whole pod first and answers 400 when it cannot
+	// (pod/validating/validating_handler.go:77-80); kadmit decodes what it
+	// may sum, through internal/quantity, so an out-of-range request is a
+	// 400 naming its field before any arithmetic.
+	spec, err := podrequest.DecodeSpec(pod.Spec, "spec")
+	if err != nil {
+		return deny("%s: cannot parse the pod: %v", Name, err)
+	}
 	ns := pod.Namespace
 	if ns == "" {
 		ns = req.Namespace
@@ -70,7 +78,7 @@ func (p *Policy) ValidatePod(ctx context.Context, req *admission.Request) admiss
 		}
 	}
 	if p.cfg.QuotaAdmission && req.Operation == admissionv1.Create {
-		return p.evaluateQuota(ctx, snap, ns, pod.Name, pod.Labels, pod.Spec)
+		return p.evaluateQuota(ctx, snap, ns, pod.Name, pod.Labels, spec)
 	}
 	return admission.Allow()
 }
@@ -107,7 +115,7 @@ var podResources = []corev1.ResourceName{
 // evaluator.go:305-365, without upstream's write: the quota's use is the
 // sum of the effective requests of its running pods (from the informer),
 // where upstream reads and then rewrites the child-request annotation.
-func (p *Policy) evaluateQuota(ctx context.Context, snap *Snapshot, ns, podName string, labels map[string]string, rawSpec json.RawMessage) admission.Verdict {
+func (p *Policy) evaluateQuota(ctx context.Context, snap *Snapshot, ns, podName string, labels map[string]string, spec *corev1.PodSpec) admission.Verdict {
 	name := p.quotaNameOf(snap, ns, labels)
 	if name == "" || name == p.cfg.DefaultQuota || name == p.cfg.SystemQuota || name == p.cfg.RootQuota {
 		return admission.Allow()
@@ -128,10 +136,6 @@ func (p *Policy) evaluateQuota(ctx context.Context, snap *Snapshot, ns, podName 
 	}
 	if !managed {
 		return admission.Allow()
-	}
-	spec, err := podrequest.DecodeSpec(rawSpec, "spec")
-	if err != nil {
-		return deny("%s: cannot parse the pod: %v", Name, err)
 	}
 	requested := corev1.ResourceList{}
 	for k, v := range podrequest.Effective(spec) {
