@@ -232,20 +232,6 @@ func keysIncluded(parent, child corev1.ResourceList) bool {
 	return true
 }
 
-// add returns a+b (quotav1.Add).
-func add(a, b corev1.ResourceList) corev1.ResourceList {
-	out := corev1.ResourceList{}
-	for k, v := range a {
-		out[k] = v.DeepCopy()
-	}
-	for k, v := range b {
-		s := out[k]
-		s.Add(v)
-		out[k] = s
-	}
-	return out
-}
-
 // lessOrEqualCompletely is upstream's util.LessThanOrEqualCompletely
 // (pkg/util/resource.go:328-339): every key of a is <= b's (0 if absent).
 func lessOrEqualCompletely(a, b corev1.ResourceList) bool {

@@ -206,7 +206,7 @@ func (p *Policy) quotaUse(ctx context.Context, snap *Snapshot, q *Quota, ns, pod
 		if p.quotaNameOf(snap, bp.Namespace, bp.Labels) != q.Name {
 			continue
 		}
-		used = add(used, podrequest.Effective(&bp.Spec))
+		podrequest.Add(used, podrequest.Effective(&bp.Spec))
 	}
 	return used, nil
 }
@@ -225,7 +225,7 @@ func counts(pod *corev1.Pod, now time.Time) bool {
 	return true
 }
 
-// candidatePods returns, once each and sorted, the pods that can be bound
+// candidatePods returns, once each, the pods that can be bound
 // to q: labelled with its name, in the namespace named after it (when q
 // lives there), or in a namespace it claims.
 func (p *Policy) candidatePods(snap *Snapshot, q *Quota) []*corev1.Pod {
@@ -250,7 +250,6 @@ func (p *Policy) candidatePods(snap *Snapshot, q *Quota) []*corev1.Pod {
 			}
 		}
 	}
-	sortPods(out)
 	return out
 }
 

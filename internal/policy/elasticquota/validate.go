@@ -10,6 +10,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/equality"
 
 	"github.com/kadmit/kadmit/internal/admission"
+	"github.com/kadmit/kadmit/internal/policy/podrequest"
 )
 
 // Line numbers below are koordinator-sh/koordinator v1.8.0
@@ -281,10 +282,10 @@ func (p *Policy) checkMinSums(snap *Snapshot, q *Quota, parent string) admission
 		sum := corev1.ResourceList{}
 		for _, s := range snap.Children(parent) {
 			if s.Name != q.Name {
-				sum = add(sum, s.Min)
+				podrequest.Add(sum, s.Min)
 			}
 		}
-		sum = add(sum, q.Min)
+		podrequest.Add(sum, q.Min)
 		if !lessOrEqualCompletely(sum, snap.Get(parent).Min) {
 			return deny("checkMinQuotaSum all brothers' MinQuota > parent MinQuota, parent: %v", parent)
 		}
@@ -292,7 +293,7 @@ func (p *Policy) checkMinSums(snap *Snapshot, q *Quota, parent string) admission
 	if children := snap.Children(q.Name); len(children) > 0 {
 		sum := corev1.ResourceList{}
 		for _, c := range children {
-			sum = add(sum, c.Min)
+			podrequest.Add(sum, c.Min)
 		}
 		if !lessOrEqualCompletely(sum, q.Min) {
 			return deny("checkMinQuotaSum all children's MinQuota > current MinQuota, current: %v", q.Name)
