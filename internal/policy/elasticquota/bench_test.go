@@ -24,8 +24,7 @@ func benchTree(b *testing.B, cfg Config, n, pods int) (*Policy, *qb) {
 	for i := range pods {
 		ps = append(ps, mkPod("ns-0", fmt.Sprintf("p%d", i), nil, "cpu=1", corev1.PodRunning))
 	}
-	t := &testing.T{}
-	p, _ := world(t, cfg, quotas, ps...)
+	p, _ := world(b, cfg, quotas, ps...)
 	return p, quotas[1]
 }
 

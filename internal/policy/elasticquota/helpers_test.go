@@ -158,7 +158,7 @@ func (q *qb) JSON() string {
 	return string(b)
 }
 
-func (q *qb) quota(t *testing.T) *Quota {
+func (q *qb) quota(t testing.TB) *Quota {
 	t.Helper()
 	p, err := Parse([]byte(q.JSON()))
 	if err != nil {
@@ -169,7 +169,7 @@ func (q *qb) quota(t *testing.T) *Quota {
 
 // world is a policy over quotas and pods; nil quotas are skipped, as
 // upstream's OnQuotaAdd(nil) is a no-op.
-func world(t *testing.T, cfg Config, quotas []*qb, pods ...*corev1.Pod) (*Policy, *fakeCache) {
+func world(t testing.TB, cfg Config, quotas []*qb, pods ...*corev1.Pod) (*Policy, *fakeCache) {
 	t.Helper()
 	var qs []*Quota
 	for _, s := range quotas {
