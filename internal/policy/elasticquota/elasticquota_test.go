@@ -2,311 +2,125 @@ package elasticquota
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"strings"
 	"testing"
 
 	admissionv1 "k8s.io/api/admission/v1"
+	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	corev1 "k8s.io/api/core/v1"
-	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/runtime"
 
-	"github.com/kadmit/kadmit/internal/admission"
 	"github.com/kadmit/kadmit/internal/policy/policytest"
 )
 
-// fakeCache is a Cache over fixed data; the informer-backed one is exercised
-// by the e2e tests against a real API server.
-type fakeCache struct {
-	snap *Snapshot
-	pods []*corev1.Pod
+// orgTree: root <- org (parent, tree t1, min cpu 10) <- team-a, team-b.
+func orgTree() []*qb {
+	return []*qb{
+		mq("org").Parent(root).Tree("t1").IsParent(true).Min("cpu=10,memory=20Gi").Max("cpu=20,memory=40Gi"),
+		mq("team-a").Parent("org").Tree("t1").IsParent(false).Min("cpu=4").Max("cpu=8,memory=16Gi").Namespaces("a1", "a2"),
+		mq("team-b").Parent("org").Tree("t1").IsParent(false).Min("cpu=4").Max("cpu=8,memory=16Gi"),
+	}
 }
 
-func (f *fakeCache) Snapshot() *Snapshot { return f.snap }
-func (f *fakeCache) PodsWithQuotaLabel(n string) []*corev1.Pod {
-	var out []*corev1.Pod
-	for _, p := range f.pods {
-		if p.Labels[LabelQuotaName] == n {
-			out = append(out, p)
+// TestBuiltinQuotas: koord-scheduler's annotation and status writes to the
+// root and system quotas pass; a change of their tree fields does not
+// (quota_topology.go:108-116).
+func TestBuiltinQuotas(t *testing.T) {
+	for _, name := range []string{DefaultRootQuota, DefaultSystemQuota} {
+		old := mq(name).Max("cpu=1000")
+		p, _ := world(t, DefaultConfig(), []*qb{old})
+		annotated := old.copy().Ann(Prefix+"runtime", `{"cpu":"3"}`).Ann(AnnotationSharedWeight, `{"cpu":"1"}`).Label("team", "x")
+		annotated.hasUsed, annotated.used = true, "cpu=5"
+		verdict(t, update(t, p, nil, old.JSON(), annotated.JSON()), "")
+		verdict(t, update(t, p, nil, old.JSON(), old.copy().Max("cpu=999").JSON()), "invalid quota "+name)
+		verdict(t, update(t, p, nil, old.JSON(), old.copy().IsParent(true).JSON()), "invalid quota "+name)
+		verdict(t, update(t, p, nil, old.JSON(), old.copy().Namespaces("x").JSON()), "invalid quota "+name)
+	}
+	// The system quota is defaulted like any other; the root is not.
+	p, fc := world(t, DefaultConfig(), nil)
+	sys, v := create(t, p, fc, mq(DefaultSystemQuota).Max("cpu=1"))
+	verdict(t, v, "")
+	if q, _ := Parse([]byte(sys)); q.Parent != root || q.annotations[AnnotationSharedWeight] != `{"cpu":"1"}` {
+		t.Fatalf("system quota not defaulted: %s", sys)
+	}
+	_, v = create(t, p, fc, mq(root).Max("cpu=1"))
+	verdict(t, v, "")
+}
+
+// TestInconsistentTreeAdmitsAnnotationUpdates: a tree whose sums no longer
+// hold (written while no webhook looked) still takes annotation-only
+// updates, and a real change is checked.
+func TestInconsistentTreeAdmitsAnnotationUpdates(t *testing.T) {
+	tree := orgTree()
+	tree[1].Min("cpu=9") // 9 + 4 > org's 10
+	p, _ := world(t, DefaultConfig(), tree)
+	a := tree[1]
+	verdict(t, update(t, p, nil, a.JSON(), a.copy().Ann(Prefix+"runtime", `{"cpu":"1"}`).Label("x", "y").JSON()), "")
+	verdict(t, update(t, p, nil, a.JSON(), a.copy().Max("cpu=9,memory=16Gi").JSON()),
+		"checkMinQuotaSum all brothers' MinQuota > parent MinQuota, parent: org")
+}
+
+// TestSameNameOtherNamespace: quotas are one tree keyed by name; a second
+// quota of an existing name is denied wherever it lives
+// (quota_topology.go:70-72).
+func TestSameNameOtherNamespace(t *testing.T) {
+	p, fc := world(t, DefaultConfig(), orgTree())
+	_, v := create(t, p, fc, mq("team-a").NS("elsewhere").Parent("org").Tree("t1").Max("cpu=1,memory=1"))
+	verdict(t, v, "AddQuota quota already exist:team-a")
+	if fc.snap.Get("team-a").Namespace != "quotas" {
+		t.Fatal("the tree changed")
+	}
+}
+
+// TestIsParentParsing: only "true" makes a parent
+// (apis/extension/elastic_quota.go:69-71); "yes" is a leaf, and a quota
+// under it is denied.
+func TestIsParentParsing(t *testing.T) {
+	for v, parent := range map[string]bool{"true": true, "yes": false, "True": false, "1": false, "": false} {
+		q, err := Parse([]byte(mq("x").Label(LabelIsParent, v).JSON()))
+		if err != nil || q.IsParent != parent {
+			t.Fatalf("is-parent %q: %v %v", v, q.IsParent, err)
 		}
 	}
-	return out
-}
-func (f *fakeCache) PodsInNamespace(ns string) []*corev1.Pod {
-	var out []*corev1.Pod
-	for _, p := range f.pods {
-		if p.Namespace == ns {
-			out = append(out, p)
-		}
-	}
-	return out
+	p, fc := world(t, DefaultConfig(), []*qb{mq("y").Label(LabelIsParent, "yes").Max("cpu=1").Min("cpu=1")})
+	_, v := create(t, p, fc, mq("c").Parent("y").Max("cpu=1"))
+	verdict(t, v, "c has parentName y but the parentQuotaInfo's IsParent is false")
 }
 
-type qspec struct {
-	name, ns, parent, tree string
-	isParent               *bool
-	min, max               string // "cpu=4,memory=8Gi"
-	namespaces             []string
-}
-
-func rl(s string) map[string]string {
-	out := map[string]string{}
-	if s == "" {
-		return out
+// TestMutateParentMissing: defaulting needs the parent's tree id, so a
+// missing parent is refused by the mutating hook (quota_topology.go:236-240).
+func TestMutateParentMissing(t *testing.T) {
+	p, _ := world(t, DefaultConfig(), orgTree())
+	_, v := p.Mutate(context.Background(), qreq(admissionv1.Create, mq("x").Parent("missing").Max("cpu=1").JSON(), ""))
+	verdict(t, v, "fill quota x failed, parent not exist")
+	_, v = p.Mutate(context.Background(), qreq(admissionv1.Create, mq("x").Ann(AnnotationSharedWeight, "cpu").Max("cpu=1").JSON(), ""))
+	if v.Allowed || v.Code != 400 || !strings.HasPrefix(v.Message, "fillDefaultQuotaInfo unmarshal sharedWeight failed:") {
+		t.Fatalf("bad shared-weight: %+v", v)
 	}
-	for _, kv := range strings.Split(s, ",") {
-		k, v, _ := strings.Cut(kv, "=")
-		out[k] = v
-	}
-	return out
-}
-
-func (q qspec) json() string {
-	labels := map[string]string{}
-	if q.parent != "" {
-		labels[LabelParent] = q.parent
-	}
-	if q.tree != "" {
-		labels[LabelTreeID] = q.tree
-	}
-	if q.isParent != nil {
-		labels[LabelIsParent] = fmt.Sprint(*q.isParent)
-	}
-	ann := map[string]string{}
-	if q.namespaces != nil {
-		b, _ := json.Marshal(q.namespaces)
-		ann[AnnotationNamespaces] = string(b)
-	}
-	ns := q.ns
-	if ns == "" {
-		ns = "quotas"
-	}
-	obj := map[string]any{
-		"apiVersion": "scheduling.sigs.k8s.io/v1alpha1", "kind": "ElasticQuota",
-		"metadata": map[string]any{"name": q.name, "namespace": ns, "labels": labels, "annotations": ann},
-		"spec":     map[string]any{"min": rl(q.min), "max": rl(q.max)},
-	}
-	b, _ := json.Marshal(obj)
-	return string(b)
-}
-
-func (q qspec) quota(t *testing.T) *Quota {
-	t.Helper()
-	p, err := Parse([]byte(q.json()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	return p
-}
-
-var yes, no = ptr(true), ptr(false)
-
-func ptr[T any](v T) *T { return &v }
-
-// tree: root <- org (parent, min cpu 10) <- team-a (min 4), team-b (min 4)
-func tree(t *testing.T) []qspec {
-	return []qspec{
-		{name: "org", parent: DefaultRootQuota, tree: "t1", isParent: yes, min: "cpu=10,memory=20Gi", max: "cpu=20,memory=40Gi"},
-		{name: "team-a", parent: "org", tree: "t1", isParent: no, min: "cpu=4", max: "cpu=8,memory=16Gi", namespaces: []string{"a1", "a2"}},
-		{name: "team-b", parent: "org", tree: "t1", isParent: no, min: "cpu=4", max: "cpu=8,memory=16Gi"},
-		{name: "leaf", parent: DefaultRootQuota, isParent: no, max: "cpu=2"},
+	// Validation refuses the same (quota_topology_check.go:51-54).
+	v = p.Validate(context.Background(), qreq(admissionv1.Create, mq("x").Ann(AnnotationSharedWeight, "cpu").Max("cpu=1").JSON(), ""))
+	if v.Allowed || v.Code != 400 {
+		t.Fatalf("bad shared-weight validated: %+v", v)
 	}
 }
 
-func newPolicy(t *testing.T, specs []qspec, pods ...*corev1.Pod) (*Policy, *fakeCache) {
-	t.Helper()
-	var qs []*Quota
-	for _, s := range specs {
-		qs = append(qs, s.quota(t))
-	}
-	fc := &fakeCache{snap: NewSnapshot(qs), pods: pods}
-	p, err := New(DefaultConfig(), fc)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return p, fc
-}
-
-func qreq(op admissionv1.Operation, obj, old string) *admission.Request {
-	r := &admission.Request{AdmissionRequest: admissionv1.AdmissionRequest{UID: "u", Operation: op,
-		Resource: metav1.GroupVersionResource{Group: "scheduling.sigs.k8s.io", Version: "v1alpha1", Resource: "elasticquotas"}}}
-	r.Object = runtime.RawExtension{Raw: []byte(obj)}
-	if old != "" {
-		r.OldObject = runtime.RawExtension{Raw: []byte(old)}
-	}
-	return r
-}
-
-func TestValidateTopology(t *testing.T) {
-	base := tree(t)
-	for _, tc := range []struct {
-		name string
-		op   admissionv1.Operation
-		q    qspec
-		old  *qspec
-		code int32
-		msg  string
-	}{
-		{"new child fits", admissionv1.Create, qspec{name: "team-c", parent: "org", tree: "t1", min: "cpu=2", max: "cpu=8,memory=1Gi"}, nil, 0, ""},
-		{"negative max", admissionv1.Create, qspec{name: "x", max: "cpu=-1"}, nil, 400, "spec.max.cpu must be >= 0"},
-		{"min not in max", admissionv1.Create, qspec{name: "x", min: "cpu=1", max: "memory=1Gi"}, nil, 403, "spec.min.cpu has no matching spec.max.cpu"},
-		{"min over max", admissionv1.Create, qspec{name: "x", min: "cpu=3", max: "cpu=2"}, nil, 403, "spec.min.cpu 3 is more than spec.max.cpu 2"},
-		{"parent missing", admissionv1.Create, qspec{name: "x", parent: "nope", max: "cpu=1"}, nil, 403, `parent ElasticQuota "nope" does not exist`},
-		{"parent not a parent", admissionv1.Create, qspec{name: "x", parent: "team-a", tree: "t1", max: "cpu=1,memory=1Gi"}, nil, 403, "parent team-a is not a parent quota"},
-		{"max keys differ", admissionv1.Create, qspec{name: "x", parent: "org", tree: "t1", max: "cpu=1"}, nil, 403, "spec.max resources [cpu] must equal its parent org's [cpu memory]"},
-		{"min key in parent", admissionv1.Create, qspec{name: "x", parent: "org", tree: "t1", min: "memory=1Gi", max: "cpu=1,memory=2Gi"}, nil, 0, ""},
-		{"min key not in parent", admissionv1.Create, qspec{name: "x", parent: "org", tree: "t1", min: "pods=1", max: "cpu=1,memory=2Gi,pods=2"}, nil, 403, "spec.max resources [cpu memory pods] must equal"},
-		{"siblings over parent min", admissionv1.Create, qspec{name: "x", parent: "org", tree: "t1", min: "cpu=3", max: "cpu=8,memory=1Gi"}, nil, 403,
-			"the min cpu of org's children would sum to 11, more than its min 10"},
-		{"update raises own min over parent", admissionv1.Update, qspec{name: "team-a", parent: "org", tree: "t1", isParent: no, min: "cpu=7", max: "cpu=8,memory=16Gi", namespaces: []string{"a1", "a2"}},
-			&base[1], 403, "would sum to 11"},
-		{"tree id differs from parent", admissionv1.Create, qspec{name: "x", parent: "org", tree: "t2", max: "cpu=1,memory=1Gi"}, nil, 403, `label quota.scheduling.koordinator.sh/tree-id "t2" must equal its parent org's "t1"`},
-		{"tree id immutable", admissionv1.Update, qspec{name: "leaf", parent: DefaultRootQuota, tree: "new", isParent: no, max: "cpu=2"}, &base[3], 403, "tree-id is immutable"},
-		{"is-parent false with children", admissionv1.Update, qspec{name: "org", parent: DefaultRootQuota, tree: "t1", isParent: no, min: "cpu=10,memory=20Gi", max: "cpu=20,memory=40Gi"},
-			&base[0], 403, "cannot be false while it has children (team-a, team-b)"},
-		{"children over own min", admissionv1.Update, qspec{name: "org", parent: DefaultRootQuota, tree: "t1", isParent: yes, min: "cpu=7,memory=20Gi", max: "cpu=20,memory=40Gi"},
-			&base[0], 403, "its children's min cpu sum to 8, more than its min 7"},
-		{"namespace claimed", admissionv1.Create, qspec{name: "x", max: "cpu=1", namespaces: []string{"a2"}}, nil, 403, `namespace "a2" is already claimed by ElasticQuota team-a`},
-		{"own claim kept on update", admissionv1.Update, base[1], &base[1], 0, ""},
-		{"own parent", admissionv1.Create, qspec{name: "x", parent: "x", max: "cpu=1"}, nil, 403, "cannot be its own parent"},
-		{"cycle", admissionv1.Update, qspec{name: "org", parent: "team-a", tree: "t1", isParent: yes, min: "cpu=10,memory=20Gi", max: "cpu=20,memory=40Gi"}, &base[0], 403, "is its own descendant"},
-		{"root unchanged update", admissionv1.Update, qspec{name: DefaultRootQuota, max: "cpu=100"}, &qspec{name: DefaultRootQuota, max: "cpu=100"}, 0, ""},
-		{"root changed", admissionv1.Update, qspec{name: DefaultRootQuota, max: "cpu=200"}, &qspec{name: DefaultRootQuota, max: "cpu=100"}, 403, "is built in and cannot be changed"},
-		{"system changed", admissionv1.Update, qspec{name: DefaultSystemQuota, max: "cpu=1", tree: "x"}, &qspec{name: DefaultSystemQuota, max: "cpu=1"}, 403, "is built in"},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			p, fc := newPolicy(t, base)
-			before := fc.snap
-			beforeAll := fmt.Sprint(before.All())
-			old := ""
-			if tc.old != nil {
-				old = tc.old.json()
-			}
-			v := p.Validate(context.Background(), qreq(tc.op, tc.q.json(), old))
-			if tc.code == 0 && !v.Allowed {
-				t.Fatalf("denied: %+v", v)
-			}
-			if tc.code != 0 && (v.Allowed || v.Code != tc.code || !strings.Contains(v.Message, tc.msg)) {
-				t.Fatalf("verdict %+v, want %d %q", v, tc.code, tc.msg)
-			}
-			// Validation never changes the cached tree, allowed or not.
-			if fc.snap != before || fmt.Sprint(fc.snap.All()) != beforeAll {
-				t.Fatal("validation changed the cached snapshot")
-			}
-		})
-	}
-}
-
-func pod(ns, name string, labels map[string]string, cpu string, phase corev1.PodPhase) *corev1.Pod {
-	return &corev1.Pod{
-		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name, Labels: labels},
-		Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "c", Resources: corev1.ResourceRequirements{
-			Requests: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse(cpu)}}}}},
-		Status: corev1.PodStatus{Phase: phase},
-	}
-}
-
-func TestDelete(t *testing.T) {
-	del := func(p *Policy, name string) admission.Verdict {
-		r := qreq(admissionv1.Delete, "", (qspec{name: name}).json())
-		r.Name = name
-		return p.Validate(context.Background(), r)
-	}
-	p, _ := newPolicy(t, tree(t),
-		pod("a1", "p1", nil, "1", corev1.PodRunning),
-		pod("x", "p2", map[string]string{LabelQuotaName: "team-a"}, "1", corev1.PodPending),
-		pod("x", "p3", map[string]string{LabelQuotaName: "team-a"}, "1", corev1.PodRunning),
-		pod("x", "done", map[string]string{LabelQuotaName: "team-b"}, "1", corev1.PodSucceeded),
-	)
-	if v := del(p, "org"); v.Allowed || !strings.Contains(v.Message, "has 2 child quota(s) (team-a, team-b)") {
-		t.Fatalf("org: %+v", v)
-	}
-	if v := del(p, "team-a"); v.Allowed || !strings.Contains(v.Message, "has 3 bound pod(s) (a1/p1, x/p2)") {
-		t.Fatalf("team-a: %+v", v)
-	}
-	if v := del(p, "team-b"); !v.Allowed {
-		t.Fatalf("team-b with only finished pods: %+v", v)
-	}
-	if v := del(p, DefaultRootQuota); v.Allowed || !strings.Contains(v.Message, "cannot be deleted") {
-		t.Fatalf("root: %+v", v)
-	}
-	if v := del(p, DefaultSystemQuota); v.Allowed {
-		t.Fatalf("system: %+v", v)
-	}
-}
-
-func podReq(ns string, p *corev1.Pod) *admission.Request {
-	raw, _ := json.Marshal(p)
-	return &admission.Request{AdmissionRequest: admissionv1.AdmissionRequest{UID: "u", Namespace: ns, Operation: admissionv1.Create,
-		Resource: metav1.GroupVersionResource{Version: "v1", Resource: "pods"}, Object: runtime.RawExtension{Raw: raw}}}
-}
-
-func TestValidatePod(t *testing.T) {
-	specs := append(tree(t), qspec{name: "home", ns: "h", max: "cpu=1"})
-	p, _ := newPolicy(t, specs,
-		pod("a1", "p1", nil, "3", corev1.PodRunning),
-		pod("x", "p2", map[string]string{LabelQuotaName: "team-a"}, "2", corev1.PodPending),
-		pod("a2", "gone", nil, "5", corev1.PodFailed),
-	)
-	ctx := context.Background()
-	for _, tc := range []struct {
-		name, ns string
-		pod      *corev1.Pod
-		msg      string
-	}{
-		{"fits by namespace claim", "a2", pod("a2", "n", nil, "3", ""), ""},
-		{"over by namespace claim", "a2", pod("a2", "n", nil, "3500m", ""), "pod requests cpu 3500m but ElasticQuota team-a has 5 of max 8 in use"},
-		{"over by label", "other", pod("other", "n", map[string]string{LabelQuotaName: "team-a"}, "4", ""), "ElasticQuota team-a has 5 of max 8"},
-		{"label wins over namespace", "a1", pod("a1", "n", map[string]string{LabelQuotaName: "team-b"}, "8", ""), ""},
-		{"quota living in the namespace", "h", pod("h", "n", nil, "2", ""), "ElasticQuota home has 0 of max 1"},
-		{"unbound pod", "free", pod("free", "n", nil, "100", ""), ""},
-		{"unknown quota", "free", pod("free", "n", map[string]string{LabelQuotaName: "nope"}, "100", ""), ""},
-		{"resource not in max", "h", &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "m"}, Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "c",
-			Resources: corev1.ResourceRequirements{Requests: corev1.ResourceList{corev1.ResourceMemory: resource.MustParse("1Ti")}}}}}}, ""},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			v := p.ValidatePod(ctx, podReq(tc.ns, tc.pod))
-			if tc.msg == "" && !v.Allowed || tc.msg != "" && (v.Allowed || v.Code != 403 || !strings.Contains(v.Message, tc.msg)) {
-				t.Fatalf("verdict %+v, want %q", v, tc.msg)
-			}
-		})
-	}
-}
-
-// mutate runs p.Mutate and returns the patched quota, nil when unchanged.
-func mutate(t *testing.T, p *Policy, r *admission.Request) ([]byte, admission.Verdict) {
-	t.Helper()
-	return policytest.Mutate(t, p, r)
-}
-
-func TestMutate(t *testing.T) {
-	p, _ := newPolicy(t, tree(t))
-	out, v := mutate(t, p, qreq(admissionv1.Create, (qspec{name: "new", parent: "org", max: "cpu=3"}).json(), ""))
-	if !v.Allowed || out == nil {
-		t.Fatalf("verdict %+v out %s", v, out)
-	}
-	q, err := Parse(out)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if q.TreeID != "t1" || q.SharedWeight.Cpu().String() != "3" {
-		t.Fatalf("quota %+v", q)
-	}
-	if again, _ := mutate(t, p, qreq(admissionv1.Create, string(out), "")); again != nil {
-		t.Fatalf("not idempotent: %s", again)
-	}
-	out, _ = mutate(t, p, qreq(admissionv1.Create, (qspec{name: "top", max: "cpu=3"}).json(), ""))
-	if q, _ := Parse(out); q.Parent != DefaultRootQuota || q.TreeID != "" {
-		t.Fatalf("top-level quota %+v", q)
-	}
-	if out, _ := mutate(t, p, qreq(admissionv1.Create, (qspec{name: DefaultRootQuota}).json(), "")); out != nil {
-		t.Fatalf("root mutated: %s", out)
-	}
-	if _, v := mutate(t, p, qreq(admissionv1.Create, `{"metadata":{"name":"x","labels":{"`+LabelIsParent+`":"maybe"}}}`, "")); v.Code != 400 {
-		t.Fatalf("bad is-parent: %+v", v)
-	}
+// TestParentCycles: upstream admits a quota that becomes its own ancestor;
+// denyParentCycles refuses it.
+func TestParentCycles(t *testing.T) {
+	tree := orgTree()
+	tree[2].IsParent(true).Min("cpu=4,memory=1Gi")
+	self := tree[2].copy().Parent("team-b")
+	// allow-force-update skips the min sums: the cycle is the only fault.
+	loop := tree[0].copy().Parent("team-b").Label(LabelAllowForceUpdate, "true")
+	p, _ := world(t, DefaultConfig(), tree)
+	verdict(t, update(t, p, nil, tree[2].JSON(), self.JSON()), "")
+	verdict(t, update(t, p, nil, tree[0].JSON(), loop.JSON()), "")
+	cfg := DefaultConfig()
+	cfg.DenyParentCycles = true
+	pc, _ := world(t, cfg, tree)
+	verdict(t, update(t, pc, nil, tree[2].JSON(), self.JSON()), "ElasticQuota team-b: cannot be its own parent")
+	verdict(t, update(t, pc, nil, tree[0].JSON(), loop.JSON()), "ElasticQuota org: parent team-b is its own descendant")
 }
 
 // typedQuota is an ElasticQuota as its Go type would decode it, for the
@@ -324,14 +138,15 @@ type typedQuota struct {
 // TestMutateDifferential: the patch applied by the API server's library
 // gives what defaulting the typed quota gives, and changes nothing else.
 func TestMutateDifferential(t *testing.T) {
-	p, _ := newPolicy(t, tree(t))
+	p, _ := world(t, DefaultConfig(), orgTree())
 	corpus := map[string]string{
-		"child of org": (qspec{name: "new", parent: "org", max: "cpu=3"}).json(),
-		"top level":    (qspec{name: "top", max: "cpu=3,memory=9007199254740993"}).json(),
+		"child of org": mq("new").Parent("org").Max("cpu=3").JSON(),
+		"top level":    mq("top").Max("cpu=3,memory=9007199254740993").JSON(),
 		"no metadata labels": `{"apiVersion":"scheduling.sigs.k8s.io/v1alpha1","kind":"ElasticQuota","metadata":{"name":"n","annotations":{"h":"<&>"}},` +
 			`"spec":{"max":{"cpu":"2"}},"status":{"n":12345678901234567890}}`,
-		"labels null":  `{"metadata":{"name":"n","labels":null,"annotations":null,"generation":9007199254740993},"spec":null}`,
-		"weight given": `{"metadata":{"name":"n","labels":{"` + LabelParent + `":"org","a/b~c":"ü"},"annotations":{"` + AnnotationSharedWeight + `":"{}"}},"spec":{}}`,
+		"labels null":   `{"metadata":{"name":"n","labels":null,"annotations":null,"generation":9007199254740993},"spec":null}`,
+		"weight given":  `{"metadata":{"name":"n","labels":{"` + LabelParent + `":"org","a/b~c":"ü"},"annotations":{"` + AnnotationSharedWeight + `":"{}"}},"spec":{}}`,
+		"weight to fix": `{"metadata":{"name":"n","annotations":{"` + AnnotationSharedWeight + `":"{\"gpu\":\"1\",\"cpu\":\"1000m\"}"}},"spec":{"max":{"cpu":"4","memory":"1Gi"}}}`,
 	}
 	for name, in := range corpus {
 		t.Run(name, func(t *testing.T) {
@@ -349,18 +164,41 @@ func TestMutateDifferential(t *testing.T) {
 				if q.Labels[LabelParent] == "org" && q.Labels[LabelTreeID] == "" {
 					q.Labels[LabelTreeID] = "t1"
 				}
-				if _, ok := q.Annotations[AnnotationSharedWeight]; !ok {
-					if q.Annotations == nil {
-						q.Annotations = map[string]string{}
-					}
-					max := q.Spec.Max
-					if max == nil {
-						max = corev1.ResourceList{}
-					}
-					q.Annotations[AnnotationSharedWeight] = string(policytest.Marshal(t, max))
+				if q.Annotations == nil {
+					q.Annotations = map[string]string{}
+				}
+				switch sw := q.Annotations[AnnotationSharedWeight]; sw {
+				case "":
+					q.Annotations[AnnotationSharedWeight] = string(policytest.Marshal(t, q.Spec.Max))
+				case "{}":
+				default:
+					// weight to fix: max's keys, the given cpu, max's memory.
+					q.Annotations[AnnotationSharedWeight] = `{"cpu":"1","memory":"1Gi"}`
 				}
 			})
 		})
+	}
+}
+
+func TestHooksAndConfig(t *testing.T) {
+	p, _ := New(DefaultConfig(), nil)
+	hooks := p.Hooks()
+	if len(hooks) != 3 {
+		t.Fatalf("hooks: %d", len(hooks))
+	}
+	podOps := hooks[2].Rules[0].Operations
+	if hooks[2].Path != ValidatePodPath || len(podOps) != 2 || podOps[0] != admissionregistrationv1.Create || podOps[1] != admissionregistrationv1.Update {
+		t.Fatalf("pod hook %+v", hooks[2])
+	}
+	off := false
+	p2, _ := New(Config{RootQuota: "r", SystemQuota: "s", PodCheck: &off}, nil)
+	if len(p2.Hooks()) != 2 {
+		t.Fatal("podCheck false still adds the pod hook")
+	}
+	for _, bad := range []Config{{RootQuota: "r", SystemQuota: "r", DefaultQuota: "d"}, {RootQuota: "r", SystemQuota: "s", DefaultQuota: "s"}, {RootQuota: "R", SystemQuota: "s", DefaultQuota: "d"}} {
+		if err := bad.Validate(); err == nil {
+			t.Fatalf("%+v accepted", bad)
+		}
 	}
 }
 
@@ -369,56 +207,96 @@ func TestOffline(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	v := p.Validate(context.Background(), qreq(admissionv1.Create, (qspec{name: "x", parent: "missing", max: "cpu=1"}).json(), ""))
+	ctx := context.Background()
+	v := p.Validate(ctx, qreq(admissionv1.Create, mq("x").Parent("missing").Max("cpu=1").JSON(), ""))
 	if !v.Allowed || len(v.Warnings) != 1 {
 		t.Fatalf("offline: %+v", v)
 	}
-	v = p.Validate(context.Background(), qreq(admissionv1.Create, (qspec{name: "x", min: "cpu=2", max: "cpu=1"}).json(), ""))
-	if v.Allowed {
-		t.Fatal("per-object check skipped offline")
-	}
-	if len(p.Hooks()) != 3 {
-		t.Fatalf("hooks: %d", len(p.Hooks()))
-	}
-	off := false
-	p2, _ := New(Config{RootQuota: "r", SystemQuota: "s", PodCheck: &off}, nil)
-	if len(p2.Hooks()) != 2 {
-		t.Fatal("podCheck false still adds the pod hook")
-	}
-	if err := (Config{RootQuota: "r", SystemQuota: "r"}).Validate(); err == nil {
-		t.Fatal("same root and system accepted")
+	verdict(t, p.Validate(ctx, qreq(admissionv1.Create, mq("x").Min("cpu=2").Max("cpu=1").JSON(), "")), "resourceKey cpu of quota x min 2 > max 1")
+	verdict(t, p.Validate(ctx, qreq(admissionv1.Update, mq("x").Tree("b").JSON(), mq("x").Tree("a").JSON())), "x tree id changed [a] vs [b]")
+	verdict(t, p.Validate(ctx, qreq(admissionv1.Update, mq(root).Max("cpu=2").JSON(), mq(root).JSON())), "invalid quota "+root)
+	out, v := policytest.Mutate(t, p, qreq(admissionv1.Create, mq("x").Parent("org").Max("cpu=1").JSON(), ""))
+	if !v.Allowed || len(v.Warnings) != 1 || out == nil {
+		t.Fatalf("offline mutate: %+v", v)
 	}
 }
 
-// TestValidatePodStopsWhenCancelled: the sum over a quota's pods ends once
-// the handler has given up on the review, and says so (500), instead of
-// finishing work nobody waits for.
-func TestValidatePodStopsWhenCancelled(t *testing.T) {
+// TestQuotaAdmissionStopsWhenCancelled: the sum over a quota's pods ends
+// once the handler has given up on the review, and says so (500), instead
+// of finishing work nobody waits for.
+func TestQuotaAdmissionStopsWhenCancelled(t *testing.T) {
 	var pods []*corev1.Pod
 	for i := range 1000 {
-		pods = append(pods, pod("a1", fmt.Sprintf("p%d", i), nil, "1m", corev1.PodRunning))
+		pods = append(pods, mkPod("a1", fmt.Sprintf("p%d", i), nil, "cpu=1m", corev1.PodRunning))
 	}
-	p, _ := newPolicy(t, tree(t), pods...)
+	cfg := DefaultConfig()
+	cfg.QuotaAdmission = true
+	p, _ := world(t, cfg, orgTree(), pods...)
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
-	v := p.ValidatePod(ctx, podReq("a1", pod("a1", "n", nil, "1", "")))
+	v := p.ValidatePod(ctx, podReq(admissionv1.Create, mkPod("a1", "n", nil, "cpu=1", ""), nil))
 	if v.Allowed || v.Code != 500 || !strings.Contains(v.Message, "context canceled") {
 		t.Fatalf("verdict %+v, want a 500 naming the cancellation", v)
 	}
-	if v := p.ValidatePod(context.Background(), podReq("a1", pod("a1", "n", nil, "1", ""))); !v.Allowed {
-		t.Fatalf("uncancelled: %+v", v)
+	verdict(t, p.ValidatePod(context.Background(), podReq(admissionv1.Create, mkPod("a1", "n", nil, "cpu=1", ""), nil)), "")
+	// 1000 pods of 1m plus 7.5 is 8.5 > 8.
+	verdict(t, p.ValidatePod(context.Background(), podReq(admissionv1.Create, mkPod("a1", "n", nil, "cpu=7500m", ""), nil)),
+		"exceeded quota: quotas/team-a, requested: cpu=7500m, used: cpu=1, limited: cpu=8")
+}
+
+// TestQuotaAdmissionCounts: finished pods, pods past their deletion grace
+// and pods bound elsewhere do not count (evaluator.go:280-293).
+func TestQuotaAdmissionCounts(t *testing.T) {
+	gone := mkPod("a1", "gone", nil, "cpu=4", corev1.PodRunning)
+	ts := metav1.NewTime(metav1.Now().Add(-3600e9))
+	grace := int64(30)
+	gone.DeletionTimestamp, gone.DeletionGracePeriodSeconds = &ts, &grace
+	pods := []*corev1.Pod{
+		mkPod("a1", "done", nil, "cpu=4", corev1.PodSucceeded),
+		mkPod("a1", "failed", nil, "cpu=4", corev1.PodFailed),
+		gone,
+		mkPod("a1", "other", map[string]string{LabelQuotaName: "team-b"}, "cpu=4", corev1.PodRunning),
+		mkPod("a2", "live", nil, "cpu=2", corev1.PodRunning),
+	}
+	cfg := DefaultConfig()
+	cfg.QuotaAdmission = true
+	p, _ := world(t, cfg, orgTree(), pods...)
+	verdict(t, p.ValidatePod(context.Background(), podReq(admissionv1.Create, mkPod("a1", "n", nil, "cpu=6", ""), nil)), "")
+	verdict(t, p.ValidatePod(context.Background(), podReq(admissionv1.Create, mkPod("a1", "n", nil, "cpu=7", ""), nil)),
+		"exceeded quota: quotas/team-a, requested: cpu=7, used: cpu=2, limited: cpu=8")
+	// A quota name carried by two quotas is ambiguous (evaluate_quota.go:73-75).
+	tree := append(orgTree(), mq("team-a").NS("other").Max("cpu=1"))
+	p2, _ := world(t, cfg, tree)
+	verdict(t, p2.ValidatePod(context.Background(), podReq(admissionv1.Create, mkPod("a1", "n", nil, "cpu=1", ""), nil)),
+		"more than one elastic quota team-a found")
+}
+
+// TestPodOutOfRange: an out-of-range request is a 400 naming the field,
+// before any arithmetic, with or without quota admission (upstream answers
+// 400 when it cannot decode the pod).
+func TestPodOutOfRange(t *testing.T) {
+	for _, admit := range []bool{false, true} {
+		cfg := DefaultConfig()
+		cfg.QuotaAdmission = admit
+		p, _ := world(t, cfg, orgTree())
+		r := podReq(admissionv1.Create, mkPod("a1", "n", nil, "cpu=1", ""), nil)
+		r.Object.Raw = []byte(`{"metadata":{"name":"n","namespace":"a1"},"spec":{"initContainers":[{"name":"i","resources":{"limits":{"cpu":"1e9999999"}}}]}}`)
+		v := p.ValidatePod(context.Background(), r)
+		if v.Allowed || v.Code != 400 || !strings.Contains(v.Message, "spec.initContainers[0].resources.limits.cpu: quantity 1e9999999 is out of range") {
+			t.Fatalf("quotaAdmission %v: verdict %+v", admit, v)
+		}
 	}
 }
 
-// TestValidatePodOutOfRange: an out-of-range request is a 400 naming the
-// field, before the quota is looked at.
-func TestValidatePodOutOfRange(t *testing.T) {
-	p, _ := newPolicy(t, tree(t))
-	raw := `{"metadata":{"name":"n","namespace":"a1"},"spec":{"initContainers":[{"name":"i","resources":{"limits":{"memory":"1e9999999"}}}]}}`
-	r := podReq("a1", pod("a1", "n", nil, "1", ""))
-	r.Object.Raw = []byte(raw)
-	v := p.ValidatePod(context.Background(), r)
-	if v.Allowed || v.Code != 400 || !strings.Contains(v.Message, "spec.initContainers[0].resources.limits.memory: quantity 1e9999999 is out of range") {
-		t.Fatalf("verdict %+v", v)
-	}
+// TestPodBoundToParent: a pod bound to a parent quota through its
+// namespace is refused like one bound through its label.
+func TestPodBoundToParent(t *testing.T) {
+	tree := append(orgTree(), mq("ops").NS("ops").IsParent(true))
+	p, _ := world(t, DefaultConfig(), tree)
+	verdict(t, p.ValidatePod(context.Background(), podReq(admissionv1.Create, mkPod("ops", "n", nil, "", ""), nil)),
+		"pod can not be linked to a parentQuotaGroup,quota:ops, pod:n")
+	verdict(t, p.ValidatePod(context.Background(), podReq(admissionv1.Create, mkPod("a1", "n", map[string]string{LabelQuotaName: "org"}, "", ""), nil)),
+		"pod can not be linked to a parentQuotaGroup,quota:org, pod:n")
+	verdict(t, p.ValidatePod(context.Background(), podReq(admissionv1.Create, mkPod("a1", "n", nil, "", ""), nil)), "")
+	verdict(t, p.ValidatePod(context.Background(), podReq(admissionv1.Delete, mkPod("a1", "n", nil, "", ""), nil)), "")
 }

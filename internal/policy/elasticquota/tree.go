@@ -4,7 +4,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"sort"
-	"strconv"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -12,149 +11,186 @@ import (
 	"github.com/kadmit/kadmit/internal/quantity"
 )
 
-// Labels and annotations of Koordinator's quota tree.
+// Labels and annotations of Koordinator's quota tree, as
+// koordinator-sh/koordinator v1.8.0 apis/extension/elastic_quota.go:30-58
+// names them.
 const (
 	Prefix = "quota.scheduling.koordinator.sh/"
 	// LabelParent names the parent quota (label).
 	LabelParent = Prefix + "parent"
-	// LabelIsParent is "true" on quotas that may have children (label).
+	// LabelIsParent is "true" on quotas that may have children (label);
+	// any other value, "yes" included, is a leaf (elastic_quota.go:69-71).
 	LabelIsParent = Prefix + "is-parent"
 	// LabelTreeID names the tree a quota belongs to (label).
 	LabelTreeID = Prefix + "tree-id"
+	// LabelIsRoot is "true" on the root of a quota tree: its min is not
+	// checked against its parent's (label).
+	LabelIsRoot = Prefix + "is-root"
+	// LabelAllowForceUpdate "true" skips the min-sum checks (label).
+	LabelAllowForceUpdate = Prefix + "allow-force-update"
 	// AnnotationSharedWeight is a JSON ResourceList weighting how spare
 	// capacity is shared between siblings (annotation).
 	AnnotationSharedWeight = Prefix + "shared-weight"
 	// AnnotationNamespaces is a JSON list of the namespaces whose pods the
 	// quota accounts (annotation).
 	AnnotationNamespaces = Prefix + "namespaces"
+	// AnnotationAdmission is a JSON ResourceList: the limit a pod's quota
+	// admission is checked against instead of spec.max (annotation).
+	AnnotationAdmission = Prefix + "admission"
+	// AnnotationMaxStrictCheckResourceKeys is a JSON list of resource names
+	// whose spec.max must stay >= status.used (annotation).
+	AnnotationMaxStrictCheckResourceKeys = Prefix + "max-strict-check-resource-keys"
 	// LabelQuotaName binds a pod to a quota by name (label on pods).
 	LabelQuotaName = Prefix + "name"
+	// LabelPreemptible marks a pod preemptible or not (label on pods); it
+	// cannot change on UPDATE.
+	LabelPreemptible = Prefix + "preemptible"
 )
 
-// Koordinator's built-in quotas.
+// Koordinator's built-in quotas (elastic_quota.go:31-33).
 const (
-	DefaultRootQuota   = "koordinator-root-quota"
-	DefaultSystemQuota = "koordinator-system-quota"
+	DefaultRootQuota    = "koordinator-root-quota"
+	DefaultSystemQuota  = "koordinator-system-quota"
+	DefaultDefaultQuota = "koordinator-default-quota"
 )
 
 // Quota is one ElasticQuota as the tree sees it. Quotas are identified by
 // name across namespaces, as Koordinator does.
 type Quota struct {
 	Namespace, Name string
-	Parent          string // "" only before defaulting
-	IsParent        bool
-	TreeID          string
-	Min, Max        corev1.ResourceList
-	// SharedWeight is nil when the annotation is absent.
-	SharedWeight corev1.ResourceList
-	// Namespaces are the namespaces the quota claims.
+	// Parent is the parent label as written; "" means the root quota.
+	Parent           string
+	IsParent         bool
+	IsTreeRoot       bool
+	AllowForceUpdate bool
+	TreeID           string
+	Min, Max         corev1.ResourceList
+	// Used is status.used (read by the max-strict-check rule).
+	Used corev1.ResourceList
+	// Namespaces are the namespaces the quota claims; nil when the
+	// annotation is absent, empty or not a JSON list of strings, as
+	// upstream's GetAnnotationQuotaNamespaces (elastic_quota.go:118-131).
 	Namespaces []string
 
 	labels, annotations map[string]string
-	spec                json.RawMessage
+	minRaw, maxRaw      json.RawMessage
 }
 
 type object struct {
 	metav1.ObjectMeta `json:"metadata"`
-	Spec              json.RawMessage `json:"spec"`
+	Spec              struct {
+		Min json.RawMessage `json:"min"`
+		Max json.RawMessage `json:"max"`
+	} `json:"spec"`
+	Status struct {
+		Used json.RawMessage `json:"used"`
+	} `json:"status"`
 }
 
-// spec is what Parse reads of an ElasticQuota's spec; quantity.List parses
-// through internal/quantity, so an out-of-range min or max is an error
-// naming it ("spec: max.cpu: quantity 1e9999999 is out of range (...)").
-type spec struct {
-	Min quantity.List `json:"min,omitempty"`
-	Max quantity.List `json:"max,omitempty"`
-}
-
-// Parse decodes an ElasticQuota's JSON. Errors name the field: a bad
-// is-parent value, shared-weight or namespaces annotation, or quantity.
+// Parse decodes an ElasticQuota's JSON. It is as lenient as upstream's
+// informer: labels and annotations never make it fail (a bad is-parent is a
+// leaf, bad namespaces JSON claims nothing); only malformed JSON or a
+// quantity that is not one, or out of internal/quantity's range, is an
+// error naming its field ("spec.max: cpu: ...").
 func Parse(raw []byte) (*Quota, error) {
 	var o object
 	if err := json.Unmarshal(raw, &o); err != nil {
 		return nil, fmt.Errorf("cannot parse the ElasticQuota: %w", err)
 	}
-	var s spec
-	if len(o.Spec) > 0 && string(o.Spec) != "null" {
-		var raw struct{ Min, Max json.RawMessage }
-		if err := json.Unmarshal(o.Spec, &raw); err != nil {
-			return nil, fmt.Errorf("spec: %w", err)
-		}
-		for _, f := range []struct {
-			name string
-			raw  json.RawMessage
-			dst  *quantity.List
-		}{{"spec.min", raw.Min, &s.Min}, {"spec.max", raw.Max, &s.Max}} {
-			if len(f.raw) > 0 {
-				if err := json.Unmarshal(f.raw, f.dst); err != nil {
-					return nil, quantity.Prefix(f.name, err)
-				}
-			}
-		}
-	}
 	q := &Quota{Namespace: o.Namespace, Name: o.Name, Parent: o.Labels[LabelParent], TreeID: o.Labels[LabelTreeID],
-		Min: corev1.ResourceList(s.Min), Max: corev1.ResourceList(s.Max), labels: o.Labels, annotations: o.Annotations, spec: o.Spec}
-	if v, ok := o.Labels[LabelIsParent]; ok {
-		b, err := strconv.ParseBool(v)
+		IsParent:         o.Labels[LabelIsParent] == "true",
+		IsTreeRoot:       o.Labels[LabelIsRoot] == "true",
+		AllowForceUpdate: o.Labels[LabelAllowForceUpdate] == "true",
+		labels:           o.Labels, annotations: o.Annotations, minRaw: o.Spec.Min, maxRaw: o.Spec.Max}
+	for _, f := range []struct {
+		name string
+		raw  json.RawMessage
+		dst  *corev1.ResourceList
+	}{{"spec.min", o.Spec.Min, &q.Min}, {"spec.max", o.Spec.Max, &q.Max}, {"status.used", o.Status.Used, &q.Used}} {
+		l, err := parseList(f.raw)
 		if err != nil {
-			return nil, fmt.Errorf("label %s: %q is not true or false", LabelIsParent, v)
+			return nil, quantity.Prefix(f.name, err)
 		}
-		q.IsParent = b
+		*f.dst = l
 	}
-	if v, ok := o.Annotations[AnnotationSharedWeight]; ok {
-		var l quantity.List
-		err := json.Unmarshal([]byte(v), &l)
-		q.SharedWeight = corev1.ResourceList(l)
-		if err != nil {
-			return nil, fmt.Errorf("annotation %s: must be a JSON resource list like {\"cpu\":\"4\"}: %w", AnnotationSharedWeight, err)
-		}
-	}
-	if v, ok := o.Annotations[AnnotationNamespaces]; ok {
-		if err := json.Unmarshal([]byte(v), &q.Namespaces); err != nil {
-			return nil, fmt.Errorf("annotation %s: must be a JSON list of namespaces like [\"a\",\"b\"]: %w", AnnotationNamespaces, err)
+	if v := o.Annotations[AnnotationNamespaces]; v != "" {
+		var ns []string
+		if json.Unmarshal([]byte(v), &ns) == nil {
+			q.Namespaces = ns
 		}
 	}
 	return q, nil
 }
 
-// Snapshot is an immutable view of every quota, indexed for the checks.
-// Checks that ask "what if" build a new Snapshot with With and never change
-// the cached one, so a denied or dry-run request leaves no trace.
-type Snapshot struct {
-	byName   map[string]*Quota
-	children map[string][]*Quota // parent name -> children, sorted by name
-	claims   map[string]*Quota   // namespace -> quota claiming it
-	homes    map[string][]*Quota // namespace -> quotas living in it, sorted
+// parseList reads a JSON resource list through internal/quantity; absent
+// and null are nil.
+func parseList(raw json.RawMessage) (corev1.ResourceList, error) {
+	if len(raw) == 0 || string(raw) == "null" {
+		return nil, nil
+	}
+	var l quantity.List
+	if err := json.Unmarshal(raw, &l); err != nil {
+		return nil, err
+	}
+	return corev1.ResourceList(l), nil
 }
 
-// NewSnapshot indexes quotas. When two quotas claim one namespace, the one
-// with the smaller name holds the claim (validation refuses the second, so
-// this only arises from objects written while kadmit was not looking).
+// annotationList parses the JSON resource list in annotation key; ok is
+// false when it is absent or empty.
+func (q *Quota) annotationList(key string) (l corev1.ResourceList, ok bool, err error) {
+	v := q.annotations[key]
+	if v == "" {
+		return nil, false, nil
+	}
+	l, err = parseList(json.RawMessage(v))
+	return l, true, err
+}
+
+// Snapshot is an immutable view of every quota, indexed for the checks.
+// The cached one is never changed: a check reads it and decides, so a
+// denied or dry-run request leaves no trace.
+type Snapshot struct {
+	byName   map[string]*Quota
+	byKey    map[string]*Quota   // namespace/name
+	named    map[string]int      // name -> how many quotas carry it
+	children map[string][]*Quota // parent label -> children, sorted by name
+	claims   map[string]*Quota   // namespace -> quota claiming it
+}
+
+// NewSnapshot indexes quotas. Two quotas of one name (in two namespaces)
+// are one node, the later in namespace order, as upstream's map keyed by
+// name holds one (quota_handler.go:41). When two quotas claim one
+// namespace, the one with the smaller name holds the claim.
 func NewSnapshot(quotas []*Quota) *Snapshot {
-	s := &Snapshot{byName: map[string]*Quota{}, children: map[string][]*Quota{}, claims: map[string]*Quota{}, homes: map[string][]*Quota{}}
+	s := &Snapshot{byName: map[string]*Quota{}, byKey: map[string]*Quota{}, named: map[string]int{},
+		children: map[string][]*Quota{}, claims: map[string]*Quota{}}
 	sorted := append([]*Quota(nil), quotas...)
-	sort.Slice(sorted, func(i, j int) bool { return sorted[i].Name < sorted[j].Name })
+	sort.Slice(sorted, func(i, j int) bool {
+		if sorted[i].Name != sorted[j].Name {
+			return sorted[i].Name < sorted[j].Name
+		}
+		return sorted[i].Namespace < sorted[j].Namespace
+	})
 	for _, q := range sorted {
 		s.byName[q.Name] = q
+		s.byKey[q.Namespace+"/"+q.Name] = q
+		s.named[q.Name]++
 	}
 	for _, q := range sorted {
 		if q != s.byName[q.Name] {
 			continue
 		}
-		if q.Parent != "" {
-			s.children[q.Parent] = append(s.children[q.Parent], q)
-		}
+		s.children[q.Parent] = append(s.children[q.Parent], q)
 		for _, ns := range q.Namespaces {
 			if _, taken := s.claims[ns]; !taken {
 				s.claims[ns] = q
 			}
 		}
-		s.homes[q.Namespace] = append(s.homes[q.Namespace], q)
 	}
 	return s
 }
 
-// All returns every quota, sorted by name.
+// All returns every quota node, sorted by name.
 func (s *Snapshot) All() []*Quota {
 	out := make([]*Quota, 0, len(s.byName))
 	for _, q := range s.byName {
@@ -167,56 +203,21 @@ func (s *Snapshot) All() []*Quota {
 // Get returns the quota named name, or nil.
 func (s *Snapshot) Get(name string) *Quota { return s.byName[name] }
 
-// Children returns the quotas whose parent is name, sorted by name.
-func (s *Snapshot) Children(name string) []*Quota { return s.children[name] }
+// GetIn returns the quota namespace/name, or nil.
+func (s *Snapshot) GetIn(namespace, name string) *Quota { return s.byKey[namespace+"/"+name] }
 
-// With returns a new snapshot in which q replaces the quota of its name (or
-// is added); without(name) removes it when q is nil.
-func (s *Snapshot) With(name string, q *Quota) *Snapshot {
-	all := make([]*Quota, 0, len(s.byName)+1)
-	for n, x := range s.byName {
-		if n != name {
-			all = append(all, x)
-		}
-	}
-	if q != nil {
-		all = append(all, q)
-	}
-	return NewSnapshot(all)
-}
+// Count returns how many quotas (in any namespace) are named name.
+func (s *Snapshot) Count(name string) int { return s.named[name] }
 
-// QuotaFor returns the name of the quota a pod in namespace with the given
-// labels is accounted to, or "": the quota named by its
-// quota.scheduling.koordinator.sh/name label; else the quota whose
-// namespaces annotation claims the namespace; else the first quota (by
-// name) that lives in the namespace.
-func (s *Snapshot) QuotaFor(namespace string, podLabels map[string]string) string {
-	if n := podLabels[LabelQuotaName]; n != "" {
-		return n
-	}
-	if q := s.claims[namespace]; q != nil {
-		return q.Name
-	}
-	if h := s.homes[namespace]; len(h) > 0 {
-		return h[0].Name
-	}
-	return ""
-}
-
-// namespacesOf returns the namespaces whose unlabelled pods fall to name.
-func (s *Snapshot) namespacesOf(name string) []string {
-	q := s.byName[name]
-	if q == nil {
+// Children returns the quotas whose parent label is name, sorted by name.
+// The root quota's children are not indexed (no rule reads them).
+func (s *Snapshot) Children(name string) []*Quota {
+	if name == "" {
 		return nil
 	}
-	var out []string
-	for _, ns := range q.Namespaces {
-		if s.claims[ns] == q {
-			out = append(out, ns)
-		}
-	}
-	if _, claimed := s.claims[q.Namespace]; !claimed && len(s.homes[q.Namespace]) > 0 && s.homes[q.Namespace][0] == q {
-		out = append(out, q.Namespace)
-	}
-	return out
+	return s.children[name]
 }
+
+// Claimant returns the quota whose namespaces annotation claims namespace,
+// or nil.
+func (s *Snapshot) Claimant(namespace string) *Quota { return s.claims[namespace] }

@@ -79,7 +79,7 @@ policies:
     - {name: main, quota: {cpu: "4", memory: 8Gi}}
     - {name: spare}
   resourceFlavor: {enabled: true}
-  elasticQuota: {enabled: true}
+  elasticQuota: {enabled: true, quotaAdmission: true}
   colocation:
     enabled: true
     profiles:
