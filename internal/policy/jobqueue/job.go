@@ -17,10 +17,10 @@ import (
 type jobView struct {
 	metav1.ObjectMeta `json:"metadata"`
 	Spec              struct {
-		Parallelism    *int32                 `json:"parallelism"`
-		Completions    *int32                 `json:"completions"`
+		Parallelism    *int32                  `json:"parallelism"`
+		Completions    *int32                  `json:"completions"`
 		CompletionMode *batchv1.CompletionMode `json:"completionMode"`
-		Suspend        *bool                  `json:"suspend"`
+		Suspend        *bool                   `json:"suspend"`
 		Template       struct {
 			Spec json.RawMessage `json:"spec"`
 		} `json:"template"`
