@@ -13,7 +13,9 @@ import (
 	"k8s.io/client-go/tools/cache"
 )
 
-func obj(i int, raw string) StaticObject { return StaticObject{Source: "state.yaml", Index: i, Raw: []byte(raw)} }
+func obj(i int, raw string) StaticObject {
+	return StaticObject{Source: "state.yaml", Index: i, Raw: []byte(raw)}
+}
 
 func TestNewStatic(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
