@@ -49,3 +49,35 @@ func TestReviewState(t *testing.T) {
 		t.Fatalf("duplicate state object: %v", err)
 	}
 }
+
+// TestReviewKueueExamples runs examples/scheduling/kueue as its header
+// comments say.
+func TestReviewKueueExamples(t *testing.T) {
+	ex := filepath.Join("..", "..", "examples", "scheduling")
+	run := func(args ...string) (string, error) {
+		cmd := newReviewCmd()
+		var out bytes.Buffer
+		cmd.SetOut(&out)
+		cmd.SetErr(&out)
+		cmd.SetArgs(append([]string{"--config", filepath.Join(ex, "kueue", "kadmit.yaml"), "-o", "json"}, args...))
+		err := cmd.Execute()
+		return out.String(), err
+	}
+	job := filepath.Join(ex, "kueue", "job-namespace-default-queue.yaml")
+	out, err := run("-f", job, "--state", filepath.Join(ex, "state"))
+	if err != nil || !strings.Contains(out, `"kueue.x-k8s.io/queue-name":"default"`) || !strings.Contains(out, `"kueue.x-k8s.io/managed":"true"`) ||
+		!strings.Contains(out, `"suspend":true`) {
+		t.Fatalf("with state: %v\n%s", err, out)
+	}
+	if out, err = run("-f", job); err != nil || strings.Contains(out, `"kueue.x-k8s.io/queue-name"`) || !strings.Contains(out, "give --state") {
+		t.Fatalf("without state: %v\n%s", err, out)
+	}
+	out, err = run("-f", filepath.Join(ex, "kueue", "job-bad-max-exec-time.yaml"))
+	if err == nil || !strings.Contains(out, `"code":403`) || !strings.Contains(out, `Invalid value: 0: should be greater than 0`) {
+		t.Fatalf("max-exec-time: %v\n%s", err, out)
+	}
+	if out, err = run("-f", filepath.Join(ex, "kueue", "flavor-relabel.yaml"), "--operation", "UPDATE",
+		"--old", filepath.Join(ex, "manifests", "flavor-good.yaml")); err != nil {
+		t.Fatalf("flavor update: %v\n%s", err, out)
+	}
+}
