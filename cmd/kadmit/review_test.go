@@ -59,7 +59,7 @@ func TestReviewKueueExamples(t *testing.T) {
 		var out bytes.Buffer
 		cmd.SetOut(&out)
 		cmd.SetErr(&out)
-		cmd.SetArgs(append([]string{"--config", filepath.Join(ex, "kueue", "kadmit.yaml"), "-o", "json"}, args...))
+		cmd.SetArgs(append([]string{"--config", filepath.Join(ex, "kueue-kadmit.yaml"), "-o", "json"}, args...))
 		err := cmd.Execute()
 		return out.String(), err
 	}
