@@ -52,6 +52,9 @@ func (p *Policy) Validate(_ context.Context, req *admission.Request) admission.V
 		if old, err = decodeJob(req.OldObject.Raw); err != nil {
 			return admission.Invalid("%s: cannot parse the old job: %v", Name, err)
 		}
+		if old.Namespace == "" {
+			old.Namespace = req.Namespace
+		}
 		errs = p.validateUpdate(old, job)
 	} else {
 		errs = validateCreate(job)
