@@ -18,12 +18,17 @@ import (
 )
 
 func newReviewCmd() *cobra.Command {
-	var file, configFile, operation, oldFile, subresource, output string
+	var file, configFile, operation, oldFile, subresource, output, state string
 	cmd := &cobra.Command{
 		Use:   "review -f FILE|DIR|-",
 		Short: "Run manifests through kadmit's policies offline",
 		Long: `Run each object through the same webhooks kadmit serve runs: every matching
 mutating webhook in order, then every validating webhook on the mutated object.
+
+With --state, the policies that read cluster state (LocalQueues, quotas,
+pods, namespaces) read it from the given manifests, through the same informer
+caches kadmit serve fills from the API server; without it they skip those
+checks with a warning.
 
 Exit status: 0 when every object is allowed, 1 when any is denied, 2 on usage
 or input errors.`,
@@ -36,13 +41,21 @@ or input errors.`,
 				return cmdexit.New(2, fmt.Errorf("-o %q: must be text or json", output))
 			}
 			cfg := builtin.Config.Default()
+			var err error
 			if configFile != "" {
-				var err error
 				if cfg, err = builtin.Config.LoadFile(configFile); err != nil {
 					return cmdexit.New(2, err)
 				}
 			}
-			webhooks, err := builtin.Webhooks(cfg, policy.Env{}) // offline: no cluster caches
+			env := policy.Env{} // offline: no cluster caches
+			if state != "" {
+				ctx, cancel := context.WithCancel(cmd.Context())
+				defer cancel() // stops the state's informers
+				if env.Cluster, err = review.LoadState(ctx, state, builtin.Caches(cfg)); err != nil {
+					return cmdexit.New(2, err)
+				}
+			}
+			webhooks, err := builtin.Webhooks(cfg, env)
 			if err != nil {
 				return cmdexit.New(2, err)
 			}
@@ -71,6 +84,7 @@ or input errors.`,
 	f.StringVar(&oldFile, "old", "", "old objects for UPDATE/DELETE, matched by kind, namespace and name")
 	f.StringVar(&subresource, "subresource", "", `subresource to review as, e.g. "status"`)
 	f.StringVarP(&output, "output", "o", "text", "output: text or json (one JSON object per line)")
+	f.StringVar(&state, "state", "", "cluster state (file or directory of manifests: LocalQueues, ElasticQuotas, pods, namespaces ...) that stateful checks read")
 	return cmd
 }
 

@@ -51,12 +51,30 @@ func Read(path string, stdin io.Reader) ([]Document, error) {
 	if path == "-" {
 		return decodeAll("-", stdin)
 	}
+	files, err := manifestFiles(path)
+	if err != nil {
+		return nil, err
+	}
+	var out []Document
+	for _, f := range files {
+		docs, err := readFile(f)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, docs...)
+	}
+	return out, nil
+}
+
+// manifestFiles lists path itself when it is a file, else its *.yaml, *.yml
+// and *.json files, recursively, in lexical order.
+func manifestFiles(path string) ([]string, error) {
 	info, err := os.Stat(path)
 	if err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrInput, err)
 	}
 	if !info.IsDir() {
-		return readFile(path)
+		return []string{path}, nil
 	}
 	var files []string
 	err = filepath.WalkDir(path, func(p string, d fs.DirEntry, err error) error {
@@ -75,15 +93,7 @@ func Read(path string, stdin io.Reader) ([]Document, error) {
 		return nil, fmt.Errorf("%w: %w", ErrInput, err)
 	}
 	sort.Strings(files)
-	var out []Document
-	for _, f := range files {
-		docs, err := readFile(f)
-		if err != nil {
-			return nil, err
-		}
-		out = append(out, docs...)
-	}
-	return out, nil
+	return files, nil
 }
 
 func readFile(path string) ([]Document, error) {

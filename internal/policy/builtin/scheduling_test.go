@@ -76,7 +76,7 @@ func TestSchedulingHooks(t *testing.T) {
 
 func TestSchedulingConfigErrors(t *testing.T) {
 	for _, tc := range []struct{ yaml, want string }{
-		{"jobQueue: {defaultQueues: {team-a: \"bad name\"}}", "policies.jobQueue.defaultQueues[team-a]: queue name \"bad name\" is not a valid label value"},
+		{"jobQueue: {defaultQueues: {team-a: \"bad name\"}}", "policies.jobQueue.defaultQueues[team-a]: queue name \"bad name\": a lowercase RFC 1123 subdomain"},
 		{"elasticQuota: {rootQuota: x, systemQuota: x}", "policies.elasticQuota.systemQuota: must differ"},
 		{"colocation: {profiles: [{name: Bad}]}", "policies.colocation.profiles[0].name"},
 		{"kadmitConfig: {enabled: true}", "policies.kadmitConfig.namespace"},

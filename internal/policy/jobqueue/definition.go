@@ -1,6 +1,7 @@
 package jobqueue
 
 import (
+	corev1 "k8s.io/api/core/v1"
 	"k8s.io/client-go/tools/cache"
 
 	"github.com/kadmit/kadmit/internal/admission"
@@ -10,19 +11,30 @@ import (
 
 // Definition is the job-queue policy's entry in builtin.Registry: section
 // policies.jobQueue, off in the seed profile. It reads Kueue's LocalQueues
-// from the cluster caches; offline (`kadmit review`) it knows only the
-// configured queues and admits others with a warning.
+// (LocalQueueDefaulting, requireQueue) and, with
+// manageJobsWithoutQueueName, namespaces from the cluster caches; offline
+// (`kadmit review` without --state) what needs them is skipped with a
+// warning.
 var Definition = &policy.Definition[Config]{
 	PolicyName: Name,
 	SectionKey: "jobQueue",
 	Defaults:   DefaultConfig,
-	Caches: func(Config) []clustercache.Resource {
-		return []clustercache.Resource{clustercache.LocalQueues}
+	Caches: func(cfg Config) []clustercache.Resource {
+		rs := []clustercache.Resource{clustercache.LocalQueues}
+		if cfg.ManageJobsWithoutQueueName {
+			rs = append(rs, clustercache.Namespaces)
+		}
+		return rs
 	},
 	Build: func(cfg Config, env policy.Env) ([]admission.Hook, error) {
 		opts := Options{Offline: env.Cluster == nil}
 		if inf, ok := env.Cluster.Informer(clustercache.LocalQueues); ok {
 			opts.LocalQueues = localQueueStore{inf.GetStore()}
+		}
+		if cfg.ManageJobsWithoutQueueName {
+			if inf, ok := env.Cluster.Informer(clustercache.Namespaces); ok {
+				opts.Namespaces = namespaceStore{inf.GetStore()}
+			}
 		}
 		p, err := New(cfg, opts)
 		if err != nil {
@@ -39,4 +51,20 @@ type localQueueStore struct{ store cache.Store }
 func (s localQueueStore) HasLocalQueue(namespace, name string) bool {
 	_, exists, err := s.store.GetByKey(namespace + "/" + name)
 	return err == nil && exists
+}
+
+// namespaceStore answers namespace-label lookups from the informer's store.
+type namespaceStore struct{ store cache.Store }
+
+// NamespaceLabels implements Namespaces.
+func (s namespaceStore) NamespaceLabels(name string) (map[string]string, bool) {
+	obj, exists, err := s.store.GetByKey(name)
+	if err != nil || !exists {
+		return nil, false
+	}
+	ns, ok := obj.(*corev1.Namespace)
+	if !ok {
+		return nil, false
+	}
+	return ns.Labels, true
 }

@@ -15,7 +15,7 @@ import (
 // activeDeadlineSeconds 9007199254740993 (2^53+1) used to get a patch
 // setting it to ...992, because the job went through map[string]any.
 func TestMutateKeepsIntegersAbove2To53(t *testing.T) {
-	p := must(t, Config{DefaultQueues: map[string]string{"team-a": "main"}}, Options{})
+	p := must(t, Config{DefaultQueues: map[string]string{"team-a": "main"}, ManagedLabel: true}, Options{})
 	in := `{"apiVersion":"batch/v1","kind":"Job","metadata":{"name":"j"},"spec":{"activeDeadlineSeconds":9007199254740993,"template":{"spec":{"containers":[{"name":"c","image":"x"}]}}}}`
 	ops, v := p.Mutate(context.Background(), req(admissionv1.Create, "team-a", in, ""))
 	if !v.Allowed || len(ops) == 0 {
@@ -39,7 +39,7 @@ func TestMutateKeepsIntegersAbove2To53(t *testing.T) {
 // the API server's library gives what setting the labels and spec.suspend
 // on a typed batchv1.Job gives, and changes nothing else.
 func TestMutateDifferential(t *testing.T) {
-	p := must(t, Config{DefaultQueues: map[string]string{"team-a": "main"}}, Options{})
+	p := must(t, Config{DefaultQueues: map[string]string{"team-a": "main"}, ManagedLabel: true}, Options{})
 	corpus := map[string]string{
 		"plain":             job(``, ""),
 		"explicit queue":    job(`"`+QueueLabel+`":"other"`, ""),

@@ -1,29 +1,33 @@
 // Package jobqueue implements the job-queue policy, kadmit's version of
-// Kueue's batch/v1 Job webhook: jobs in namespaces with a default queue are
-// labelled with it and created suspended, so that they wait for the queue
-// controller to admit them; jobs naming a queue are checked against the
-// queues that exist and against the queue's quota.
+// Kueue's batch/v1 Job webhook (kubernetes-sigs/kueue v0.13.0,
+// pkg/controller/jobs/job/job_webhook.go with
+// pkg/controller/jobframework/{defaults,validation}.go).
+//
+// With its default configuration it behaves as Kueue v0.13.0 does with its
+// own defaults (integrations.frameworks [batch/job],
+// manageJobsWithoutQueueName false, the LocalQueueDefaulting gate on, the
+// TopologyAwareScheduling, MultiKueueBatchJobWithManagedBy and
+// ElasticJobsViaWorkloadSlices gates off): a job naming a queue is created
+// suspended, a job in a namespace holding a LocalQueue named "default" gets
+// that queue, and the validator answers 403 with the field errors Kueue
+// returns. What kadmit adds (the managed label, a LocalQueue-existence
+// check, per-queue quotas, configured default queues) is off unless
+// configured; docs/policies.md lists each difference.
 package jobqueue
 
 import (
-	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"slices"
 	"sort"
 	"strings"
 
-	admissionv1 "k8s.io/api/admission/v1"
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
-	batchv1 "k8s.io/api/batch/v1"
-	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/util/validation"
 
 	"github.com/kadmit/kadmit/internal/admission"
-	"github.com/kadmit/kadmit/internal/jsonedit"
-	"github.com/kadmit/kadmit/internal/policy/podrequest"
 	"github.com/kadmit/kadmit/internal/quantity"
 )
 
@@ -40,25 +44,72 @@ const (
 	ValidatePath = "/validate-batch-v1-job"
 )
 
-// Labels Kueue reads on a job.
+// Labels and annotations Kueue reads on a job (kueue v0.13.0
+// pkg/controller/constants/constants.go:23-50,
+// pkg/controller/jobs/job/job_controller.go:55-57).
 const (
-	QueueLabel   = "kueue.x-k8s.io/queue-name"
+	QueueLabel = "kueue.x-k8s.io/queue-name"
+	// QueueAnnotation is the deprecated annotation form of QueueLabel,
+	// read when the label is empty.
+	QueueAnnotation            = QueueLabel
+	PrebuiltWorkloadLabel      = "kueue.x-k8s.io/prebuilt-workload-name"
+	WorkloadPriorityClassLabel = "kueue.x-k8s.io/priority-class"
+	MaxExecTimeSecondsLabel    = "kueue.x-k8s.io/max-exec-time-seconds"
+	MinParallelismAnnotation   = "kueue.x-k8s.io/job-min-parallelism"
+	// CompletionsEqualParallelismAnnotation asks Kueue to keep completions
+	// equal to parallelism under partial admission.
+	CompletionsEqualParallelismAnnotation = "kueue.x-k8s.io/job-completions-equal-parallelism"
+	// StoppingAnnotation marks a job Kueue is suspending: while it is
+	// "true" the job does not count as suspended.
+	StoppingAnnotation = "kueue.x-k8s.io/stopping"
+	// DefaultLocalQueue is the LocalQueue name LocalQueueDefaulting applies.
+	DefaultLocalQueue = "default"
+	// ManagedLabel is the label kadmit's managedLabel switch adds. Kueue
+	// puts it on pods it manages, never on Jobs.
 	ManagedLabel = "kueue.x-k8s.io/managed"
 )
 
-// Config is the job-queue policy's configuration (policies.jobQueue).
+// Config is the job-queue policy's configuration (policies.jobQueue). The
+// first group mirrors Kueue's own configuration and feature gates, with
+// Kueue v0.13.0's defaults; the second group are kadmit's additions, each
+// off by default.
 type Config struct {
-	// DefaultQueues maps a namespace to the queue its jobs get when they
-	// name none, e.g. {team-a: main}. Jobs in other namespaces are only
-	// mutated when they name a queue themselves.
-	DefaultQueues map[string]string `json:"defaultQueues,omitempty"`
-	// Suspend makes the mutating hook set spec.suspend: true on queued
-	// jobs, so no pod starts before the queue controller admits the job.
-	// Default true.
+	// ManageJobsWithoutQueueName is Kueue's manageJobsWithoutQueueName:
+	// jobs without a queue in a namespace matching
+	// ManagedJobsNamespaceSelector are created suspended as well. Default
+	// false.
+	ManageJobsWithoutQueueName bool `json:"manageJobsWithoutQueueName,omitempty"`
+	// ManagedJobsNamespaceSelector is Kueue's managedJobsNamespaceSelector.
+	// Default: kubernetes.io/metadata.name NotIn [kube-system, kueue-system]
+	// (Kueue's default with its namespace kueue-system).
+	ManagedJobsNamespaceSelector *metav1.LabelSelector `json:"managedJobsNamespaceSelector,omitempty"`
+	// LocalQueueDefaulting is Kueue's LocalQueueDefaulting feature gate
+	// (beta, on in v0.13): a job without a queue in a namespace holding a
+	// LocalQueue named "default" gets queue-name "default". Default true.
+	LocalQueueDefaulting *bool `json:"localQueueDefaulting,omitempty"`
+	// Frameworks is Kueue's integrations.frameworks: a job whose
+	// controller owner is of one of these kinds is managed through its
+	// owner. Default [batch/job]. Known names are those of
+	// FrameworkOwners.
+	Frameworks []string `json:"frameworks,omitempty"`
+	// Suspend: jobs Kueue manages are created suspended. Default true, as
+	// Kueue; false is a kadmit difference (jobs start at once).
 	Suspend *bool `json:"suspend,omitempty"`
-	// Queues are the queues kadmit knows without asking the cluster, with
-	// their optional quotas. A queue also exists when a Kueue LocalQueue of
-	// that namespace and name is in the informer cache.
+
+	// ManagedLabel (kadmit) adds kueue.x-k8s.io/managed: "true" to every
+	// job that names a queue after defaulting. Default false.
+	ManagedLabel bool `json:"managedLabel,omitempty"`
+	// RequireQueue (kadmit) denies with 403 a job whose queue is neither a
+	// configured queue nor a LocalQueue in the informer cache. Kueue checks
+	// no LocalQueue at admission (the job waits for its queue). Default
+	// false.
+	RequireQueue bool `json:"requireQueue,omitempty"`
+	// DefaultQueues (kadmit) maps a namespace to the queue its jobs get
+	// when they name none and LocalQueueDefaulting gave none, e.g.
+	// {team-a: main}. Default empty.
+	DefaultQueues map[string]string `json:"defaultQueues,omitempty"`
+	// Queues (kadmit) are queues kadmit knows without asking the cluster,
+	// with optional quotas checked at admission. Default empty.
 	Queues []Queue `json:"queues,omitempty"`
 }
 
@@ -77,12 +128,50 @@ type Queue struct {
 	Quota quantity.List `json:"quota,omitempty"`
 }
 
-// DefaultConfig is the seed profile: disabled, no default queues, suspend
-// on, no configured queues.
+// FrameworkOwners maps the Kueue v0.13.0 integration names accepted in
+// Frameworks to the owner apiVersion/kind they manage (each integration's
+// JobType, pkg/controller/jobs/*).
+var FrameworkOwners = map[string]metav1.TypeMeta{
+	"batch/job":                                {APIVersion: "batch/v1", Kind: "Job"},
+	"jobset.x-k8s.io/jobset":                   {APIVersion: "jobset.x-k8s.io/v1alpha2", Kind: "JobSet"},
+	"kubeflow.org/mpijob":                      {APIVersion: "kubeflow.org/v2beta1", Kind: "MPIJob"},
+	"kubeflow.org/paddlejob":                   {APIVersion: "kubeflow.org/v1", Kind: "PaddleJob"},
+	"kubeflow.org/pytorchjob":                  {APIVersion: "kubeflow.org/v1", Kind: "PyTorchJob"},
+	"kubeflow.org/tfjob":                       {APIVersion: "kubeflow.org/v1", Kind: "TFJob"},
+	"kubeflow.org/xgboostjob":                  {APIVersion: "kubeflow.org/v1", Kind: "XGBoostJob"},
+	"ray.io/rayjob":                            {APIVersion: "ray.io/v1", Kind: "RayJob"},
+	"ray.io/raycluster":                        {APIVersion: "ray.io/v1", Kind: "RayCluster"},
+	"workload.codeflare.dev/appwrapper":        {APIVersion: "workload.codeflare.dev/v1beta2", Kind: "AppWrapper"},
+	"pod":                                      {APIVersion: "v1", Kind: "Pod"},
+	"deployment":                               {APIVersion: "apps/v1", Kind: "Deployment"},
+	"statefulset":                              {APIVersion: "apps/v1", Kind: "StatefulSet"},
+	"leaderworkerset.x-k8s.io/leaderworkerset": {APIVersion: "leaderworkerset.x-k8s.io/v1", Kind: "LeaderWorkerSet"},
+}
+
+// DefaultConfig is Kueue v0.13.0's behaviour: every kadmit addition off.
 func DefaultConfig() Config { return Config{} }
+
+// defaultNamespaceSelector is Kueue's managedJobsNamespaceSelector default
+// (apis/config/v1beta1/defaults.go:118-126 at v0.13.0, namespace
+// kueue-system).
+func defaultNamespaceSelector() *metav1.LabelSelector {
+	return &metav1.LabelSelector{MatchExpressions: []metav1.LabelSelectorRequirement{{
+		Key: "kubernetes.io/metadata.name", Operator: metav1.LabelSelectorOpNotIn, Values: []string{"kube-system", "kueue-system"},
+	}}}
+}
 
 // Validate reports the first problem as "<field>: <problem>".
 func (c Config) Validate() error {
+	if c.ManagedJobsNamespaceSelector != nil {
+		if _, err := metav1.LabelSelectorAsSelector(c.ManagedJobsNamespaceSelector); err != nil {
+			return fmt.Errorf("managedJobsNamespaceSelector: %w", err)
+		}
+	}
+	for i, f := range c.Frameworks {
+		if _, ok := FrameworkOwners[f]; !ok {
+			return fmt.Errorf("frameworks[%d]: unknown Kueue integration %q (known: %s)", i, f, strings.Join(sortedKeys(FrameworkOwners), ", "))
+		}
+	}
 	for _, ns := range sortedKeys(c.DefaultQueues) {
 		if errs := validation.IsDNS1123Label(ns); len(errs) > 0 {
 			return fmt.Errorf("defaultQueues[%s]: namespace: %s", ns, errs[0])
@@ -115,12 +204,14 @@ func (c Config) Validate() error {
 	return nil
 }
 
+// queueNameError applies Kueue's queue-name rule (a DNS-1123 subdomain,
+// jobframework/validation.go:106-121 at v0.13.0) to a configured name.
 func queueNameError(name string) error {
 	if name == "" {
 		return errors.New("queue name must not be empty")
 	}
-	if errs := validation.IsValidLabelValue(name); len(errs) > 0 {
-		return fmt.Errorf("queue name %q is not a valid label value: %s", name, errs[0])
+	if errs := validation.IsDNS1123Subdomain(name); len(errs) > 0 {
+		return fmt.Errorf("queue name %q: %s", name, strings.Join(errs, ","))
 	}
 	return nil
 }
@@ -131,21 +222,36 @@ type LocalQueues interface {
 	HasLocalQueue(namespace, name string) bool
 }
 
+// Namespaces returns a namespace's labels from an informer cache; ok is
+// false when the namespace is not in the cache.
+type Namespaces interface {
+	NamespaceLabels(name string) (map[string]string, bool)
+}
+
 // Options are the policy's cluster inputs.
 type Options struct {
 	// LocalQueues is nil when the LocalQueue CRD is not served or kadmit
-	// runs offline; then only configured queues exist.
+	// runs offline without --state.
 	LocalQueues LocalQueues
-	// Offline is set by `kadmit review`: a queue that is neither configured
-	// nor checkable is then admitted with a warning instead of denied.
+	// Namespaces is nil offline without --state; read only with
+	// ManageJobsWithoutQueueName.
+	Namespaces Namespaces
+	// Offline is set by `kadmit review` without cluster state: what needs
+	// the cluster is skipped with a warning, never denied.
 	Offline bool
 }
 
 // Policy is the job-queue policy.
 type Policy struct {
-	cfg     Config
-	opts    Options
-	suspend bool
+	cfg          Config
+	opts         Options
+	suspend      bool
+	lqDefaulting bool
+	nsSelector   labels.Selector
+	// nsSelectorNameOnly: the selector reads no label but the name label
+	// every namespace carries, so it is decidable without the cache.
+	nsSelectorNameOnly bool
+	owners             []metav1.TypeMeta
 }
 
 // New validates cfg and builds the policy; the error is Config.Validate's.
@@ -153,17 +259,39 @@ func New(cfg Config, opts Options) (*Policy, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	suspend := true
+	p := &Policy{cfg: cfg, opts: opts, suspend: true, lqDefaulting: true}
 	if cfg.Suspend != nil {
-		suspend = *cfg.Suspend
+		p.suspend = *cfg.Suspend
 	}
-	return &Policy{cfg: cfg, opts: opts, suspend: suspend}, nil
+	if cfg.LocalQueueDefaulting != nil {
+		p.lqDefaulting = *cfg.LocalQueueDefaulting
+	}
+	sel := cfg.ManagedJobsNamespaceSelector
+	if sel == nil {
+		sel = defaultNamespaceSelector()
+	}
+	var err error
+	if p.nsSelector, err = metav1.LabelSelectorAsSelector(sel); err != nil {
+		return nil, fmt.Errorf("managedJobsNamespaceSelector: %w", err)
+	}
+	p.nsSelectorNameOnly = len(sel.MatchLabels) == 0 && !slices.ContainsFunc(sel.MatchExpressions, func(r metav1.LabelSelectorRequirement) bool {
+		return r.Key != "kubernetes.io/metadata.name"
+	})
+	frameworks := cfg.Frameworks
+	if len(frameworks) == 0 {
+		frameworks = []string{"batch/job"}
+	}
+	for _, f := range frameworks {
+		p.owners = append(p.owners, FrameworkOwners[f])
+	}
+	return p, nil
 }
 
 // Hooks returns the mutating hook (jobs CREATE on /mutate-batch-v1-job) and
 // the validating hook (jobs CREATE and UPDATE on /validate-batch-v1-job),
-// both failurePolicy Fail unless configured: a job that skipped the
-// mutation would start unsuspended, outside the queue.
+// both failurePolicy Fail as Kueue registers them (job_webhook.go:102,123
+// at v0.13.0): a job that skipped the mutation would start unsuspended,
+// outside the queue.
 func (p *Policy) Hooks() []admission.Hook {
 	fp := admissionregistrationv1.Fail
 	rule := func(ops ...admissionregistrationv1.OperationType) []admissionregistrationv1.RuleWithOperations {
@@ -178,206 +306,6 @@ func (p *Policy) Hooks() []admission.Hook {
 		{Policy: Name, Path: ValidatePath, Type: admission.Validating, Rules: rule(admissionregistrationv1.Create, admissionregistrationv1.Update),
 			FailurePolicy: fp, Validator: admission.ValidatorFunc(p.Validate)},
 	}
-}
-
-// Mutate, on CREATE, gives a job without kueue.x-k8s.io/queue-name the
-// default queue of its namespace; then every job that names a queue gets
-// kueue.x-k8s.io/managed: "true" and, when Suspend is on, spec.suspend: true.
-// Jobs in namespaces without a default that name no queue are not touched.
-// Each change is one JSONPatch operation on the job as sent (the rest of it,
-// numbers included, is never re-encoded); it returns none when nothing
-// changes, so a second call adds nothing.
-func (p *Policy) Mutate(_ context.Context, req *admission.Request) ([]jsonedit.Op, admission.Verdict) {
-	if req.Operation != admissionv1.Create {
-		return nil, admission.Allow()
-	}
-	doc := jsonedit.NewDoc(req.Object.Raw)
-	var meta struct {
-		Namespace string            `json:"namespace"`
-		Labels    map[string]string `json:"labels"`
-	}
-	var suspended *bool
-	if _, err := doc.Decode(&meta, "metadata"); err != nil {
-		return nil, admission.Invalid("%s: cannot parse the job: %v", Name, err)
-	}
-	if _, err := doc.Decode(&suspended, "spec", "suspend"); err != nil {
-		return nil, admission.Invalid("%s: cannot parse the job: %v", Name, err)
-	}
-	ns := req.Namespace
-	if ns == "" {
-		ns = meta.Namespace
-	}
-	var err error
-	set := func(v any, path ...string) {
-		if err == nil {
-			err = doc.Set(v, path...)
-		}
-	}
-	if _, ok := meta.Labels[QueueLabel]; !ok {
-		def, ok := p.cfg.DefaultQueues[ns]
-		if !ok {
-			return nil, admission.Allow()
-		}
-		set(def, "metadata", "labels", QueueLabel)
-	}
-	if meta.Labels[ManagedLabel] != "true" {
-		set("true", "metadata", "labels", ManagedLabel)
-	}
-	if p.suspend && (suspended == nil || !*suspended) {
-		set(true, "spec", "suspend")
-	}
-	if err != nil {
-		return nil, admission.Invalid("%s: cannot edit the job: %v", Name, err)
-	}
-	return doc.Ops(), admission.Allow()
-}
-
-// Validate checks a job that names a queue: the name is a non-empty valid
-// label value (else 400); the queue exists, configured or as a LocalQueue
-// (else 403); the job's total request fits the configured queue's quota per
-// resource (else 403 naming the resource, the request and the quota); and on
-// UPDATE the queue name only changes while the job is suspended, before and
-// after the update (else 403). Jobs without a queue label are allowed.
-// On UPDATE, existence and quota are checked only when the queue or the
-// pod template and parallelism changed, so that a queue deleted later does not
-// freeze its jobs' metadata.
-func (p *Policy) Validate(_ context.Context, req *admission.Request) admission.Verdict {
-	job, err := decodeJob(req.Object.Raw)
-	if err != nil {
-		return admission.Invalid("%s: cannot parse the job: %v", Name, err)
-	}
-	ns := req.Namespace
-	if ns == "" {
-		ns = job.Namespace
-	}
-	queue, queued := job.Labels[QueueLabel]
-	var old *batchv1.Job
-	if req.Operation == admissionv1.Update && len(req.OldObject.Raw) > 0 {
-		if old, err = decodeJob(req.OldObject.Raw); err != nil {
-			return admission.Invalid("%s: cannot parse the old job: %v", Name, err)
-		}
-		oldQueue, oldQueued := old.Labels[QueueLabel]
-		if (oldQueue != queue || oldQueued != queued) && (!suspended(old) || !suspended(job)) {
-			return admission.Deny("label %s cannot change from %q to %q while the job is not suspended; set spec.suspend: true first",
-				QueueLabel, oldQueue, queue)
-		}
-	}
-	if !queued {
-		return admission.Allow()
-	}
-	if err := queueNameError(queue); err != nil {
-		return admission.Invalid("label %s: %v", QueueLabel, err)
-	}
-	if old != nil && old.Labels[QueueLabel] == queue &&
-		podCount(&old.Spec) == podCount(&job.Spec) && equalJSON(old.Spec.Template.Spec, job.Spec.Template.Spec) {
-		return admission.Allow()
-	}
-	cq := p.configured(ns, queue)
-	if cq == nil {
-		switch {
-		case p.opts.LocalQueues != nil && p.opts.LocalQueues.HasLocalQueue(ns, queue):
-			return admission.Allow()
-		case p.opts.LocalQueues == nil && p.opts.Offline:
-			return admission.Allow(fmt.Sprintf("%s: queue %q is not configured; LocalQueues are not checked offline", Name, queue))
-		}
-		return admission.Deny("queue %q does not exist in namespace %q: create the LocalQueue or name an existing queue in label %s", queue, ns, QueueLabel)
-	}
-	if len(cq.Quota) == 0 {
-		return admission.Allow()
-	}
-	pods := podCount(&job.Spec)
-	perPod := podrequest.Effective(&job.Spec.Template.Spec)
-	total := podrequest.Scale(perPod, int64(pods))
-	for _, r := range sortedKeys(total) {
-		want := total[r]
-		if want.IsZero() {
-			continue
-		}
-		limit, ok := cq.Quota[r]
-		if !ok {
-			return admission.Deny("job requests %s %s (%d pods × %s) but queue %q has no quota for %s",
-				r, want.String(), pods, ptr(perPod[r]).String(), queue, r)
-		}
-		if want.Cmp(limit) > 0 {
-			return admission.Deny("job requests %s %s (%d pods × %s), more than queue %q quota of %s",
-				r, want.String(), pods, ptr(perPod[r]).String(), queue, limit.String())
-		}
-	}
-	return admission.Allow()
-}
-
-func ptr[T any](v T) *T { return &v }
-
-// configured returns the configured queue named name that serves ns: one of
-// that namespace before one for every namespace.
-func (p *Policy) configured(ns, name string) *Queue {
-	var shared *Queue
-	for i := range p.cfg.Queues {
-		q := &p.cfg.Queues[i]
-		if q.Name != name {
-			continue
-		}
-		if q.Namespace == ns {
-			return q
-		}
-		if q.Namespace == "" {
-			shared = q
-		}
-	}
-	return shared
-}
-
-// podCount is how many pods of the job run at once: parallelism (default
-// 1), but never more than completions, since the Job controller does not
-// start more pods than it needs; Kueue counts the same.
-func podCount(spec *batchv1.JobSpec) int32 {
-	n := int32(1)
-	if spec.Parallelism != nil {
-		n = *spec.Parallelism
-	}
-	if spec.Completions != nil && *spec.Completions < n {
-		n = *spec.Completions
-	}
-	return max(n, 0)
-}
-
-// decodeJob decodes what Validate reads of a job: metadata, parallelism,
-// completions, suspend, and of the pod template only what
-// podrequest.Effective reads, through podrequest.DecodeSpec, so an
-// out-of-range request is refused naming its field
-// ("spec.template.spec.containers[0].resources.requests.cpu: quantity ...")
-// before any arithmetic, and no other quantity of the job is parsed.
-func decodeJob(raw []byte) (*batchv1.Job, error) {
-	var j struct {
-		metav1.ObjectMeta `json:"metadata"`
-		Spec              struct {
-			Parallelism *int32 `json:"parallelism"`
-			Completions *int32 `json:"completions"`
-			Suspend     *bool  `json:"suspend"`
-			Template    struct {
-				Spec json.RawMessage `json:"spec"`
-			} `json:"template"`
-		} `json:"spec"`
-	}
-	if err := json.Unmarshal(raw, &j); err != nil {
-		return nil, err
-	}
-	spec, err := podrequest.DecodeSpec(j.Spec.Template.Spec, "spec.template.spec")
-	if err != nil {
-		return nil, err
-	}
-	job := &batchv1.Job{ObjectMeta: j.ObjectMeta}
-	job.Spec.Parallelism, job.Spec.Completions, job.Spec.Suspend = j.Spec.Parallelism, j.Spec.Completions, j.Spec.Suspend
-	job.Spec.Template.Spec = *spec
-	return job, nil
-}
-
-func suspended(j *batchv1.Job) bool { return j.Spec.Suspend != nil && *j.Spec.Suspend }
-
-func equalJSON(a, b corev1.PodSpec) bool {
-	ja, err1 := json.Marshal(a)
-	jb, err2 := json.Marshal(b)
-	return err1 == nil && err2 == nil && string(ja) == string(jb)
 }
 
 func sortedKeys[K ~string, V any](m map[K]V) []K {

@@ -59,7 +59,9 @@ func TestConfigValidate(t *testing.T) {
 		{"good", Config{DefaultQueues: map[string]string{"team-a": "main"}, Queues: []Queue{{Name: "main", Quota: quantity.List{"cpu": resource.MustParse("4")}}}}, ""},
 		{"bad namespace", Config{DefaultQueues: map[string]string{"Team": "main"}}, "defaultQueues[Team]: namespace:"},
 		{"empty default", Config{DefaultQueues: map[string]string{"a": ""}}, "defaultQueues[a]: queue name must not be empty"},
-		{"bad queue name", Config{Queues: []Queue{{Name: "bad name"}}}, `queues[0].name: queue name "bad name" is not a valid label value`},
+		{"bad queue name", Config{Queues: []Queue{{Name: "bad name"}}}, `queues[0].name: queue name "bad name": a lowercase RFC 1123 subdomain`},
+		{"bad framework", Config{Frameworks: []string{"batch/job", "kubeflow.org/nope"}}, `frameworks[1]: unknown Kueue integration "kubeflow.org/nope"`},
+		{"bad selector", Config{ManagedJobsNamespaceSelector: &metav1.LabelSelector{MatchExpressions: []metav1.LabelSelectorRequirement{{Key: "k", Operator: "Bogus"}}}}, "managedJobsNamespaceSelector: "},
 		{"duplicate", Config{Queues: []Queue{{Name: "q"}, {Name: "q"}}}, `queues[1]: duplicate queue "q"`},
 		{"negative quota", Config{Queues: []Queue{{Name: "q", Quota: quantity.List{"cpu": resource.MustParse("-1")}}}}, "queues[0].quota.cpu: must be >= 0"},
 	} {
@@ -102,7 +104,7 @@ func mutate(t *testing.T, p *Policy, r *admission.Request) ([]byte, admission.Ve
 }
 
 func TestMutate(t *testing.T) {
-	p := must(t, Config{DefaultQueues: map[string]string{"team-a": "main"}}, Options{})
+	p := must(t, Config{DefaultQueues: map[string]string{"team-a": "main"}, ManagedLabel: true}, Options{})
 
 	out, v := mutate(t, p, req(admissionv1.Create, "team-a", job(``, ""), ""))
 	if !v.Allowed || out == nil {
@@ -136,7 +138,7 @@ func TestMutate(t *testing.T) {
 	}
 	// suspend: false leaves spec.suspend alone.
 	no := false
-	p2 := must(t, Config{DefaultQueues: map[string]string{"team-a": "main"}, Suspend: &no}, Options{})
+	p2 := must(t, Config{DefaultQueues: map[string]string{"team-a": "main"}, ManagedLabel: true, Suspend: &no}, Options{})
 	out, _ = mutate(t, p2, req(admissionv1.Create, "team-a", job(``, ""), ""))
 	if _, s := decode(t, out); s != nil {
 		t.Fatalf("suspend set to %v", *s)
@@ -156,6 +158,7 @@ func TestValidate(t *testing.T) {
 		{Name: "small", Quota: quantity.List{"cpu": resource.MustParse("4"), "memory": resource.MustParse("8Gi")}},
 		{Name: "ns-only", Namespace: "team-a"},
 	}}
+	cfg.RequireQueue = true
 	p := must(t, cfg, Options{LocalQueues: fakeLQ{"team-a/lq": true}})
 	ctx := context.Background()
 	q := func(name string) string { return `"` + QueueLabel + `":"` + name + `"` }
@@ -181,13 +184,12 @@ func TestValidate(t *testing.T) {
 		{"local queue exists", "team-a", job(q("lq"), ""), "", admissionv1.Create, 0, ""},
 		{"local queue other namespace", "team-b", job(q("lq"), ""), "", admissionv1.Create, 403, `queue "lq" does not exist in namespace "team-b"`},
 		{"namespaced configured queue", "team-b", job(q("ns-only"), ""), "", admissionv1.Create, 403, `queue "ns-only" does not exist`},
-		{"bad label value", "team-a", job(q("-bad-"), ""), "", admissionv1.Create, 400, "is not a valid label value"},
-		{"empty label", "team-a", job(q(""), ""), "", admissionv1.Create, 400, "must not be empty"},
-		{"queue change while running", "team-a", job(q("lq"), `"suspend":false,`+tmpl("1")), job(q("small"), `"suspend":false,`+tmpl("1")), admissionv1.Update, 403,
-			`cannot change from "small" to "lq" while the job is not suspended`},
+		// Kueue's rules come first: a malformed name is refused before
+		// kadmit looks the queue up.
+		{"bad label value", "team-a", job(q("-bad-"), ""), "", admissionv1.Create, 403, `metadata.labels[kueue.x-k8s.io/queue-name]: Invalid value: "-bad-": a lowercase RFC 1123 subdomain`},
 		{"queue change while suspended", "team-a", job(q("lq"), `"suspend":true,`+tmpl("1")), job(q("small"), `"suspend":true,`+tmpl("1")), admissionv1.Update, 0, ""},
-		{"unsuspend and change at once", "team-a", job(q("lq"), `"suspend":false,`+tmpl("1")), job(q("small"), `"suspend":true,`+tmpl("1")), admissionv1.Update, 403, "while the job is not suspended"},
-		{"queue added to running job", "team-a", job(q("lq"), ""), job(``, ""), admissionv1.Update, 403, `cannot change from "" to "lq"`},
+		{"moved to a queue that does not exist", "team-a", job(q("nope"), `"suspend":true,`+tmpl("1")), job(q("small"), `"suspend":true,`+tmpl("1")), admissionv1.Update, 403, `queue "nope" does not exist in namespace "team-a"`},
+		{"moved to a queue it does not fit", "team-a", job(q("small"), `"suspend":true,"parallelism":5,`+tmpl("1")), job(q("lq"), `"suspend":true,"parallelism":5,`+tmpl("1")), admissionv1.Update, 403, `more than queue "small" quota of 4`},
 		// Same queue, same template: the queue is not looked up again.
 		{"unchanged update of vanished queue", "team-a", job(q("gone")+`,"x":"y"`, ""), job(q("gone"), ""), admissionv1.Update, 0, ""},
 		{"bad json", "team-a", `{`, "", admissionv1.Create, 400, "cannot parse the job"},
@@ -210,13 +212,20 @@ func TestValidate(t *testing.T) {
 func TestValidateWithoutLocalQueues(t *testing.T) {
 	ctx := context.Background()
 	obj := job(`"`+QueueLabel+`":"lq"`, "")
+	// Kueue's default: no queue is looked up at admission.
+	if v := must(t, DefaultConfig(), Options{LocalQueues: fakeLQ{}}).Validate(ctx, req(admissionv1.Create, "a", obj, "")); !v.Allowed {
+		t.Fatalf("unknown queue denied by default: %+v", v)
+	}
+	req := Config{RequireQueue: true}
 	// Online without the CRD: only configured queues exist.
-	if v := must(t, DefaultConfig(), Options{}).Validate(ctx, req(admissionv1.Create, "a", obj, "")); v.Allowed {
+	if v := must(t, req, Options{}).Validate(ctx, req2(admissionv1.Create, "a", obj)); v.Allowed {
 		t.Fatal("unknown queue admitted online")
 	}
 	// Offline: admitted with a warning.
-	v := must(t, DefaultConfig(), Options{Offline: true}).Validate(ctx, req(admissionv1.Create, "a", obj, ""))
+	v := must(t, req, Options{Offline: true}).Validate(ctx, req2(admissionv1.Create, "a", obj))
 	if !v.Allowed || len(v.Warnings) != 1 || !strings.Contains(v.Warnings[0], "not checked offline") {
 		t.Fatalf("offline verdict %+v", v)
 	}
 }
+
+func req2(op admissionv1.Operation, ns, obj string) *admission.Request { return req(op, ns, obj, "") }

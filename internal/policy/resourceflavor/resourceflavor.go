@@ -1,26 +1,33 @@
-// Package resourceflavor implements the resource-flavor policy: defaulting
-// and validation of Kueue ResourceFlavors (kueue.x-k8s.io/v1beta1
-// resourceflavors), the node labels, taints and tolerations that describe a
-// kind of node a ClusterQueue hands out. A flavor with a bad label or taint
-// makes every workload using it unschedulable, so it is refused up front.
+// Package resourceflavor implements the resource-flavor policy, kadmit's
+// version of Kueue's ResourceFlavor webhook (kubernetes-sigs/kueue v0.13.0,
+// pkg/webhooks/resourceflavor_webhook.go) for kueue.x-k8s.io/v1beta1
+// resourceflavors: the defaulter adds the resource-in-use finalizer, the
+// validator checks node labels, taints and toleration keys (403, field
+// errors as Kueue returns them). The flavor CRD's own schema rules
+// (apis/kueue/v1beta1/resourceflavor_types.go), which the API server
+// applies before any webhook, are repeated and answered as the API server
+// answers them (422), so that `kadmit review` catches them too.
 //
 // Kueue's Go types are not imported (they pull in Kueue's whole controller
-// tree); the object is decoded into a struct with the same field names.
+// tree); the object is decoded into structs with the same field names.
 package resourceflavor
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
-	"fmt"
 	"slices"
-	"sort"
-	"strconv"
+	"strings"
 
 	admissionv1 "k8s.io/api/admission/v1"
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	corev1 "k8s.io/api/core/v1"
-	"k8s.io/apimachinery/pkg/api/equality"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metavalidation "k8s.io/apimachinery/pkg/apis/meta/v1/validation"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/util/sets"
 	"k8s.io/apimachinery/pkg/util/validation"
+	"k8s.io/apimachinery/pkg/util/validation/field"
 
 	"github.com/kadmit/kadmit/internal/admission"
 	"github.com/kadmit/kadmit/internal/jsonedit"
@@ -38,7 +45,8 @@ const (
 	ValidatePath = "/validate-kueue-x-k8s-io-v1beta1-resourceflavor"
 )
 
-// Limits of Kueue's ResourceFlavor API (MaxProperties / MaxItems in its CRD).
+// Limits of Kueue's ResourceFlavor CRD (MaxProperties / MaxItems,
+// resourceflavor_types.go:59,78,92 at v0.13.0).
 const (
 	MaxNodeLabels  = 8
 	MaxNodeTaints  = 8
@@ -49,22 +57,24 @@ const (
 // flavor still referenced by a ClusterQueue is not deleted under it.
 const ResourceInUseFinalizer = "kueue.x-k8s.io/resource-in-use"
 
+// groupKind names the flavor in the API server's Invalid errors.
+var groupKind = schema.GroupKind{Group: "kueue.x-k8s.io", Kind: "ResourceFlavor"}
+
 // Config is the resource-flavor policy's configuration (policies.resourceFlavor).
 type Config struct {
-	// AddFinalizer makes the mutating hook add ResourceInUseFinalizer on
-	// CREATE, as Kueue's webhook does. Default false: the finalizer is only
-	// safe when Kueue's controller runs to remove it, else deleting the
-	// flavor hangs.
-	AddFinalizer bool `json:"addFinalizer,omitempty"`
+	// AddFinalizer: the mutating hook adds ResourceInUseFinalizer on
+	// CREATE, as Kueue's defaulter does (resourceflavor_webhook.go:52-61).
+	// Default true; false (a kadmit difference) is for clusters without
+	// Kueue's controller, which alone removes the finalizer: there deleting
+	// a flavor would hang.
+	AddFinalizer *bool `json:"addFinalizer,omitempty"`
 }
 
-// DefaultConfig is the seed profile: disabled, no finalizer.
+// DefaultConfig is Kueue v0.13.0's behaviour (the finalizer is added).
 func DefaultConfig() Config { return Config{} }
 
 // Validate reports the first problem as "<field>: <problem>".
-func (c Config) Validate() error {
-	return nil
-}
+func (c Config) Validate() error { return nil }
 
 // Flavor is the part of a ResourceFlavor the policy reads.
 type Flavor struct {
@@ -82,19 +92,31 @@ type Spec struct {
 	TopologyName *string             `json:"topologyName,omitempty"`
 }
 
+// present records which optional fields of each taint and toleration are
+// present: the CRD's CEL rules test has(), which a decoded empty string
+// cannot tell from an absent field.
+type present struct {
+	Spec struct {
+		NodeLabels  map[string]string            `json:"nodeLabels"`
+		NodeTaints  []map[string]json.RawMessage `json:"nodeTaints"`
+		Tolerations []map[string]json.RawMessage `json:"tolerations"`
+	} `json:"spec"`
+}
+
 // Policy is the resource-flavor policy.
-type Policy struct{ cfg Config }
+type Policy struct{ addFinalizer bool }
 
 // New validates cfg and builds the policy.
 func New(cfg Config) (*Policy, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	return &Policy{cfg: cfg}, nil
+	return &Policy{addFinalizer: cfg.AddFinalizer == nil || *cfg.AddFinalizer}, nil
 }
 
 // Hooks returns the mutating hook (CREATE) and the validating hook (CREATE,
-// UPDATE) for kueue.x-k8s.io/v1beta1 resourceflavors, failurePolicy Fail.
+// UPDATE) for kueue.x-k8s.io/v1beta1 resourceflavors, failurePolicy Fail,
+// as Kueue registers them (resourceflavor_webhook.go:47,63).
 func (p *Policy) Hooks() []admission.Hook {
 	fp := admissionregistrationv1.Fail
 	rule := func(ops ...admissionregistrationv1.OperationType) []admissionregistrationv1.RuleWithOperations {
@@ -109,176 +131,214 @@ func (p *Policy) Hooks() []admission.Hook {
 	}
 }
 
-// Mutate defaults a new flavor: a toleration with a key and no operator
-// gets operator Equal (the API's documented default, spelled out so that
-// the immutability check compares like with like), and the resource-in-use
-// finalizer is added when configured. Each is one JSONPatch operation on
-// the flavor as sent; it returns none when nothing changes.
+// Mutate is Kueue's ResourceFlavorWebhook.Default
+// (resourceflavor_webhook.go:52-61 at v0.13.0): the resource-in-use
+// finalizer is appended unless present (or AddFinalizer is off). One
+// JSONPatch operation on the flavor as sent; none when nothing changes.
 func (p *Policy) Mutate(_ context.Context, req *admission.Request) ([]jsonedit.Op, admission.Verdict) {
-	doc := jsonedit.NewDoc(req.Object.Raw)
-	var tols []corev1.Toleration
-	var finalizers []string
-	if _, err := doc.Decode(&tols, "spec", "tolerations"); err != nil {
-		return nil, admission.Invalid("%s: cannot parse the ResourceFlavor: %v", Name, err)
+	if !p.addFinalizer {
+		return nil, admission.Allow()
 	}
+	doc := jsonedit.NewDoc(req.Object.Raw)
+	var finalizers []string
 	if _, err := doc.Decode(&finalizers, "metadata", "finalizers"); err != nil {
 		return nil, admission.Invalid("%s: cannot parse the ResourceFlavor: %v", Name, err)
 	}
-	var err error
-	for i, t := range tols {
-		if t.Operator == "" && t.Key != "" && err == nil {
-			err = doc.Set(corev1.TolerationOpEqual, "spec", "tolerations", strconv.Itoa(i), "operator")
-		}
+	if slices.Contains(finalizers, ResourceInUseFinalizer) {
+		return nil, admission.Allow()
 	}
-	if p.cfg.AddFinalizer && !slices.Contains(finalizers, ResourceInUseFinalizer) && err == nil {
-		err = doc.Append([]string{"metadata", "finalizers"}, ResourceInUseFinalizer)
-	}
-	if err != nil {
+	if err := doc.Append([]string{"metadata", "finalizers"}, ResourceInUseFinalizer); err != nil {
 		return nil, admission.Invalid("%s: cannot edit the ResourceFlavor: %v", Name, err)
 	}
 	return doc.Ops(), admission.Allow()
 }
 
-// Validate denies with 400 a flavor whose spec is malformed (ValidateSpec's
-// message) and with 403 an UPDATE that changes the spec: Kueue caches
-// flavors in admitted workloads' node selectors and taints, so a changed
-// flavor would silently disagree with workloads already running on it.
+// Validate first applies the CRD's schema rules (SchemaErrors), answering
+// 422 Invalid as the API server does; then Kueue's ValidateCreate /
+// ValidateUpdate (resourceflavor_webhook.go:68-97), which check the new
+// flavor alone on both operations, answering 403 with the field errors as
+// apimachinery's ErrorList.ToAggregate joins them. No spec field is
+// immutable except as the CRD says: once topologyName is set.
 func (p *Policy) Validate(_ context.Context, req *admission.Request) admission.Verdict {
 	var f Flavor
+	var pres present
 	if err := json.Unmarshal(req.Object.Raw, &f); err != nil {
 		return admission.Invalid("%s: cannot parse the ResourceFlavor: %v", Name, err)
 	}
-	if err := ValidateSpec(&f.Spec); err != nil {
-		return admission.Invalid("ResourceFlavor %s: %v", f.Metadata.Name, err)
+	if err := json.Unmarshal(req.Object.Raw, &pres); err != nil {
+		return admission.Invalid("%s: cannot parse the ResourceFlavor: %v", Name, err)
 	}
+	var oldSpec []byte
 	if req.Operation == admissionv1.Update && len(req.OldObject.Raw) > 0 {
-		var old Flavor
-		if err := json.Unmarshal(req.OldObject.Raw, &old); err != nil {
+		var raw struct {
+			Spec json.RawMessage `json:"spec"`
+		}
+		if err := json.Unmarshal(req.OldObject.Raw, &raw); err != nil {
 			return admission.Invalid("%s: cannot parse the old ResourceFlavor: %v", Name, err)
 		}
-		for _, d := range []struct {
-			field string
-			same  bool
-		}{
-			{"nodeLabels", equality.Semantic.DeepEqual(emptyMap(old.Spec.NodeLabels), emptyMap(f.Spec.NodeLabels))},
-			{"nodeTaints", equality.Semantic.DeepEqual(emptySlice(old.Spec.NodeTaints), emptySlice(f.Spec.NodeTaints))},
-			{"tolerations", equality.Semantic.DeepEqual(emptySlice(old.Spec.Tolerations), emptySlice(f.Spec.Tolerations))},
-			{"topologyName", equality.Semantic.DeepEqual(old.Spec.TopologyName, f.Spec.TopologyName)},
-		} {
-			if !d.same {
-				return admission.Deny("ResourceFlavor %s: spec.%s is immutable; create a new flavor instead", f.Metadata.Name, d.field)
-			}
+		oldSpec = raw.Spec
+		if len(oldSpec) == 0 {
+			oldSpec = []byte("{}")
 		}
+	}
+	if errs := SchemaErrors(&f.Spec, &pres, req.Object.Raw, oldSpec); len(errs) > 0 {
+		st := apierrors.NewInvalid(groupKind, f.Metadata.Name, errs).Status()
+		return admission.Verdict{Code: st.Code, Reason: st.Reason, Message: st.Message}
+	}
+	if errs := ValidateResourceFlavor(&f.Spec); len(errs) > 0 {
+		return admission.Deny("%s", errs.ToAggregate().Error())
 	}
 	return admission.Allow()
 }
 
-func emptyMap(m map[string]string) map[string]string {
-	if m == nil {
-		return map[string]string{}
-	}
-	return m
-}
-
-func emptySlice[T any](s []T) []T {
-	if s == nil {
-		return []T{}
-	}
-	return s
-}
-
-// ValidateSpec returns the first problem of s as "spec.<field>: <problem>":
-// at most 8 nodeLabels with qualified-name keys and valid label values; at
-// most 8 nodeTaints, each with a qualified-name key, a label-value value, an
-// effect NoSchedule, PreferNoSchedule or NoExecute, and no two with the same
-// key and effect; at most 8 tolerations, each as the core API validates them
-// (key syntax, operator Exists or Equal, Exists with an empty value, an
-// empty key only with Exists, a known effect, tolerationSeconds only with
-// NoExecute).
-func ValidateSpec(s *Spec) error {
-	if len(s.NodeLabels) > MaxNodeLabels {
-		return fmt.Errorf("spec.nodeLabels: must have at most %d labels, has %d", MaxNodeLabels, len(s.NodeLabels))
-	}
-	keys := make([]string, 0, len(s.NodeLabels))
-	for k := range s.NodeLabels {
-		keys = append(keys, k)
-	}
-	sort.Strings(keys)
-	for _, k := range keys {
-		if errs := validation.IsQualifiedName(k); len(errs) > 0 {
-			return fmt.Errorf("spec.nodeLabels: key %q: %s", k, errs[0])
-		}
-		if errs := validation.IsValidLabelValue(s.NodeLabels[k]); len(errs) > 0 {
-			return fmt.Errorf("spec.nodeLabels[%s]: value %q: %s", k, s.NodeLabels[k], errs[0])
-		}
-	}
-	if len(s.NodeTaints) > MaxNodeTaints {
-		return fmt.Errorf("spec.nodeTaints: must have at most %d taints, has %d", MaxNodeTaints, len(s.NodeTaints))
-	}
-	seen := map[string]bool{}
-	for i, t := range s.NodeTaints {
-		path := fmt.Sprintf("spec.nodeTaints[%d]", i)
-		if errs := validation.IsQualifiedName(t.Key); len(errs) > 0 {
-			return fmt.Errorf("%s.key: %q: %s", path, t.Key, errs[0])
-		}
-		if errs := validation.IsValidLabelValue(t.Value); len(errs) > 0 {
-			return fmt.Errorf("%s.value: %q: %s", path, t.Value, errs[0])
-		}
-		if !validEffect(t.Effect) || t.Effect == "" {
-			return fmt.Errorf("%s.effect: must be NoSchedule, PreferNoSchedule or NoExecute, got %q", path, t.Effect)
-		}
-		if id := t.Key + ":" + string(t.Effect); seen[id] {
-			return fmt.Errorf("%s: duplicate taint with key %q and effect %s", path, t.Key, t.Effect)
-		}
-		seen[t.Key+":"+string(t.Effect)] = true
-	}
-	if len(s.Tolerations) > MaxTolerations {
-		return fmt.Errorf("spec.tolerations: must have at most %d tolerations, has %d", MaxTolerations, len(s.Tolerations))
-	}
+// ValidateResourceFlavor is Kueue's ValidateResourceFlavor
+// (resourceflavor_webhook.go:88-97 at v0.13.0): nodeLabels as metadata
+// labels (ValidateLabels), nodeTaints (validateNodeTaints, :100-129: key a
+// label name, value a label value, unique by key and effect), tolerations
+// (validateTolerations, workload_webhook.go:212-222: a non-empty key is a
+// label name).
+func ValidateResourceFlavor(s *Spec) field.ErrorList {
+	spec := field.NewPath("spec")
+	errs := metavalidation.ValidateLabels(s.NodeLabels, spec.Child("nodeLabels"))
+	errs = append(errs, validateNodeTaints(s.NodeTaints, spec.Child("nodeTaints"))...)
 	for i, t := range s.Tolerations {
-		if err := ValidateToleration(t); err != nil {
-			return fmt.Errorf("spec.tolerations[%d].%w", i, err)
+		if len(t.Key) > 0 {
+			errs = append(errs, metavalidation.ValidateLabelName(t.Key, spec.Child("tolerations").Index(i).Child("key"))...)
 		}
 	}
-	return nil
+	return errs
 }
 
-// ValidateToleration applies the core API's toleration rules and returns
-// "<field>: <problem>".
-func ValidateToleration(t corev1.Toleration) error {
-	if t.Key != "" {
-		if errs := validation.IsQualifiedName(t.Key); len(errs) > 0 {
-			return fmt.Errorf("key: %q: %s", t.Key, errs[0])
+func validateNodeTaints(taints []corev1.Taint, path *field.Path) field.ErrorList {
+	var errs field.ErrorList
+	unique := map[corev1.TaintEffect]sets.Set[string]{}
+	for i, t := range taints {
+		idx := path.Index(i)
+		errs = append(errs, metavalidation.ValidateLabelName(t.Key, idx.Child("key"))...)
+		if e := validation.IsValidLabelValue(t.Value); len(e) != 0 {
+			errs = append(errs, field.Invalid(idx.Child("value"), t.Value, strings.Join(e, ";")))
 		}
-	}
-	switch t.Operator {
-	case corev1.TolerationOpEqual, "":
-		if t.Key == "" {
-			return fmt.Errorf("operator: must be Exists when key is empty, got %q", t.Operator)
+		if unique[t.Effect].Has(t.Key) {
+			dup := field.Duplicate(idx, t)
+			dup.Detail = "taints must be unique by key and effect pair"
+			errs = append(errs, dup)
+			continue
 		}
-		if errs := validation.IsValidLabelValue(t.Value); len(errs) > 0 {
-			return fmt.Errorf("value: %q: %s", t.Value, errs[0])
+		if unique[t.Effect] == nil {
+			unique[t.Effect] = sets.New[string]()
 		}
-	case corev1.TolerationOpExists:
-		if t.Value != "" {
-			return fmt.Errorf("value: must be empty when operator is Exists, got %q", t.Value)
-		}
-	default:
-		return fmt.Errorf("operator: must be Equal or Exists, got %q", t.Operator)
+		unique[t.Effect].Insert(t.Key)
 	}
-	if !validEffect(t.Effect) {
-		return fmt.Errorf("effect: must be empty, NoSchedule, PreferNoSchedule or NoExecute, got %q", t.Effect)
-	}
-	if t.TolerationSeconds != nil && t.Effect != corev1.TaintEffectNoExecute {
-		return fmt.Errorf("tolerationSeconds: only allowed with effect NoExecute, effect is %q", t.Effect)
-	}
-	return nil
+	return errs
 }
 
-func validEffect(e corev1.TaintEffect) bool {
-	switch e {
-	case "", corev1.TaintEffectNoSchedule, corev1.TaintEffectPreferNoSchedule, corev1.TaintEffectNoExecute:
-		return true
+// Messages of the CRD's CEL rules (resourceflavor_types.go:44-45,79,93-97
+// at v0.13.0).
+const (
+	msgTopologyLabels = "at least one nodeLabel is required when topology is set"
+	msgTopologyFrozen = "resourceFlavorSpec are immutable when topologyName is set"
+	msgEffect         = "supported taint effect values: 'NoSchedule', 'PreferNoSchedule', 'NoExecute'"
+	msgEmptyKey       = "operator must be Exists when 'key' is empty, which means 'match all values and all keys'"
+	msgSeconds        = "effect must be 'NoExecute' when 'tolerationSeconds' is set"
+	msgOperator       = "supported toleration values: 'Equal'(default), 'Exists'"
+	msgExistsValue    = "a value must be empty when 'operator' is 'Exists'"
+)
+
+// SchemaErrors applies the ResourceFlavor CRD's structural and CEL rules
+// (resourceflavor_types.go:44-98 at v0.13.0): at most 8 nodeLabels, 8
+// nodeTaints (key and effect required, effect NoSchedule,
+// PreferNoSchedule or NoExecute) and 8 tolerations (an absent key needs
+// operator Exists, tolerationSeconds needs effect NoExecute, operator Equal
+// or Exists, Exists has no value, a known effect); topologyName needs a
+// node label; and, on UPDATE (oldSpec non-nil), a spec whose old version
+// has topologyName cannot change. Each CEL rule is reported once, on the
+// list, as the API server reports it.
+func SchemaErrors(s *Spec, pres *present, raw, oldSpec []byte) field.ErrorList {
+	spec := field.NewPath("spec")
+	var errs field.ErrorList
+	if n := len(s.NodeLabels); n > MaxNodeLabels {
+		errs = append(errs, field.TooMany(spec.Child("nodeLabels"), n, MaxNodeLabels))
 	}
-	return false
+	taints := spec.Child("nodeTaints")
+	if n := len(s.NodeTaints); n > MaxNodeTaints {
+		errs = append(errs, field.TooMany(taints, n, MaxNodeTaints))
+	}
+	badEffect := false
+	for i, t := range pres.Spec.NodeTaints {
+		if _, ok := t["key"]; !ok {
+			errs = append(errs, field.Required(taints.Index(i).Child("key"), ""))
+		}
+		if _, ok := t["effect"]; !ok {
+			errs = append(errs, field.Required(taints.Index(i).Child("effect"), ""))
+		} else if !knownEffect(s.NodeTaints[i].Effect) {
+			badEffect = true
+		}
+	}
+	if badEffect {
+		errs = append(errs, field.Invalid(taints, "array", msgEffect))
+	}
+	tols := spec.Child("tolerations")
+	if n := len(s.Tolerations); n > MaxTolerations {
+		errs = append(errs, field.TooMany(tols, n, MaxTolerations))
+	}
+	var emptyKey, seconds, operator, existsValue, effect bool
+	for i, t := range pres.Spec.Tolerations {
+		tol := s.Tolerations[i]
+		_, hasKey := t["key"]
+		_, hasOp := t["operator"]
+		_, hasValue := t["value"]
+		_, hasEffect := t["effect"]
+		_, hasSeconds := t["tolerationSeconds"]
+		emptyKey = emptyKey || (!hasKey && tol.Operator != corev1.TolerationOpExists)
+		seconds = seconds || (hasSeconds && tol.Effect != corev1.TaintEffectNoExecute)
+		operator = operator || (hasOp && tol.Operator != corev1.TolerationOpEqual && tol.Operator != corev1.TolerationOpExists)
+		existsValue = existsValue || (hasOp && tol.Operator == corev1.TolerationOpExists && hasValue)
+		effect = effect || (hasEffect && !knownEffect(tol.Effect))
+	}
+	for _, r := range []struct {
+		failed bool
+		msg    string
+	}{{emptyKey, msgEmptyKey}, {seconds, msgSeconds}, {operator, msgOperator}, {existsValue, msgExistsValue}, {effect, msgEffect}} {
+		if r.failed {
+			errs = append(errs, field.Invalid(tols, "array", r.msg))
+		}
+	}
+	if s.TopologyName != nil && len(pres.Spec.NodeLabels) == 0 {
+		errs = append(errs, field.Invalid(spec, "object", msgTopologyLabels))
+	}
+	if oldSpec != nil {
+		var old struct {
+			TopologyName *string `json:"topologyName"`
+		}
+		if err := json.Unmarshal(oldSpec, &old); err == nil && old.TopologyName != nil && !sameJSON(oldSpec, specOf(raw)) {
+			errs = append(errs, field.Invalid(spec, "object", msgTopologyFrozen))
+		}
+	}
+	return errs
+}
+
+func knownEffect(e corev1.TaintEffect) bool {
+	return e == corev1.TaintEffectNoSchedule || e == corev1.TaintEffectPreferNoSchedule || e == corev1.TaintEffectNoExecute
+}
+
+func specOf(raw []byte) []byte {
+	var o struct {
+		Spec json.RawMessage `json:"spec"`
+	}
+	if json.Unmarshal(raw, &o) != nil || len(o.Spec) == 0 {
+		return []byte("{}")
+	}
+	return o.Spec
+}
+
+// sameJSON compares two JSON values as values (self == oldSelf in CEL):
+// key order and spacing do not matter.
+func sameJSON(a, b []byte) bool {
+	var va, vb any
+	if json.Unmarshal(a, &va) != nil || json.Unmarshal(b, &vb) != nil {
+		return bytes.Equal(a, b)
+	}
+	ea, _ := json.Marshal(va)
+	eb, _ := json.Marshal(vb)
+	return bytes.Equal(ea, eb)
 }

@@ -10,7 +10,10 @@ import (
 	admissionv1 "k8s.io/api/admission/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	metavalidation "k8s.io/apimachinery/pkg/apis/meta/v1/validation"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/util/validation"
+	"k8s.io/apimachinery/pkg/util/validation/field"
 
 	"github.com/kadmit/kadmit/internal/admission"
 	"github.com/kadmit/kadmit/internal/policy/policytest"
@@ -32,93 +35,132 @@ func flavor(spec string) string {
 	return `{"apiVersion":"kueue.x-k8s.io/v1beta1","kind":"ResourceFlavor","metadata":{"name":"f"},"spec":{` + spec + `}}`
 }
 
-func TestValidate(t *testing.T) {
-	p, err := New(DefaultConfig())
-	if err != nil {
-		t.Fatal(err)
+// wantForbidden checks v against Kueue's webhook answer for errs:
+// allowed when none, else 403 with ErrorList.ToAggregate's message.
+func wantForbidden(t *testing.T, v admission.Verdict, errs field.ErrorList) {
+	t.Helper()
+	if len(errs) == 0 {
+		if !v.Allowed {
+			t.Fatalf("denied: %d %s", v.Code, v.Message)
+		}
+		return
 	}
-	nine := make([]string, 9)
-	for i := range nine {
-		nine[i] = fmt.Sprintf(`"k%d":"v"`, i)
+	if want := errs.ToAggregate().Error(); v.Allowed || v.Code != 403 || v.Reason != metav1.StatusReasonForbidden || v.Message != want {
+		t.Fatalf("verdict %d %s %q\nwant 403 %q", v.Code, v.Reason, v.Message, want)
 	}
-	ninet := make([]string, 9)
-	for i := range ninet {
-		ninet[i] = fmt.Sprintf(`{"key":"k%d","effect":"NoSchedule"}`, i)
-	}
+}
+
+// TestUpstreamValidateResourceFlavor carries over Kueue v0.13.0's
+// pkg/webhooks/resourceflavor_webhook_test.go TestValidateResourceFlavor
+// (:31) and the webhook cases of
+// test/integration/singlecluster/webhook/core/resourceflavor_test.go (403
+// Forbidden), then kadmit's own cases for the same rules.
+func TestUpstreamValidateResourceFlavor(t *testing.T) {
+	p, _ := New(DefaultConfig())
+	labels := field.NewPath("spec", "nodeLabels")
+	taints := field.NewPath("spec", "nodeTaints")
 	for _, tc := range []struct {
 		name, spec string
-		code       int32
-		msg        string
+		want       field.ErrorList
 	}{
-		{"empty spec", ``, 0, ""},
-		{"good", `"nodeLabels":{"cloud.provider.com/instance":"spot","zone":"a"},"nodeTaints":[{"key":"spot","value":"true","effect":"NoSchedule"}],"tolerations":[{"key":"spot","operator":"Exists","effect":"NoSchedule"}]`, 0, ""},
-		{"eight labels", `"nodeLabels":{` + strings.Join(nine[:8], ",") + `}`, 0, ""},
-		{"nine labels", `"nodeLabels":{` + strings.Join(nine, ",") + `}`, 400, "spec.nodeLabels: must have at most 8 labels, has 9"},
-		{"bad label key", `"nodeLabels":{"bad key":"v"}`, 400, `spec.nodeLabels: key "bad key"`},
-		{"bad label value", `"nodeLabels":{"k":"-v-"}`, 400, `spec.nodeLabels[k]: value "-v-"`},
-		{"nine taints", `"nodeTaints":[` + strings.Join(ninet, ",") + `]`, 400, "at most 8 taints"},
-		{"taint without effect", `"nodeTaints":[{"key":"k"}]`, 400, `spec.nodeTaints[0].effect: must be NoSchedule, PreferNoSchedule or NoExecute, got ""`},
-		{"taint bad effect", `"nodeTaints":[{"key":"k","effect":"Never"}]`, 400, "spec.nodeTaints[0].effect"},
-		{"taint bad key", `"nodeTaints":[{"key":"a/b/c","effect":"NoSchedule"}]`, 400, "spec.nodeTaints[0].key"},
-		{"duplicate taint", `"nodeTaints":[{"key":"k","effect":"NoSchedule"},{"key":"k","value":"x","effect":"NoSchedule"}]`, 400, "spec.nodeTaints[1]: duplicate taint"},
-		{"same key other effect", `"nodeTaints":[{"key":"k","effect":"NoSchedule"},{"key":"k","effect":"NoExecute"}]`, 0, ""},
-		{"toleration exists with value", `"tolerations":[{"key":"k","operator":"Exists","value":"v"}]`, 400, "spec.tolerations[0].value: must be empty when operator is Exists"},
-		{"toleration empty key equal", `"tolerations":[{"operator":"Equal","value":"v"}]`, 400, "spec.tolerations[0].operator: must be Exists when key is empty"},
-		{"toleration empty key exists", `"tolerations":[{"operator":"Exists"}]`, 0, ""},
-		{"toleration bad operator", `"tolerations":[{"key":"k","operator":"In"}]`, 400, `operator: must be Equal or Exists, got "In"`},
-		{"toleration bad effect", `"tolerations":[{"key":"k","effect":"Sometimes"}]`, 400, "spec.tolerations[0].effect"},
-		{"toleration seconds without NoExecute", `"tolerations":[{"key":"k","effect":"NoSchedule","tolerationSeconds":5}]`, 400, "tolerationSeconds: only allowed with effect NoExecute"},
-		{"toleration seconds with NoExecute", `"tolerations":[{"key":"k","effect":"NoExecute","tolerationSeconds":5}]`, 0, ""},
+		{"empty", ``, nil},
+		{"valid", `"nodeLabels":{"foo":"bar"},"nodeTaints":[{"key":"spot","value":"true","effect":"NoSchedule"}]`, nil},
+		{"invalid label name", `"nodeLabels":{"@abc":"foo"}`, metavalidation.ValidateLabelName("@abc", labels)},
+		{"invalid label value", `"nodeLabels":{"foo":"@abc"}`, field.ErrorList{field.Invalid(labels, "@abc",
+			strings.Join(validation.IsValidLabelValue("@abc"), "; "))}},
+		// integration test "Should fail to create with invalid label name".
+		{"integration: invalid label name is Forbidden", `"nodeLabels":{"@abc":"foo"}`, metavalidation.ValidateLabelName("@abc", labels)},
+		// kadmit's cases.
+		{"taint key", `"nodeTaints":[{"key":"bad key","effect":"NoSchedule"}]`, metavalidation.ValidateLabelName("bad key", taints.Index(0).Child("key"))},
+		{"taint value", `"nodeTaints":[{"key":"k","value":"-v-","effect":"NoSchedule"}]`, field.ErrorList{field.Invalid(taints.Index(0).Child("value"), "-v-",
+			strings.Join(validation.IsValidLabelValue("-v-"), ";"))}},
+		{"duplicate taint", `"nodeTaints":[{"key":"k","effect":"NoSchedule"},{"key":"k","value":"x","effect":"NoSchedule"}]`, func() field.ErrorList {
+			d := field.Duplicate(taints.Index(1), corev1.Taint{Key: "k", Value: "x", Effect: corev1.TaintEffectNoSchedule})
+			d.Detail = "taints must be unique by key and effect pair"
+			return field.ErrorList{d}
+		}()},
+		{"same key, other effect", `"nodeTaints":[{"key":"k","effect":"NoSchedule"},{"key":"k","effect":"NoExecute"}]`, nil},
+		{"toleration key", `"tolerations":[{"key":"@abc","operator":"Equal","value":"v","effect":"NoSchedule"}]`,
+			metavalidation.ValidateLabelName("@abc", field.NewPath("spec", "tolerations").Index(0).Child("key"))},
+		// The webhook checks nothing else of a toleration: its value is
+		// free text (the CRD allows it).
+		{"toleration value is not checked", `"tolerations":[{"key":"k","operator":"Equal","value":"not a label value!","effect":"NoSchedule"}]`, nil},
+		{"eight labels", `"nodeLabels":{` + nLabels(8) + `}`, nil},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			v := p.Validate(context.Background(), req(admissionv1.Create, flavor(tc.spec), ""))
-			if tc.code == 0 {
-				if !v.Allowed {
-					t.Fatalf("denied: %+v", v)
-				}
-				return
-			}
-			if v.Allowed || v.Code != tc.code || !strings.Contains(v.Message, tc.msg) {
-				t.Fatalf("verdict %+v, want %d %q", v, tc.code, tc.msg)
-			}
+			wantForbidden(t, p.Validate(context.Background(), req(admissionv1.Create, flavor(tc.spec), "")), tc.want)
+			// UPDATE runs the same checks on the new flavor.
+			wantForbidden(t, p.Validate(context.Background(), req(admissionv1.Update, flavor(tc.spec), flavor(`"nodeLabels":{"x":"y"}`))), tc.want)
 		})
 	}
 }
 
-func TestImmutable(t *testing.T) {
+func nLabels(n int) string {
+	out := make([]string, n)
+	for i := range out {
+		out[i] = fmt.Sprintf(`"l%d":""`, i)
+	}
+	return strings.Join(out, ",")
+}
+
+func nTaints(n int) string {
+	out := make([]string, n)
+	for i := range out {
+		out[i] = fmt.Sprintf(`{"key":"t%d","effect":"NoExecute"}`, i)
+	}
+	return strings.Join(out, ",")
+}
+
+// TestSchemaRules: the CRD's rules (resourceflavor_types.go:44-98 at
+// v0.13.0), answered 422 Invalid as the API server does; the first four
+// cases are Kueue's integration tests' (BeInvalidError).
+func TestSchemaRules(t *testing.T) {
 	p, _ := New(DefaultConfig())
-	base := `"nodeLabels":{"zone":"a"},"tolerations":[{"key":"k","operator":"Exists"}]`
 	for _, tc := range []struct {
-		name, spec, field string
+		name, spec, old string
+		msg             string // "" allowed
 	}{
-		{"unchanged", base, ""},
-		{"label changed", `"nodeLabels":{"zone":"b"},"tolerations":[{"key":"k","operator":"Exists"}]`, "nodeLabels"},
-		{"taint added", base + `,"nodeTaints":[{"key":"k","effect":"NoSchedule"}]`, "nodeTaints"},
-		{"toleration removed", `"nodeLabels":{"zone":"a"}`, "tolerations"},
-		{"topology added", base + `,"topologyName":"t"`, "topologyName"},
+		{"integration: invalid number of taint", `"nodeTaints":[` + nTaints(9) + `]`, "", `spec.nodeTaints: Too many: 9: must have at most 8 items`},
+		{"integration: invalid number of nodeSelector", `"nodeLabels":{` + nLabels(9) + `}`, "", `spec.nodeLabels: Too many: 9: must have at most 8 items`},
+		{"integration: valid number of nodeSelector and taint", `"nodeTaints":[` + nTaints(8) + `],"nodeLabels":{` + nLabels(8) + `}`, "", ""},
+		{"integration: update with invalid taint effect", `"nodeTaints":[{"key":"foo","value":"bar","effect":"Invalid"}]`, `{}`, `spec.nodeTaints: Invalid value: "array": supported taint effect values`},
+		{"integration: invalid taints", `"nodeTaints":[{"key":"skdajf"},{"key":"@foo","value":"bar","effect":"NoSchedule"}]`, "", `spec.nodeTaints[0].effect: Required value`},
+		{"integration: invalid tolerations", `"tolerations":[{"key":"@abc","operator":"Equal","value":"v","effect":"NoSchedule"},{"key":"abc","operator":"Exists","value":"v","effect":"NoSchedule"},{"key":"abc","operator":"Equal","value":"v","effect":"not-valid"},{"key":"abc","operator":"Equal","value":"v","effect":"NoSchedule"}]`, "",
+			`[spec.tolerations: Invalid value: "array": a value must be empty when 'operator' is 'Exists', spec.tolerations: Invalid value: "array": supported taint effect values`},
+		{"nine tolerations", `"tolerations":[` + strings.Repeat(`{"operator":"Exists"},`, 8) + `{"operator":"Exists"}]`, "", `spec.tolerations: Too many: 9: must have at most 8 items`},
+		{"empty key needs Exists", `"tolerations":[{"operator":"Equal","value":"v"}]`, "", "operator must be Exists when 'key' is empty"},
+		{"no key, no operator", `"tolerations":[{"effect":"NoSchedule"}]`, "", "operator must be Exists when 'key' is empty"},
+		{"tolerationSeconds needs NoExecute", `"tolerations":[{"key":"k","operator":"Exists","effect":"NoSchedule","tolerationSeconds":5}]`, "", "effect must be 'NoExecute' when 'tolerationSeconds' is set"},
+		{"unknown operator", `"tolerations":[{"key":"k","operator":"In"}]`, "", "supported toleration values: 'Equal'(default), 'Exists'"},
+		{"taint key required", `"nodeTaints":[{"effect":"NoSchedule"}]`, "", `spec.nodeTaints[0].key: Required value`},
+		{"topology needs a node label", `"topologyName":"t"`, "", "at least one nodeLabel is required when topology is set"},
+		{"topology with a label", `"topologyName":"t","nodeLabels":{"a":"b"}`, "", ""},
+		// Issue 12: Kueue lets every spec field change unless the old
+		// flavor has a topology.
+		{"labels change", `"nodeLabels":{"zone":"b"}`, `{"nodeLabels":{"zone":"a"}}`, ""},
+		{"taint added, toleration removed", `"nodeTaints":[{"key":"k","effect":"NoSchedule"}]`, `{"tolerations":[{"key":"k","operator":"Exists"}]}`, ""},
+		{"topology added", `"nodeLabels":{"zone":"a"},"topologyName":"t"`, `{"nodeLabels":{"zone":"a"}}`, ""},
+		{"spec with topology is frozen", `"nodeLabels":{"zone":"b"},"topologyName":"t"`, `{"nodeLabels":{"zone":"a"},"topologyName":"t"}`, "resourceFlavorSpec are immutable when topologyName is set"},
+		{"topology removed", `"nodeLabels":{"zone":"a"}`, `{"nodeLabels":{"zone":"a"},"topologyName":"t"}`, "resourceFlavorSpec are immutable when topologyName is set"},
+		{"unchanged spec with topology", `"topologyName":"t","nodeLabels":{"zone":"a"}`, `{"nodeLabels":{"zone":"a"},"topologyName":"t"}`, ""},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			v := p.Validate(context.Background(), req(admissionv1.Update, flavor(tc.spec), flavor(base)))
-			if tc.field == "" {
+			r := req(admissionv1.Create, flavor(tc.spec), "")
+			if tc.old != "" {
+				r = req(admissionv1.Update, flavor(tc.spec), `{"metadata":{"name":"f"},"spec":`+tc.old+`}`)
+			}
+			v := p.Validate(context.Background(), r)
+			if tc.msg == "" {
 				if !v.Allowed {
 					t.Fatalf("denied: %+v", v)
 				}
 				return
 			}
-			if v.Allowed || v.Code != 403 || !strings.Contains(v.Message, "spec."+tc.field+" is immutable") {
-				t.Fatalf("verdict %+v", v)
+			if v.Allowed || v.Code != 422 || v.Reason != metav1.StatusReasonInvalid ||
+				!strings.HasPrefix(v.Message, `ResourceFlavor.kueue.x-k8s.io "f" is invalid: `) || !strings.Contains(v.Message, tc.msg) {
+				t.Fatalf("verdict %d %s %q, want 422 containing %q", v.Code, v.Reason, v.Message, tc.msg)
 			}
 		})
-	}
-	// Metadata changes (labels, finalizers) are fine.
-	old := flavor(base)
-	now := strings.Replace(old, `"name":"f"`, `"name":"f","labels":{"a":"b"}`, 1)
-	if v := p.Validate(context.Background(), req(admissionv1.Update, now, old)); !v.Allowed {
-		t.Fatalf("metadata change denied: %+v", v)
-	}
-	// An empty list and an absent one are the same spec.
-	if v := p.Validate(context.Background(), req(admissionv1.Update, flavor(`"nodeTaints":[]`), flavor(``))); !v.Allowed {
-		t.Fatalf("empty vs absent: %+v", v)
 	}
 }
 
@@ -128,25 +170,20 @@ func mutate(t *testing.T, p *Policy, r *admission.Request) ([]byte, admission.Ve
 	return policytest.Mutate(t, p, r)
 }
 
+// TestMutate: Kueue's Default adds the finalizer (integration test "Should
+// have a finalizer"); nothing else changes.
 func TestMutate(t *testing.T) {
 	p, _ := New(DefaultConfig())
 	out, v := mutate(t, p, req(admissionv1.Create, flavor(`"tolerations":[{"key":"k","value":"v"}]`), ""))
-	if !v.Allowed || !strings.Contains(string(out), `"operator":"Equal"`) {
+	if !v.Allowed || !strings.Contains(string(out), `"finalizers":["`+ResourceInUseFinalizer+`"]`) || strings.Contains(string(out), "operator") {
 		t.Fatalf("out %s verdict %+v", out, v)
 	}
 	if out2, _ := mutate(t, p, req(admissionv1.Create, string(out), "")); out2 != nil {
-		t.Fatalf("not idempotent: %s", out2)
-	}
-	if out, _ := mutate(t, p, req(admissionv1.Create, flavor(``), "")); out != nil {
-		t.Fatalf("plain flavor changed: %s", out)
-	}
-	pf, _ := New(Config{AddFinalizer: true})
-	out, _ = mutate(t, pf, req(admissionv1.Create, flavor(``), ""))
-	if !strings.Contains(string(out), `"finalizers":["`+ResourceInUseFinalizer+`"]`) {
-		t.Fatalf("no finalizer: %s", out)
-	}
-	if out2, _ := mutate(t, pf, req(admissionv1.Create, string(out), "")); out2 != nil {
 		t.Fatalf("finalizer added twice: %s", out2)
+	}
+	off, _ := New(Config{AddFinalizer: new(false)})
+	if out, _ := mutate(t, off, req(admissionv1.Create, flavor(``), "")); out != nil {
+		t.Fatalf("addFinalizer false changed the flavor: %s", out)
 	}
 }
 
@@ -162,7 +199,7 @@ type typedFlavor struct {
 // TestMutateDifferential: the patch applied by the API server's library
 // gives what defaulting the typed flavor gives, and changes nothing else.
 func TestMutateDifferential(t *testing.T) {
-	p, err := New(Config{AddFinalizer: true})
+	p, err := New(DefaultConfig())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -183,11 +220,6 @@ func TestMutateDifferential(t *testing.T) {
 				t.Fatalf("denied: %+v", v)
 			}
 			policytest.Check(t, []byte(in), ops, func(f *typedFlavor) {
-				for i := range f.Spec.Tolerations {
-					if t := &f.Spec.Tolerations[i]; t.Operator == "" && t.Key != "" {
-						t.Operator = corev1.TolerationOpEqual
-					}
-				}
 				if !slices.Contains(f.Finalizers, ResourceInUseFinalizer) {
 					f.Finalizers = append(f.Finalizers, ResourceInUseFinalizer)
 				}

@@ -74,6 +74,8 @@ kind: Configuration
 policies:
   jobQueue:
     enabled: true
+    managedLabel: true
+    requireQueue: true
     defaultQueues: {%[1]s: main}
     queues:
     - {name: main, quota: {cpu: "4", memory: 8Gi}}

@@ -2,7 +2,6 @@ package scheduling
 
 import (
 	"context"
-	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -131,61 +130,10 @@ func TestJobQueueNameChangesOnlyWhileSuspended(t *testing.T) {
 	}
 	j.Labels[queueLabel] = "main"
 	_, err = jobs.Update(ctx, j, metav1.UpdateOptions{})
-	wantDenied(t, err, `label kueue.x-k8s.io/queue-name cannot change from "spare" to "main" while the job is not suspended`)
+	wantDenied(t, err, `metadata.labels[kueue.x-k8s.io/queue-name]: Invalid value: "main": field is immutable`)
 	stored, err := jobs.Get(ctx, "moves", metav1.GetOptions{})
 	if err != nil || stored.Labels[queueLabel] != "spare" {
 		t.Fatalf("stored %v, %v", stored.Labels, err)
-	}
-}
-
-func flavor(name string, spec map[string]any) *unstructured.Unstructured {
-	return &unstructured.Unstructured{Object: map[string]any{
-		"apiVersion": "kueue.x-k8s.io/v1beta1", "kind": "ResourceFlavor",
-		"metadata": map[string]any{"name": name}, "spec": spec,
-	}}
-}
-
-func TestResourceFlavor(t *testing.T) {
-	e := world(t)
-	ctx := e2eenv.TestCtx(t, time.Minute)
-	rf := e.dyn.Resource(flavorGVR)
-	name := "spot-" + e.suffix
-	created, err := rf.Create(ctx, flavor(name, map[string]any{
-		"nodeLabels":  map[string]any{"instance-type": "spot"},
-		"nodeTaints":  []any{map[string]any{"key": "spot", "value": "true", "effect": "NoSchedule"}},
-		"tolerations": []any{map[string]any{"key": "spot", "value": "true", "effect": "NoSchedule"}},
-	}), metav1.CreateOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	// Defaulting spelled out the toleration operator.
-	tols, _, _ := unstructured.NestedSlice(created.Object, "spec", "tolerations")
-	if op := tols[0].(map[string]any)["operator"]; op != "Equal" {
-		t.Fatalf("toleration operator %v", op)
-	}
-	_, err = rf.Create(ctx, flavor("bad-label-"+e.suffix, map[string]any{"nodeLabels": map[string]any{"bad key": "v"}}), dryRun)
-	wantDenied(t, err, `spec.nodeLabels: key "bad key"`)
-	if !apierrors.IsBadRequest(err) {
-		t.Fatalf("want 400, got %v", err)
-	}
-	_, err = rf.Create(ctx, flavor("bad-taint-"+e.suffix, map[string]any{"nodeTaints": []any{map[string]any{"key": "k", "effect": "Never"}}}), dryRun)
-	wantDenied(t, err, "spec.nodeTaints[0].effect")
-	labels := map[string]any{}
-	for i := range 9 {
-		labels[fmt.Sprintf("k%d", i)] = "v"
-	}
-	_, err = rf.Create(ctx, flavor("many-"+e.suffix, map[string]any{"nodeLabels": labels}), dryRun)
-	wantDenied(t, err, "at most 8 labels")
-
-	// Immutable spec, mutable metadata.
-	changed := created.DeepCopy()
-	_ = unstructured.SetNestedField(changed.Object, "on-demand", "spec", "nodeLabels", "instance-type")
-	_, err = rf.Update(ctx, changed, metav1.UpdateOptions{})
-	wantDenied(t, err, "spec.nodeLabels is immutable")
-	relabelled := created.DeepCopy()
-	relabelled.SetLabels(map[string]string{"team": "a"})
-	if _, err := rf.Update(ctx, relabelled, metav1.UpdateOptions{}); err != nil {
-		t.Fatal(err)
 	}
 }
 

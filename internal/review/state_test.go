@@ -1,0 +1,191 @@
+package review
+
+import (
+	"context"
+	"errors"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/kadmit/kadmit/internal/admission"
+	"github.com/kadmit/kadmit/internal/clustercache"
+	"github.com/kadmit/kadmit/internal/policy"
+	"github.com/kadmit/kadmit/internal/policy/builtin"
+)
+
+// stateWebhooks builds the webhooks of the configuration cfg (YAML) as
+// `kadmit review --config --state` does: without state when stateDir is
+// "", else with the caches LoadState builds from it.
+func stateWebhooks(t *testing.T, cfgYAML, stateDir string) []*admission.Webhook {
+	t.Helper()
+	cfg, err := builtin.Config.Parse([]byte(cfgYAML))
+	if err != nil {
+		t.Fatal(err)
+	}
+	env := policy.Env{}
+	if stateDir != "" {
+		ctx, cancel := context.WithCancel(context.Background())
+		t.Cleanup(cancel)
+		if env.Cluster, err = LoadState(ctx, stateDir, builtin.Caches(cfg)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	whs, err := builtin.Webhooks(cfg, env)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return whs
+}
+
+func review1(t *testing.T, whs []*admission.Webhook, manifest string) *Result {
+	t.Helper()
+	docs, err := Read("-", strings.NewReader(manifest))
+	if err != nil || len(docs) != 1 {
+		t.Fatalf("Read: %v, %d docs", err, len(docs))
+	}
+	res, err := Run(context.Background(), whs, docs[0], Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return res
+}
+
+const jobQueueConfig = `apiVersion: kadmit.io/v1alpha1
+kind: Configuration
+policies:
+  jobQueue: {enabled: true}
+`
+
+const plainJob = `apiVersion: batch/v1
+kind: Job
+metadata: {name: j, namespace: team}
+spec:
+  suspend: false
+  template:
+    spec:
+      restartPolicy: Never
+      containers: [{name: c, image: pause}]
+`
+
+const defaultLocalQueue = `apiVersion: kueue.x-k8s.io/v1beta1
+kind: LocalQueue
+metadata: {name: default, namespace: team}
+spec: {clusterQueue: cq}
+`
+
+// TestStateLocalQueueDefaulting: Kueue's LocalQueueDefaulting needs to know
+// whether namespace team holds a LocalQueue named default. Without --state
+// the job is left alone with a warning; with a state holding that
+// LocalQueue it gets queue-name default and is suspended.
+func TestStateLocalQueueDefaulting(t *testing.T) {
+	res := review1(t, stateWebhooks(t, jobQueueConfig, ""), plainJob)
+	if !res.Allowed || len(res.Patch) != 0 || len(res.Warnings) != 1 || !strings.Contains(res.Warnings[0], "--state") {
+		t.Fatalf("without state: %+v", res)
+	}
+	dir := t.TempDir()
+	write(t, dir, "queues.yaml", defaultLocalQueue)
+	res = review1(t, stateWebhooks(t, jobQueueConfig, dir), plainJob)
+	if !res.Allowed || len(res.Warnings) != 0 || !strings.Contains(string(res.Object), `"kueue.x-k8s.io/queue-name":"default"`) ||
+		!strings.Contains(string(res.Object), `"suspend":true`) {
+		t.Fatalf("with state: %+v\n%s", res, res.Object)
+	}
+	// A state without that LocalQueue: decided, no warning, no change.
+	empty := t.TempDir()
+	write(t, empty, "other.yaml", strings.Replace(defaultLocalQueue, "name: default", "name: other", 1))
+	res = review1(t, stateWebhooks(t, jobQueueConfig, empty), plainJob)
+	if !res.Allowed || len(res.Patch) != 0 || len(res.Warnings) != 0 {
+		t.Fatalf("state without the default queue: %+v", res)
+	}
+}
+
+// TestStateRequireQueue: kadmit's requireQueue switch denies a job whose
+// LocalQueue is not in the state; without state it warns.
+func TestStateRequireQueue(t *testing.T) {
+	cfg := strings.Replace(jobQueueConfig, "{enabled: true}", "{enabled: true, requireQueue: true}", 1)
+	queued := strings.Replace(plainJob, "metadata: {name: j, namespace: team}", "metadata: {name: j, namespace: team, labels: {kueue.x-k8s.io/queue-name: default}}", 1)
+	res := review1(t, stateWebhooks(t, cfg, ""), queued)
+	if !res.Allowed || len(res.Warnings) != 1 || !strings.Contains(res.Warnings[0], "not checked offline") {
+		t.Fatalf("without state: %+v", res)
+	}
+	dir := t.TempDir()
+	write(t, dir, "q.yaml", defaultLocalQueue)
+	if res = review1(t, stateWebhooks(t, cfg, dir), queued); !res.Allowed || len(res.Warnings) != 0 {
+		t.Fatalf("with the LocalQueue: %+v", res)
+	}
+	if res = review1(t, stateWebhooks(t, cfg, t.TempDir()), queued); res.Allowed || res.Code != 403 ||
+		!strings.Contains(res.Message, `queue "default" does not exist in namespace "team"`) {
+		t.Fatalf("without the LocalQueue: %+v", res)
+	}
+}
+
+// TestStateElasticQuota: the elastic-quota pod check sums the quota's
+// pods; offline it cannot, with --state it denies a pod that does not fit.
+func TestStateElasticQuota(t *testing.T) {
+	cfg := `apiVersion: kadmit.io/v1alpha1
+kind: Configuration
+policies:
+  elasticQuota: {enabled: true}
+`
+	pod := `apiVersion: v1
+kind: Pod
+metadata: {name: new, namespace: team, labels: {quota.scheduling.koordinator.sh/name: team-a}}
+spec:
+  containers: [{name: c, image: pause, resources: {requests: {cpu: "3"}}}]
+`
+	dir := t.TempDir()
+	write(t, dir, "quota.yaml", `apiVersion: scheduling.sigs.k8s.io/v1alpha1
+kind: ElasticQuota
+metadata: {name: team-a, namespace: team}
+spec:
+  min: {cpu: "1"}
+  max: {cpu: "4"}
+`)
+	write(t, dir, "pods/running.yaml", `apiVersion: v1
+kind: Pod
+metadata: {name: old, namespace: team, labels: {quota.scheduling.koordinator.sh/name: team-a}}
+spec:
+  containers: [{name: c, image: pause, resources: {requests: {cpu: "2"}}}]
+status: {phase: Running}
+`)
+	if res := review1(t, stateWebhooks(t, cfg, ""), pod); !res.Allowed {
+		t.Fatalf("without state: %+v", res)
+	}
+	if res := review1(t, stateWebhooks(t, cfg, dir), pod); res.Allowed || !strings.Contains(res.Message, "team-a") {
+		t.Fatalf("with state: %+v", res)
+	}
+}
+
+func TestReadStateErrors(t *testing.T) {
+	dir := t.TempDir()
+	write(t, dir, "a.yaml", defaultLocalQueue+"---\n"+strings.Replace(defaultLocalQueue, "name: default", "name: b", 1))
+	write(t, dir, "b.yaml", strings.Replace(defaultLocalQueue, "name: default", "name: c", 1))
+	if docs, err := readState(dir, 1<<20, 3); err != nil || len(docs) != 3 {
+		t.Fatalf("within bounds: %v, %d docs", err, len(docs))
+	}
+	for _, tc := range []struct {
+		name     string
+		path     string
+		maxBytes int64
+		maxObjs  int
+		want     string
+	}{
+		{"stdin", "-", 1 << 20, 10, "not stdin"},
+		{"missing", filepath.Join(dir, "nope"), 1 << 20, 10, "no such file"},
+		{"too many objects", dir, 1 << 20, 2, filepath.Join(dir, "b.yaml") + " (document 0): cluster state has more than 2 objects"},
+		{"too many bytes", dir, 100, 10, filepath.Join(dir, "a.yaml") + ": cluster state is larger than 100 bytes"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := readState(tc.path, tc.maxBytes, tc.maxObjs)
+			if !errors.Is(err, ErrInput) || !strings.Contains(err.Error(), tc.want) {
+				t.Fatalf("err = %v, want ErrInput containing %q", err, tc.want)
+			}
+		})
+	}
+	// A state object that is not a valid pod names its file and document.
+	bad := t.TempDir()
+	p := write(t, bad, "pods.yaml", "apiVersion: v1\nkind: Namespace\nmetadata: {name: ok}\n---\napiVersion: v1\nkind: Pod\nmetadata: {name: p, namespace: n}\nspec: {containers: 5}\n")
+	_, err := LoadState(context.Background(), bad, []clustercache.Resource{clustercache.Pods})
+	if !errors.Is(err, ErrInput) || !errors.Is(err, clustercache.ErrStatic) || !strings.Contains(err.Error(), p+` (document 1): Pod "p"`) {
+		t.Fatalf("bad pod: %v", err)
+	}
+}
