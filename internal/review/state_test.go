@@ -118,13 +118,14 @@ func TestStateRequireQueue(t *testing.T) {
 	}
 }
 
-// TestStateElasticQuota: the elastic-quota pod check sums the quota's
-// pods; offline it cannot, with --state it denies a pod that does not fit.
+// TestStateElasticQuota: the elastic-quota pod fit check (quotaAdmission,
+// upstream's EnableQuotaAdmission gate) sums the quota's pods; offline it
+// cannot, with --state it denies a pod that does not fit.
 func TestStateElasticQuota(t *testing.T) {
 	cfg := `apiVersion: kadmit.io/v1alpha1
 kind: Configuration
 policies:
-  elasticQuota: {enabled: true}
+  elasticQuota: {enabled: true, quotaAdmission: true}
 `
 	pod := `apiVersion: v1
 kind: Pod
