@@ -37,11 +37,14 @@ func (s Severity) rank() int {
 	}
 }
 
-// Check IDs. The hundreds digit is the check family: 1 Service and port,
+// Check IDs. The hundreds digit is the check family: 0 doctor's own view
+// (what it could not read, which finding explains an error message), 1 Service and port,
 // 2 endpoints, 3 selector collision, 4 certificate, 5 self-interception and
 // bootstrap deadlocks, 6 settings, 7 live probe, 8 orphans. IDs never change
 // meaning; new conditions get new IDs.
 const (
+	IDAccessGap             = "KD001"
+	IDFromError             = "KD002"
 	IDServiceMissing        = "KD101"
 	IDServicePortMissing    = "KD102"
 	IDTargetPortMismatch    = "KD103"
@@ -72,6 +75,7 @@ const (
 	IDSingleReplica         = "KD604"
 	IDNoPodDisruptionBudget = "KD605"
 	IDWildcardResources     = "KD606"
+	IDMatchConditionError   = "KD607"
 	IDProbeAdmitted         = "KD700"
 	IDProbeDenied           = "KD701"
 	IDProbeRefused          = "KD702"
@@ -159,6 +163,14 @@ func (w WebhookReport) ByID(id string) []Finding {
 // Report is doctor's whole answer.
 type Report struct {
 	Webhooks []WebhookReport `json:"webhooks"`
+	// Policies holds the findings of in-cluster admission policies and
+	// their bindings (KD9xx).
+	Policies []PolicyReport `json:"policies,omitempty"`
+	// Gaps are every read doctor was refused, with what it could not tell;
+	// the affected webhooks also carry them as KD001 findings.
+	Gaps []AccessGap `json:"accessGaps,omitempty"`
+	// FromError is the match for --from-error, nil otherwise.
+	FromError *ErrorMatch `json:"fromError,omitempty"`
 	// Errors, Warnings and Infos count findings over all webhooks.
 	Errors   int `json:"errors"`
 	Warnings int `json:"warnings"`
@@ -200,6 +212,8 @@ func (r *Report) finish() {
 // Checks lists every check ID with its title, for documentation and the
 // --list-checks output.
 var Checks = []struct{ ID, Title string }{
+	{IDAccessGap, "doctor could not read an object (forbidden or not served): what it cannot tell"},
+	{IDFromError, "the API server's error message: which webhook, and which finding explains it"},
 	{IDServiceMissing, "clientConfig.service names a Service that does not exist"},
 	{IDServicePortMissing, "the Service does not expose clientConfig.service.port"},
 	{IDTargetPortMismatch, "the Service's targetPort does not match the pods or the EndpointSlices"},
@@ -230,6 +244,7 @@ var Checks = []struct{ ID, Title string }{
 	{IDSingleReplica, "Fail webhook backed by a single replica"},
 	{IDNoPodDisruptionBudget, "Fail webhook without a PodDisruptionBudget"},
 	{IDWildcardResources, "rules with * resources"},
+	{IDMatchConditionError, "matchConditions that do not compile"},
 	{IDProbeAdmitted, "probe: admitted"},
 	{IDProbeDenied, "probe: denied by the webhook's policy"},
 	{IDProbeRefused, "probe: connection refused"},
