@@ -157,6 +157,9 @@ func Diagnose(ctx context.Context, cs kubernetes.Interface, snap *Snapshot, opts
 		}
 		rep.Webhooks = append(rep.Webhooks, wr)
 	}
+	if len(want) == 0 && len(hookWanted) == 0 {
+		rep.Policies = checkPolicies(snap.Policies)
+	}
 	if err := ctx.Err(); err != nil {
 		return nil, fmt.Errorf("doctor: %w", err)
 	}
