@@ -59,8 +59,13 @@ type Options struct {
 	// Now is the clock for certificate checks; default time.Now.
 	Now func() time.Time
 	// Webhooks restricts the report further to these webhooks, each as
-	// "<configuration>/<webhook name>" (what --from-error selects).
+	// "<configuration>/<webhook name>".
 	Webhooks []string
+	// FromError is an API server error message (at most MaxErrorMessage
+	// bytes): the report is restricted to the webhook (or admission
+	// policy) it names, leads with a KD002 finding saying which finding
+	// explains it, and carries the parse in Report.FromError.
+	FromError string
 }
 
 func (o *Options) defaults() {
@@ -141,11 +146,30 @@ func Diagnose(ctx context.Context, cs kubernetes.Interface, snap *Snapshot, opts
 	for _, n := range opts.Webhooks {
 		hookWanted[n] = true
 	}
+	var em *ErrorMatch
+	if opts.FromError != "" {
+		var err error
+		if em, err = ParseError(opts.FromError); err != nil {
+			return nil, err
+		}
+		if em.Webhook != "" {
+			em.Matched = em.selectFor(snap)
+			if len(em.Matched) == 0 {
+				return nil, fmt.Errorf("%w: the message names webhook %q, which is in no MutatingWebhookConfiguration or ValidatingWebhookConfiguration (deleted since?)", ErrNotFound, em.Webhook)
+			}
+			for _, k := range em.Matched {
+				hookWanted[k] = true
+			}
+		}
+	}
 
-	rep := &Report{Gaps: snap.AllGaps()}
+	rep := &Report{Gaps: snap.AllGaps(), FromError: em}
 	for _, w := range r.all {
 		if len(want) > 0 && !want[w.Configuration] {
 			continue
+		}
+		if em != nil && em.Webhook == "" {
+			break // a policy's message: no webhook is involved
 		}
 		if len(hookWanted) > 0 && !hookWanted[w.Configuration+"/"+w.Name] {
 			continue
@@ -157,8 +181,11 @@ func Diagnose(ctx context.Context, cs kubernetes.Interface, snap *Snapshot, opts
 		}
 		rep.Webhooks = append(rep.Webhooks, wr)
 	}
-	if len(want) == 0 && len(hookWanted) == 0 {
+	if (len(want) == 0 && len(hookWanted) == 0) || (em != nil && em.Policy != "") {
 		rep.Policies = checkPolicies(snap.Policies)
+	}
+	if em != nil {
+		em.explain(rep)
 	}
 	if err := ctx.Err(); err != nil {
 		return nil, fmt.Errorf("doctor: %w", err)

@@ -226,10 +226,13 @@ func (r *Report) finish() {
 }
 
 // sortFindings orders errors first, then by ID, keeping the emit order
-// within an ID. A finding marked Lead (the one that explains --from-error's
-// message) comes before all.
+// within an ID. KD002 (what --from-error's message is) comes first, then
+// the finding marked Lead (the one that explains it).
 func sortFindings(fs []Finding) {
 	sort.SliceStable(fs, func(a, b int) bool {
+		if (fs[a].ID == IDFromError) != (fs[b].ID == IDFromError) {
+			return fs[a].ID == IDFromError
+		}
 		if fs[a].Lead != fs[b].Lead {
 			return fs[a].Lead
 		}
