@@ -162,7 +162,7 @@ func TestReplicaSetsAbsent(t *testing.T) {
 	service(t, e, sys, "kueue-webhook-service", kueueLabels)
 	const config = "kueue-absent-rs"
 	mutating(t, e, config, hook{Name: "mjob.kb.io", Service: svcRef(sys, "kueue-webhook-service"), CABundle: newCA(t).pem(), Fail: true,
-		Rules: rules("batch", "v1", "jobs"), NamespaceSelector: onlyNamespaces("nowhere-"+suffix())})
+		Rules: rules("batch", "v1", "jobs"), NamespaceSelector: onlyNamespaces("nowhere-" + suffix())})
 	rep := runDoctor(t, e, doctor.Options{Names: []string{config}})
 	w := hookReport(t, rep, config, "mjob.kb.io")
 	if w.Has(doctor.IDSelectorCollision) || w.Has(doctor.IDAccessGap) {
