@@ -2,6 +2,7 @@ package doctor
 
 import (
 	"context"
+	"errors"
 	"net"
 	"strings"
 	"testing"
@@ -257,5 +258,36 @@ func TestEveryReadForbidden(t *testing.T) {
 				t.Errorf("report gaps = %+v", rep.Gaps)
 			}
 		})
+	}
+}
+
+// A probe the authorizer refuses is a gap (KD001), not an inconclusive or
+// failed probe.
+func TestProbeForbidden(t *testing.T) {
+	pod := rsPod("kueue-controller-manager", "7d9f6c4b8", kueueLabels(), "10.0.0.7")
+	cs := fake.NewClientset(&corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: lwsNS}}, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "default"}},
+		deployment("kueue-controller-manager", kueueLabels()), pod, svc("kueue-webhook-service", kueueLabels()), slice("kueue-webhook-service", pod),
+		mutatingConfig("kueue-mutating-webhook-configuration", "mjob.kb.io", "kueue-webhook-service"))
+	cs.PrependReactor("create", "jobs", func(a k8stesting.Action) (bool, runtime.Object, error) {
+		return true, nil, apierrors.NewForbidden(schema.GroupResource{Group: "batch", Resource: "jobs"}, "x",
+			errors.New(`User "bob" cannot create resource "jobs" in API group "batch" in the namespace "default"`))
+	})
+	snap, err := LoadSnapshot(context.Background(), cs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rep, err := Diagnose(context.Background(), cs, snap, Options{Probe: true, ProbeCount: 3, Dial: func(context.Context, string, string) (net.Conn, error) { return nil, ErrDialNotAllowed }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	w := rep.Webhook("kueue-mutating-webhook-configuration", "mjob.kb.io")
+	gaps := w.ByID(IDAccessGap)
+	if len(gaps) != 1 || !strings.Contains(gaps[0].What, "could not create jobs.batch in namespace default") || !strings.Contains(gaps[0].Why, "no probe was made") {
+		t.Fatalf("want KD001 for the refused probe; got %+v", w.Findings)
+	}
+	for _, f := range w.Findings {
+		if strings.HasPrefix(f.ID, "KD7") {
+			t.Errorf("probe finding despite the refusal: %+v", f)
+		}
 	}
 }

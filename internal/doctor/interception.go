@@ -8,6 +8,7 @@ import (
 	"time"
 
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 )
@@ -514,6 +515,13 @@ func (r *run) probe(ctx context.Context, w *Webhook) []Finding {
 	if plan == nil {
 		return []Finding{{ID: IDProbeSkipped, Severity: SeverityInfo, What: "No live probe: " + why + "."}}
 	}
+	// The probe is made by whoever runs doctor, unknown here: evaluate the
+	// conditions as an ordinary authenticated user would be seen.
+	excluded := ""
+	if len(w.MatchConditions) > 0 {
+		cr := w.EvalConditions(ctx, Object{Request: plan.Request, Kind: kindOf(plan.Request.Resource), Namespace: plan.Namespace, Labels: plan.Labels, Name: "kadmit-doctor-probe", User: anyUser})
+		excluded = cr.Excluded
+	}
 	type agg struct {
 		o        Outcome
 		n        int
@@ -529,6 +537,12 @@ func (r *run) probe(ctx context.Context, w *Webhook) []Finding {
 		cancel()
 		if ctx.Err() != nil {
 			break
+		}
+		if isRBACDenial(err) {
+			// Authorization runs before admission: the webhook was never
+			// involved, and more probes would be refused the same way.
+			g := newGap("create", plan.Request.Resource, plan.Request.Group, plan.Namespace, err, "what the API server gets when it calls the webhook: no probe was made (a server-side dry-run create needs create permission, although nothing is stored)")
+			return []Finding{g.finding()}
 		}
 		o := Classify(err, w.Name)
 		a := byID[o.ID]
@@ -558,6 +572,9 @@ func (r *run) probe(ctx context.Context, w *Webhook) []Finding {
 			if !w.Fail() {
 				f.Why = "failurePolicy is Ignore, so a failed call is admitted too: this does not prove the webhook was reached."
 			}
+			if excluded != "" {
+				f.Why = fmt.Sprintf("matchCondition %q excludes the probe's request, so the API server most likely did not call the webhook: this does not prove it is reached.", excluded)
+			}
 		case IDProbeDenied:
 			f.Severity = SeverityInfo
 			f.Why = "The webhook answered and its policy denied the minimal probe object, which proves the API server reaches it: " + a.o.Detail
@@ -575,6 +592,12 @@ func (r *run) probe(ctx context.Context, w *Webhook) []Finding {
 		out = append(out, f)
 	}
 	return out
+}
+
+// isRBACDenial reports whether err is the authorizer's 403 (".. cannot
+// create resource ..."), not an admission denial, which is a 403 too.
+func isRBACDenial(err error) bool {
+	return apierrors.IsForbidden(err) && strings.Contains(err.Error(), "cannot create resource")
 }
 
 func rttRange(lo, hi time.Duration) string {
