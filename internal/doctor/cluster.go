@@ -275,7 +275,7 @@ func (b *Backend) gap(verb, resource, group, ns string, err error, lost string) 
 //   - when it cannot (list forbidden, or the ReplicaSet no longer exists, as
 //     in a namespace recreated from manifests), the Deployment is inferred
 //     the way the Deployment controller names its ReplicaSets
-//     (pkg/controller/deployment/sync.go, v1.37.1: "<deployment>-<pod-template-hash>"):
+//     (kubernetes pkg/controller/deployment/sync.go, getNewReplicaSet: Name d.Name + "-" + podTemplateSpecHash):
 //     a ReplicaSet named N-H whose pod carries pod-template-hash=H belongs
 //     to Deployment N. Confirmed means a Deployment N was read and its
 //     selector matches the pod.
@@ -452,7 +452,17 @@ func (b *Backend) objects() []Object {
 			}
 		}
 	}
+	// Pods of one workload with the same labels are the same request to a
+	// webhook's rules, selectors and (since they share a template)
+	// matchConditions: one stands for all, which bounds the CEL evaluations
+	// by workloads, not replicas.
+	seenPod := map[string]bool{}
 	for _, p := range b.Pods {
+		key := b.Workload[p.Name].String() + "|" + labels.Set(p.Labels).String()
+		if seenPod[key] {
+			continue
+		}
+		seenPod[key] = true
 		o := mk("", "pods", "Pod", "CREATE", "", p.Labels, podCreator(b.Workload[p.Name]), "pod "+b.Namespace+"/"+p.Name)
 		o.Body = podBody(p.Spec)
 		out = append(out, o)
