@@ -206,7 +206,7 @@ func loadBackend(ctx context.Context, cs kubernetes.Interface, ns, name string) 
 	switch {
 	case isAccessGap(err):
 		b.ReplicaSetsUnknown = true
-		b.gap("list", "replicasets", "apps", ns, err, "the pods' owner chain Pod -> ReplicaSet -> Deployment: owners were inferred from the pod-template-hash label and the <deployment>-<hash> naming, so a selector collision ("+IDSelectorCollision+") is an error only where the Deployments read confirm it")
+		b.gap("list", "replicasets", "apps", ns, err, "which ReplicaSet, and so which Deployment, owns each pod: owners were inferred from the pod-template-hash label and the <deployment>-<hash> naming, so a selector collision ("+IDSelectorCollision+") is an error only where the Deployments read confirm it")
 	case err != nil:
 		return nil, fmt.Errorf("list ReplicaSets in %s: %w", ns, err)
 	default:

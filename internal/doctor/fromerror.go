@@ -178,7 +178,9 @@ func callFailed(name, tail string) *ErrorMatch {
 // KD901-KD903; anything else is the policy's own decision.
 func policyCause(m *ErrorMatch) {
 	switch {
-	case strings.Contains(m.Detail, "no params found"), strings.Contains(m.Detail, "paramKind kind"), strings.Contains(m.Detail, "failed to configure binding"):
+	// policy_dispatcher.go:292,319,401 and the policy source's "failed to
+	// find resource referenced by paramKind" (CRD not served).
+	case strings.Contains(m.Detail, "no params found"), strings.Contains(m.Detail, "paramKind"), strings.Contains(m.Detail, "failed to configure binding"):
 		m.Cause, m.Explaining = "params not found", []string{IDPolicyParamMissing, IDPolicyParamKindFail}
 	case strings.Contains(m.Detail, "failed to configure policy"):
 		m.Cause, m.Explaining = "policy configuration error", []string{IDPolicyTypeCheck, IDPolicyParamKindFail}
@@ -267,12 +269,19 @@ func (m *ErrorMatch) explain(rep *Report) {
 		return append([]Finding{f}, fs...)
 	}
 	if m.Policy != "" {
-		for i := range rep.Policies {
-			p := &rep.Policies[i]
-			if (m.Binding != "" && p.Name == m.Binding && strings.HasSuffix(p.Kind, "Binding")) || (p.Name == m.Policy && !strings.HasSuffix(p.Kind, "Binding")) {
+		// Keep the policy and its bindings (only the named one, when the
+		// message names one); lead in each.
+		var kept []PolicyReport
+		for _, p := range rep.Policies {
+			binding := p.Policy != ""
+			switch {
+			case !binding && p.Name == m.Policy,
+				binding && p.Policy == m.Policy && (m.Binding == "" || p.Name == m.Binding):
 				p.Findings = lead(p.Findings, p.Kind+" "+p.Name)
+				kept = append(kept, p)
 			}
 		}
+		rep.Policies = kept
 		return
 	}
 	for i := range rep.Webhooks {

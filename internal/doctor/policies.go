@@ -46,8 +46,10 @@ type ParamKindInfo struct {
 type PolicyReport struct {
 	// Kind is ValidatingAdmissionPolicy, ValidatingAdmissionPolicyBinding,
 	// MutatingAdmissionPolicy or MutatingAdmissionPolicyBinding.
-	Kind     string    `json:"kind"`
-	Name     string    `json:"name"`
+	Kind string `json:"kind"`
+	Name string `json:"name"`
+	// Policy is, for a binding, the name of the policy it binds.
+	Policy   string    `json:"policy,omitempty"`
 	Findings []Finding `json:"findings"`
 }
 
@@ -283,10 +285,14 @@ func checkPolicies(p *PolicySet) []PolicyReport {
 	pols := p.policies()
 	byKey := map[string]*PolicyReport{}
 	var order []string
+	bound := map[string]string{}
+	for _, b := range p.bindings() {
+		bound[b.kind+"/"+b.name] = b.policyName
+	}
 	add := func(kind, name string, f Finding) {
 		k := kind + "/" + name
 		if byKey[k] == nil {
-			byKey[k] = &PolicyReport{Kind: kind, Name: name}
+			byKey[k] = &PolicyReport{Kind: kind, Name: name, Policy: bound[k]}
 			order = append(order, k)
 		}
 		byKey[k].Findings = append(byKey[k].Findings, f)
@@ -298,7 +304,7 @@ func checkPolicies(p *PolicySet) []PolicyReport {
 			if !known || info.CRD {
 				add(pol.kind, pol.name, Finding{ID: IDPolicyParamKindFail, Severity: SeverityWarning,
 					What: fmt.Sprintf("%s %s has failurePolicy Fail (the default) and paramKind %s %s, a custom resource.", pol.kind, pol.name, pol.paramKind.APIVersion, pol.paramKind.Kind),
-					Why:  "After an API server restart the policy's params can only be read once the CustomResourceDefinition is served again and its informer has synced; until then every request the policy matches fails with \"paramKind kind ... not yet synced to use for admission\" or \"not known\" (k8s.io/apiserver v0.37.1 pkg/admission/plugin/policy/generic/policy_dispatcher.go:290-320). If it matches what the control plane needs to recover (pods, leases, the CRD's own controller), the cluster cannot come back: the deadlock of open-policy-agent/gatekeeper #4530.",
+					Why:  "After an API server restart the policy's params can only be read once the CustomResourceDefinition is served again and its informer has synced; until then every request the policy matches fails with \"failed to configure policy: failed to find resource referenced by paramKind\" (as kube-apiserver v1.37.1 answers while the kind is not served) or \"paramKind kind ... not yet synced to use for admission\" (k8s.io/apiserver v0.37.1 pkg/admission/plugin/policy/generic/policy_dispatcher.go:319). If it matches what the control plane needs to recover (pods, leases, the CRD's own controller), the cluster cannot come back: the deadlock of open-policy-agent/gatekeeper #4530.",
 					Fix:  policyFailurePolicyFix(pol),
 				})
 			}
@@ -361,7 +367,7 @@ func bindingParamFinding(p *PolicySet, pol *policyRef, b bindingRef) (Finding, b
 	if known && !info.Served {
 		return Finding{ID: IDPolicyParamMissing, Severity: sev,
 			What: fmt.Sprintf("%s %s's params are of kind %s %s, which the API server does not serve (its CustomResourceDefinition is missing?).", b.kind, b.name, pol.paramKind.APIVersion, pol.paramKind.Kind),
-			Why:  "The API server cannot read the params (\"paramKind kind ... not known\"), a configuration error; " + failing + ".",
+			Why:  "The API server cannot read the params (\"failed to configure policy: failed to find resource referenced by paramKind\"), a configuration error; " + failing + ".",
 			Fix:  fmt.Sprintf("Install the CustomResourceDefinition for %s, or delete the binding: kubectl delete %s %s", pol.paramKind.Kind, strings.ToLower(b.kind), b.name),
 		}, true
 	}

@@ -1,6 +1,7 @@
 package doctor
 
 import (
+	"context"
 	"strings"
 	"testing"
 
@@ -60,7 +61,9 @@ func readerWithout(t *testing.T, e *env, ns string, denied ...string) kubernetes
 		t.Fatalf("create ClusterRoleBinding: %v", err)
 	}
 	t.Cleanup(func() {
-		ctx := e2eenv.TestCtx(t, apiTimeout)
+		// t.Context() is done by now.
+		ctx, cancel := context.WithTimeout(context.Background(), apiTimeout)
+		defer cancel()
 		_ = rbac.ClusterRoleBindings().Delete(ctx, name, metav1.DeleteOptions{})
 		_ = rbac.ClusterRoles().Delete(ctx, name, metav1.DeleteOptions{})
 	})

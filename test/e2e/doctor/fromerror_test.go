@@ -8,7 +8,6 @@ import (
 	"time"
 
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
-	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/kadmit/kadmit/internal/doctor"
@@ -138,7 +137,9 @@ func TestFromErrorPolicyParamMissing(t *testing.T) {
 		t.Fatalf("create ValidatingAdmissionPolicyBinding: %v", err)
 	}
 	t.Cleanup(func() {
-		ctx := e2eenv.TestCtx(t, apiTimeout)
+		// t.Context() is done by now.
+		ctx, cancel := context.WithTimeout(context.Background(), apiTimeout)
+		defer cancel()
 		_ = reg.ValidatingAdmissionPolicyBindings().Delete(ctx, b.Name, metav1.DeleteOptions{})
 		_ = reg.ValidatingAdmissionPolicyBindings().Delete(ctx, orphan.Name, metav1.DeleteOptions{})
 		_ = reg.ValidatingAdmissionPolicies().Delete(ctx, name, metav1.DeleteOptions{})
@@ -168,5 +169,67 @@ func TestFromErrorPolicyParamMissing(t *testing.T) {
 	if !found {
 		t.Errorf("no KD901 for binding %s:\n%s", orphan.Name, render(rep))
 	}
-	_ = corev1.NamespaceDefault
+}
+
+// TestFromErrorPolicyParamKindNotServed: a ValidatingAdmissionPolicy whose
+// paramKind is a custom resource nobody installed (or whose CRD is not
+// served yet, as after an API server restart: Gatekeeper #4530), with
+// failurePolicy Fail: the API server rejects every matched request. Doctor
+// reports KD903 on the policy and KD902 on the binding, and the API
+// server's message leads to KD902.
+func TestFromErrorPolicyParamKindNotServed(t *testing.T) {
+	e := world(t)
+	ns := namespace(t, e, "vap-crd-work", nil)
+	ctx := e2eenv.TestCtx(t, apiTimeout)
+	reg := e.Client.AdmissionregistrationV1()
+	name := "required-labels-" + suffix()
+	fail, deny := admissionregistrationv1.Fail, admissionregistrationv1.DenyAction
+	pol := &admissionregistrationv1.ValidatingAdmissionPolicy{ObjectMeta: metav1.ObjectMeta{Name: name}, Spec: admissionregistrationv1.ValidatingAdmissionPolicySpec{
+		FailurePolicy: &fail, ParamKind: &admissionregistrationv1.ParamKind{APIVersion: "constraints.gatekeeper.sh/v1beta1", Kind: "K8sRequiredLabels"},
+		MatchConstraints: &admissionregistrationv1.MatchResources{ResourceRules: []admissionregistrationv1.NamedRuleWithOperations{{RuleWithOperations: podRules()[0]}}},
+		Validations:      []admissionregistrationv1.Validation{{Expression: `has(object.metadata.labels)`}},
+	}}
+	if _, err := reg.ValidatingAdmissionPolicies().Create(ctx, pol, metav1.CreateOptions{}); err != nil {
+		t.Fatalf("create ValidatingAdmissionPolicy: %v", err)
+	}
+	b := &admissionregistrationv1.ValidatingAdmissionPolicyBinding{ObjectMeta: metav1.ObjectMeta{Name: name + "-binding"}, Spec: admissionregistrationv1.ValidatingAdmissionPolicyBindingSpec{
+		PolicyName: name, ValidationActions: []admissionregistrationv1.ValidationAction{admissionregistrationv1.Deny},
+		ParamRef:       &admissionregistrationv1.ParamRef{Name: "must-have-owner", ParameterNotFoundAction: &deny},
+		MatchResources: &admissionregistrationv1.MatchResources{NamespaceSelector: onlyNamespaces(ns)},
+	}}
+	if _, err := reg.ValidatingAdmissionPolicyBindings().Create(ctx, b, metav1.CreateOptions{}); err != nil {
+		t.Fatalf("create ValidatingAdmissionPolicyBinding: %v", err)
+	}
+	t.Cleanup(func() {
+		// t.Context() is done by now.
+		ctx, cancel := context.WithTimeout(context.Background(), apiTimeout)
+		defer cancel()
+		_ = reg.ValidatingAdmissionPolicyBindings().Delete(ctx, b.Name, metav1.DeleteOptions{})
+		_ = reg.ValidatingAdmissionPolicies().Delete(ctx, name, metav1.DeleteOptions{})
+	})
+
+	msg := provoke(t, e, ns, name)
+	rep := runDoctor(t, e, doctor.Options{FromError: msg})
+	byName := map[string]*doctor.PolicyReport{}
+	for i := range rep.Policies {
+		byName[rep.Policies[i].Kind+"/"+rep.Policies[i].Name] = &rep.Policies[i]
+	}
+	bind := byName["ValidatingAdmissionPolicyBinding/"+b.Name]
+	if bind == nil || len(bind.Findings) < 2 || bind.Findings[0].ID != doctor.IDFromError || bind.Findings[1].ID != doctor.IDPolicyParamMissing || !bind.Findings[1].Lead {
+		t.Fatalf("--from-error %q:\n%s", msg, render(rep))
+	}
+	contains(t, "KD902 what", bind.Findings[1].What, "constraints.gatekeeper.sh/v1beta1 K8sRequiredLabels, which the API server does not serve")
+	p := byName["ValidatingAdmissionPolicy/"+name]
+	if p == nil || !hasID(p.Findings, doctor.IDPolicyParamKindFail) {
+		t.Fatalf("no KD903 for %s:\n%s", name, render(rep))
+	}
+}
+
+func hasID(fs []doctor.Finding, id string) bool {
+	for _, f := range fs {
+		if f.ID == id {
+			return true
+		}
+	}
+	return false
 }
