@@ -291,3 +291,28 @@ func TestProbeForbidden(t *testing.T) {
 		}
 	}
 }
+
+// A controller that keeps objects from informers builds the Snapshot
+// itself: fill a Backend's objects and access flags, Resolve, Diagnose.
+func TestSnapshotBuiltByHand(t *testing.T) {
+	pod := rsPod("kueue-controller-manager", "7d9f6c4b8", kueueLabels(), "10.0.0.7")
+	d := deployment("kueue-controller-manager", kueueLabels())
+	b := &Backend{Namespace: lwsNS, Name: "kueue-webhook-service", NamespaceExists: true, NamespaceLabelsKnown: true,
+		Service: svc("kueue-webhook-service", kueueLabels()), Slices: []discoveryv1.EndpointSlice{*slice("kueue-webhook-service", pod)},
+		Pods: []*corev1.Pod{pod}, Deployments: map[string]*appsv1.Deployment{d.Name: d}, ReplicaSetsUnknown: true,
+		Gaps: []AccessGap{{Verb: "list", Resource: "replicasets.apps", Namespace: lwsNS, Reason: "forbidden", Lost: "owners"}}}
+	b.Resolve()
+	if b.Workload[pod.Name] != (WorkloadRef{Kind: "Deployment", Name: d.Name}) || !b.Inferred[pod.Name].Confirmed || len(b.Templates) != 0 {
+		t.Fatalf("Resolve: workload %v, inferred %+v, templates %d", b.Workload[pod.Name], b.Inferred[pod.Name], len(b.Templates))
+	}
+	snap := &Snapshot{Webhooks: FromMutating(mutatingConfig("kueue-mutating-webhook-configuration", "mjob.kb.io", "kueue-webhook-service")),
+		Namespaces: map[string]map[string]string{lwsNS: nil}, NamespacesKnown: true, Backends: map[string]*Backend{lwsNS + "/kueue-webhook-service": b}}
+	rep, err := Diagnose(context.Background(), nil, snap, Options{Dial: func(context.Context, string, string) (net.Conn, error) { return nil, ErrDialNotAllowed }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	w := rep.Webhooks[0]
+	if w.Has(IDSelectorCollision) || w.Count(SeverityError) != 0 || len(w.ByID(IDAccessGap)) != 1 {
+		t.Errorf("findings: %+v", w.Findings)
+	}
+}

@@ -32,9 +32,11 @@ type Backend struct {
 	// endpoint, sorted by name.
 	Pods []*corev1.Pod
 	// Templates are pods that would exist: one per workload whose pod
-	// template the Service selects but which has no live pod here.
-	Templates []templatePod
-	// Workload maps a live pod's name to its top-level controller.
+	// template the Service selects but which has no live pod here
+	// (computed by Resolve).
+	Templates []TemplatePod
+	// Workload maps a live pod's name to its top-level controller
+	// (computed by Resolve).
 	Workload map[string]WorkloadRef
 	// Inferred holds, by pod name, how Workload was found when part of the
 	// owner chain could not be read (see resolveOwner).
@@ -51,14 +53,17 @@ type Backend struct {
 	// OtherTemplatesUnknown names the kinds (StatefulSets, DaemonSets) that
 	// could not be listed.
 	OtherTemplatesUnknown []string
-	// Owners are the controllers of Pods and Templates, by "Kind/name".
-	ReplicaSets map[string]*appsv1.ReplicaSet
-	Deployments map[string]*appsv1.Deployment
-	PDBs        []policyv1.PodDisruptionBudget
+	// ReplicaSets and Deployments of the namespace, by name; StatefulSets
+	// and DaemonSets of the namespace.
+	ReplicaSets  map[string]*appsv1.ReplicaSet
+	Deployments  map[string]*appsv1.Deployment
+	StatefulSets []appsv1.StatefulSet
+	DaemonSets   []appsv1.DaemonSet
+	PDBs         []policyv1.PodDisruptionBudget
 }
 
-// templatePod stands in for the pods of a workload that has none running.
-type templatePod struct {
+// TemplatePod stands in for the pods of a workload that has none running.
+type TemplatePod struct {
 	Workload WorkloadRef
 	Labels   map[string]string
 	Spec     corev1.PodSpec
@@ -226,21 +231,28 @@ func loadBackend(ctx context.Context, cs kubernetes.Interface, ns, name string) 
 			b.Deployments[dl.Items[i].Name] = &dl.Items[i]
 		}
 	}
-	live := map[WorkloadRef]bool{}
-	for _, p := range b.Pods {
-		ref, inf := b.resolveOwner(p)
-		b.Workload[p.Name] = ref
-		if inf.How != "" {
-			b.Inferred[p.Name] = inf
-		}
-		live[ref] = true
+	const lost = "pods of %s that run none were not modelled (the bootstrap deadlock " + IDSelfInterception + " and " + IDSelectorCollision + " may be missed)"
+	sts, err := cs.AppsV1().StatefulSets(ns).List(ctx, metav1.ListOptions{})
+	switch {
+	case isAccessGap(err):
+		b.OtherTemplatesUnknown = append(b.OtherTemplatesUnknown, "StatefulSets")
+		b.gap("list", "statefulsets", "apps", ns, err, fmt.Sprintf(lost, "StatefulSets"))
+	case err != nil:
+		return nil, fmt.Errorf("list StatefulSets in %s: %w", ns, err)
+	default:
+		b.StatefulSets = sts.Items
 	}
-	if len(svc.Spec.Selector) > 0 {
-		b.addTemplates(svc.Spec.Selector, live)
-		if err := b.addOtherTemplates(ctx, cs, svc.Spec.Selector, live); err != nil {
-			return nil, err
-		}
+	dss, err := cs.AppsV1().DaemonSets(ns).List(ctx, metav1.ListOptions{})
+	switch {
+	case isAccessGap(err):
+		b.OtherTemplatesUnknown = append(b.OtherTemplatesUnknown, "DaemonSets")
+		b.gap("list", "daemonsets", "apps", ns, err, fmt.Sprintf(lost, "DaemonSets"))
+	case err != nil:
+		return nil, fmt.Errorf("list DaemonSets in %s: %w", ns, err)
+	default:
+		b.DaemonSets = dss.Items
 	}
+	b.Resolve()
 
 	pdbs, err := cs.PolicyV1().PodDisruptionBudgets(ns).List(ctx, metav1.ListOptions{})
 	switch {
@@ -253,6 +265,34 @@ func loadBackend(ctx context.Context, cs kubernetes.Interface, ns, name string) 
 		b.PDBs = pdbs.Items
 	}
 	return b, nil
+}
+
+// Resolve computes what the checks derive from the objects: each live
+// pod's workload (Workload, with Inferred where the owner chain could not
+// be read) and the template stand-ins for workloads the Service selects
+// that run no pod. loadBackend calls it; a caller that fills a Backend's
+// objects itself (from informers) calls it after each change.
+func (b *Backend) Resolve() {
+	b.Workload, b.Inferred, b.Templates = map[string]WorkloadRef{}, map[string]Inference{}, nil
+	if b.ReplicaSets == nil {
+		b.ReplicaSets = map[string]*appsv1.ReplicaSet{}
+	}
+	if b.Deployments == nil {
+		b.Deployments = map[string]*appsv1.Deployment{}
+	}
+	live := map[WorkloadRef]bool{}
+	for _, p := range b.Pods {
+		ref, inf := b.resolveOwner(p)
+		b.Workload[p.Name] = ref
+		if inf.How != "" {
+			b.Inferred[p.Name] = inf
+		}
+		live[ref] = true
+	}
+	if b.Service != nil && len(b.Service.Spec.Selector) > 0 {
+		b.addTemplates(b.Service.Spec.Selector, live)
+		b.addOtherTemplates(b.Service.Spec.Selector, live)
+	}
 }
 
 // isAccessGap reports whether err means doctor may not read the object (403
@@ -358,7 +398,7 @@ func (b *Backend) addTemplates(selector map[string]string, live map[WorkloadRef]
 		d := b.Deployments[n]
 		ref := WorkloadRef{Kind: "Deployment", Name: d.Name}
 		if !live[ref] && sel.Matches(labels.Set(d.Spec.Template.Labels)) && !b.mayRunPodsOf(d) {
-			b.Templates = append(b.Templates, templatePod{Workload: ref, Labels: d.Spec.Template.Labels, Spec: d.Spec.Template.Spec})
+			b.Templates = append(b.Templates, TemplatePod{Workload: ref, Labels: d.Spec.Template.Labels, Spec: d.Spec.Template.Spec})
 			live[ref] = true
 		}
 	}
@@ -369,7 +409,7 @@ func (b *Backend) addTemplates(selector map[string]string, live map[WorkloadRef]
 			ref = WorkloadRef{Kind: "Deployment", Name: d.Name}
 		}
 		if !live[ref] && sel.Matches(labels.Set(rs.Spec.Template.Labels)) {
-			b.Templates = append(b.Templates, templatePod{Workload: ref, Labels: rs.Spec.Template.Labels, Spec: rs.Spec.Template.Spec})
+			b.Templates = append(b.Templates, TemplatePod{Workload: ref, Labels: rs.Spec.Template.Labels, Spec: rs.Spec.Template.Spec})
 			live[ref] = true
 		}
 	}
@@ -388,42 +428,22 @@ func (b *Backend) mayRunPodsOf(d *appsv1.Deployment) bool {
 }
 
 // addOtherTemplates does the same for StatefulSets and DaemonSets.
-func (b *Backend) addOtherTemplates(ctx context.Context, cs kubernetes.Interface, selector map[string]string, live map[WorkloadRef]bool) error {
+func (b *Backend) addOtherTemplates(selector map[string]string, live map[WorkloadRef]bool) {
 	sel := labels.SelectorFromSet(selector)
-	const lost = "pods of %s that run none were not modelled (the bootstrap deadlock " + IDSelfInterception + " and " + IDSelectorCollision + " may be missed)"
-	sts, err := cs.AppsV1().StatefulSets(b.Namespace).List(ctx, metav1.ListOptions{})
-	switch {
-	case isAccessGap(err):
-		b.OtherTemplatesUnknown = append(b.OtherTemplatesUnknown, "StatefulSets")
-		b.gap("list", "statefulsets", "apps", b.Namespace, err, fmt.Sprintf(lost, "StatefulSets"))
-		sts = &appsv1.StatefulSetList{}
-	case err != nil:
-		return fmt.Errorf("list StatefulSets in %s: %w", b.Namespace, err)
-	}
-	for _, s := range sts.Items {
+	for _, s := range b.StatefulSets {
 		ref := WorkloadRef{Kind: "StatefulSet", Name: s.Name}
 		if !live[ref] && sel.Matches(labels.Set(s.Spec.Template.Labels)) {
-			b.Templates = append(b.Templates, templatePod{Workload: ref, Labels: s.Spec.Template.Labels, Spec: s.Spec.Template.Spec})
+			b.Templates = append(b.Templates, TemplatePod{Workload: ref, Labels: s.Spec.Template.Labels, Spec: s.Spec.Template.Spec})
 			live[ref] = true
 		}
 	}
-	dss, err := cs.AppsV1().DaemonSets(b.Namespace).List(ctx, metav1.ListOptions{})
-	switch {
-	case isAccessGap(err):
-		b.OtherTemplatesUnknown = append(b.OtherTemplatesUnknown, "DaemonSets")
-		b.gap("list", "daemonsets", "apps", b.Namespace, err, fmt.Sprintf(lost, "DaemonSets"))
-		dss = &appsv1.DaemonSetList{}
-	case err != nil:
-		return fmt.Errorf("list DaemonSets in %s: %w", b.Namespace, err)
-	}
-	for _, s := range dss.Items {
+	for _, s := range b.DaemonSets {
 		ref := WorkloadRef{Kind: "DaemonSet", Name: s.Name}
 		if !live[ref] && sel.Matches(labels.Set(s.Spec.Template.Labels)) {
-			b.Templates = append(b.Templates, templatePod{Workload: ref, Labels: s.Spec.Template.Labels, Spec: s.Spec.Template.Spec})
+			b.Templates = append(b.Templates, TemplatePod{Workload: ref, Labels: s.Spec.Template.Labels, Spec: s.Spec.Template.Spec})
 			live[ref] = true
 		}
 	}
-	return nil
 }
 
 // objects lists what must be admitted for the backend's pods to (re)start:
