@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"sort"
+	"strings"
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -12,14 +13,15 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/kubernetes"
 )
 
-// backend is what stands behind one webhook Service: the Service, its
+// Backend is what stands behind one webhook Service: the Service, its
 // EndpointSlices, the pods (live, or modelled from workload templates when
 // none run, as in a bootstrap deadlock) and the workloads and
 // PodDisruptionBudgets around them.
-type backend struct {
+type Backend struct {
 	Namespace, Name string
 	// NamespaceExists is false when the Service's namespace is gone.
 	NamespaceExists bool
@@ -30,18 +32,38 @@ type backend struct {
 	// endpoint, sorted by name.
 	Pods []*corev1.Pod
 	// Templates are pods that would exist: one per workload whose pod
-	// template the Service selects but which has no live pod here.
-	Templates []templatePod
-	// Workload maps a live pod's name to its top-level controller.
+	// template the Service selects but which has no live pod here
+	// (computed by Resolve).
+	Templates []TemplatePod
+	// Workload maps a live pod's name to its top-level controller
+	// (computed by Resolve).
 	Workload map[string]WorkloadRef
-	// Owners are the controllers of Pods and Templates, by "Kind/name".
-	ReplicaSets map[string]*appsv1.ReplicaSet
-	Deployments map[string]*appsv1.Deployment
-	PDBs        []policyv1.PodDisruptionBudget
+	// Inferred holds, by pod name, how Workload was found when part of the
+	// owner chain could not be read (see resolveOwner).
+	Inferred map[string]Inference
+	// Gaps are what doctor could not read for this backend.
+	Gaps []AccessGap
+	// NamespaceLabelsKnown is false when the namespace could not be read
+	// (NamespaceLabels then hold only what the API server always sets).
+	NamespaceLabelsKnown bool
+	// ServiceUnknown, SlicesUnknown, PodsUnknown, ReplicaSetsUnknown,
+	// DeploymentsUnknown, PDBsUnknown: that read was refused (see Gaps);
+	// the corresponding fields are empty, not "none exist".
+	ServiceUnknown, SlicesUnknown, PodsUnknown, ReplicaSetsUnknown, DeploymentsUnknown, PDBsUnknown bool
+	// OtherTemplatesUnknown names the kinds (StatefulSets, DaemonSets) that
+	// could not be listed.
+	OtherTemplatesUnknown []string
+	// ReplicaSets and Deployments of the namespace, by name; StatefulSets
+	// and DaemonSets of the namespace.
+	ReplicaSets  map[string]*appsv1.ReplicaSet
+	Deployments  map[string]*appsv1.Deployment
+	StatefulSets []appsv1.StatefulSet
+	DaemonSets   []appsv1.DaemonSet
+	PDBs         []policyv1.PodDisruptionBudget
 }
 
-// templatePod stands in for the pods of a workload that has none running.
-type templatePod struct {
+// TemplatePod stands in for the pods of a workload that has none running.
+type TemplatePod struct {
 	Workload WorkloadRef
 	Labels   map[string]string
 	Spec     corev1.PodSpec
@@ -61,7 +83,7 @@ func (e endpoint) HostPort() string { return joinHostPort(e.Address, e.Port) }
 // port named portName, as the API server's resolver reads them: a port entry
 // with exactly that name, the first address of each endpoint, ready unless
 // conditions.ready is false. found is false when no slice carries that port.
-func (b *backend) endpointsFor(portName string) (eps []endpoint, found bool) {
+func (b *Backend) endpointsFor(portName string) (eps []endpoint, found bool) {
 	for _, s := range b.Slices {
 		for _, p := range s.Ports {
 			if p.Name == nil || *p.Name != portName || p.Port == nil {
@@ -85,10 +107,11 @@ func (b *backend) endpointsFor(portName string) (eps []endpoint, found bool) {
 }
 
 // podInfos lists live pods and template stand-ins for collision detection.
-func (b *backend) podInfos(addrByPod map[string]string) []PodInfo {
+func (b *Backend) podInfos(addrByPod map[string]string) []PodInfo {
 	var out []PodInfo
 	for _, p := range b.Pods {
-		out = append(out, PodInfo{Name: p.Name, Namespace: p.Namespace, Labels: p.Labels, Workload: b.Workload[p.Name], Address: addrByPod[p.Name]})
+		out = append(out, PodInfo{Name: p.Name, Namespace: p.Namespace, Labels: p.Labels, Workload: b.Workload[p.Name], Address: addrByPod[p.Name],
+			Inferred: b.Inferred[p.Name].How, Unconfirmed: !b.ownerKnown(p.Name)})
 	}
 	for _, t := range b.Templates {
 		out = append(out, PodInfo{Name: "(template of " + t.Workload.String() + ")", Namespace: b.Namespace, Labels: t.Labels, Workload: t.Workload})
@@ -97,61 +120,86 @@ func (b *backend) podInfos(addrByPod map[string]string) []PodInfo {
 }
 
 // loadBackend reads everything behind Service ns/name. A missing namespace
-// or Service is recorded, not an error; other API errors are returned
+// or Service is recorded, not an error; so is an object doctor may not read
+// (403 Forbidden) or a resource the API server does not serve: each becomes
+// an AccessGap naming what it could not tell. Other API errors are returned
 // wrapped, since doctor cannot judge without them.
-func loadBackend(ctx context.Context, cs kubernetes.Interface, ns, name string) (*backend, error) {
-	b := &backend{Namespace: ns, Name: name, Workload: map[string]WorkloadRef{},
+func loadBackend(ctx context.Context, cs kubernetes.Interface, ns, name string) (*Backend, error) {
+	b := &Backend{Namespace: ns, Name: name, Workload: map[string]WorkloadRef{}, Inferred: map[string]Inference{},
 		ReplicaSets: map[string]*appsv1.ReplicaSet{}, Deployments: map[string]*appsv1.Deployment{}}
 	nsObj, err := cs.CoreV1().Namespaces().Get(ctx, ns, metav1.GetOptions{})
 	switch {
 	case apierrors.IsNotFound(err):
 		return b, nil
+	case isAccessGap(err):
+		// The namespace may exist; its labels are unknown. The API server
+		// always sets kubernetes.io/metadata.name, so selectors on the name
+		// are still decided exactly.
+		b.NamespaceExists = true
+		b.gap("get", "namespaces", "", ns, err, "whether namespace "+ns+" still exists ("+IDOrphan+") and its labels, which namespaceSelectors are matched against ("+IDSelfInterception+" is a warning, not an error, unless the selector decides on the name alone)")
 	case err != nil:
 		return nil, fmt.Errorf("get namespace %s: %w", ns, err)
+	default:
+		b.NamespaceExists, b.NamespaceLabelsKnown, b.NamespaceLabels = true, true, nsObj.Labels
 	}
-	b.NamespaceExists, b.NamespaceLabels = true, nsObj.Labels
 	svc, err := cs.CoreV1().Services(ns).Get(ctx, name, metav1.GetOptions{})
 	switch {
 	case apierrors.IsNotFound(err):
+		return b, nil
+	case isAccessGap(err):
+		b.ServiceUnknown = true
+		b.gap("get", "services", "", ns, err, "whether Service "+ns+"/"+name+" exists ("+IDServiceMissing+"), its ports ("+IDServicePortMissing+") and selector: no endpoint, collision or certificate check was made")
 		return b, nil
 	case err != nil:
 		return nil, fmt.Errorf("get service %s/%s: %w", ns, name, err)
 	}
 	b.Service = svc
 	sl, err := cs.DiscoveryV1().EndpointSlices(ns).List(ctx, metav1.ListOptions{LabelSelector: discoveryv1.LabelServiceName + "=" + name})
-	if err != nil {
+	switch {
+	case isAccessGap(err):
+		b.SlicesUnknown = true
+		b.gap("list", "endpointslices", "discovery.k8s.io", ns, err, "which endpoints the API server would call: ready endpoints ("+IDNoReadyEndpoints+"), refused connections ("+IDEndpointRefused+") and the serving certificates (KD4xx) were not checked")
+	case err != nil:
 		return nil, fmt.Errorf("list EndpointSlices of service %s/%s: %w", ns, name, err)
+	default:
+		b.Slices = sl.Items
 	}
-	b.Slices = sl.Items
 
 	pods := map[string]*corev1.Pod{}
 	if len(svc.Spec.Selector) > 0 {
 		pl, err := cs.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{LabelSelector: labels.SelectorFromSet(svc.Spec.Selector).String()})
-		if err != nil {
+		switch {
+		case isAccessGap(err):
+			b.PodsUnknown = true
+			b.gap("list", "pods", "", ns, err, "which running pods the Service selects: the selector collision check ("+IDSelectorCollision+") saw only workload templates, and the pods' container ports ("+IDTargetPortMismatch+") were not compared")
+		case err != nil:
 			return nil, fmt.Errorf("list pods selected by service %s/%s: %w", ns, name, err)
-		}
-		for i := range pl.Items {
-			pods[pl.Items[i].Name] = &pl.Items[i]
+		default:
+			for i := range pl.Items {
+				pods[pl.Items[i].Name] = &pl.Items[i]
+			}
 		}
 	}
 	// Endpoints may name pods the selector does not (hand-made slices).
-	for _, s := range b.Slices {
-		for _, e := range s.Endpoints {
-			if e.TargetRef == nil || e.TargetRef.Kind != "Pod" || pods[e.TargetRef.Name] != nil {
-				continue
+	if !b.PodsUnknown {
+		for _, s := range b.Slices {
+			for _, e := range s.Endpoints {
+				if e.TargetRef == nil || e.TargetRef.Kind != "Pod" || pods[e.TargetRef.Name] != nil {
+					continue
+				}
+				tns := e.TargetRef.Namespace
+				if tns == "" {
+					tns = ns
+				}
+				p, err := cs.CoreV1().Pods(tns).Get(ctx, e.TargetRef.Name, metav1.GetOptions{})
+				if apierrors.IsNotFound(err) || isAccessGap(err) {
+					continue
+				}
+				if err != nil {
+					return nil, fmt.Errorf("get endpoint pod %s/%s: %w", tns, e.TargetRef.Name, err)
+				}
+				pods[p.Name] = p
 			}
-			tns := e.TargetRef.Namespace
-			if tns == "" {
-				tns = ns
-			}
-			p, err := cs.CoreV1().Pods(tns).Get(ctx, e.TargetRef.Name, metav1.GetOptions{})
-			if apierrors.IsNotFound(err) {
-				continue
-			}
-			if err != nil {
-				return nil, fmt.Errorf("get endpoint pod %s/%s: %w", tns, e.TargetRef.Name, err)
-			}
-			pods[p.Name] = p
 		}
 	}
 	for _, p := range pods {
@@ -160,72 +208,197 @@ func loadBackend(ctx context.Context, cs kubernetes.Interface, ns, name string) 
 	sort.Slice(b.Pods, func(i, j int) bool { return b.Pods[i].Name < b.Pods[j].Name })
 
 	rsl, err := cs.AppsV1().ReplicaSets(ns).List(ctx, metav1.ListOptions{})
-	if err != nil {
+	switch {
+	case isAccessGap(err):
+		b.ReplicaSetsUnknown = true
+		b.gap("list", "replicasets", "apps", ns, err, "which ReplicaSet, and so which Deployment, owns each pod: owners were inferred from the pod-template-hash label and the <deployment>-<hash> naming, so a selector collision ("+IDSelectorCollision+") is an error only where the Deployments read confirm it")
+	case err != nil:
 		return nil, fmt.Errorf("list ReplicaSets in %s: %w", ns, err)
-	}
-	for i := range rsl.Items {
-		b.ReplicaSets[rsl.Items[i].Name] = &rsl.Items[i]
-	}
-	dl, err := cs.AppsV1().Deployments(ns).List(ctx, metav1.ListOptions{})
-	if err != nil {
-		return nil, fmt.Errorf("list Deployments in %s: %w", ns, err)
-	}
-	for i := range dl.Items {
-		b.Deployments[dl.Items[i].Name] = &dl.Items[i]
-	}
-	live := map[WorkloadRef]bool{}
-	for _, p := range b.Pods {
-		ref := b.topOwner(p.Name, p.OwnerReferences)
-		b.Workload[p.Name] = ref
-		live[ref] = true
-	}
-	if len(svc.Spec.Selector) > 0 {
-		b.addTemplates(svc.Spec.Selector, live)
-		if err := b.addOtherTemplates(ctx, cs, svc.Spec.Selector, live); err != nil {
-			return nil, err
+	default:
+		for i := range rsl.Items {
+			b.ReplicaSets[rsl.Items[i].Name] = &rsl.Items[i]
 		}
 	}
+	dl, err := cs.AppsV1().Deployments(ns).List(ctx, metav1.ListOptions{})
+	switch {
+	case isAccessGap(err):
+		b.DeploymentsUnknown = true
+		b.gap("list", "deployments", "apps", ns, err, "the Deployments behind the pods: pods of Deployments that run none were not modelled (the bootstrap deadlock "+IDSelfInterception+" and "+IDSelectorCollision+" may be missed), and owners inferred from names stay unconfirmed")
+	case err != nil:
+		return nil, fmt.Errorf("list Deployments in %s: %w", ns, err)
+	default:
+		for i := range dl.Items {
+			b.Deployments[dl.Items[i].Name] = &dl.Items[i]
+		}
+	}
+	const lost = "pods of %s that run none were not modelled (the bootstrap deadlock " + IDSelfInterception + " and " + IDSelectorCollision + " may be missed)"
+	sts, err := cs.AppsV1().StatefulSets(ns).List(ctx, metav1.ListOptions{})
+	switch {
+	case isAccessGap(err):
+		b.OtherTemplatesUnknown = append(b.OtherTemplatesUnknown, "StatefulSets")
+		b.gap("list", "statefulsets", "apps", ns, err, fmt.Sprintf(lost, "StatefulSets"))
+	case err != nil:
+		return nil, fmt.Errorf("list StatefulSets in %s: %w", ns, err)
+	default:
+		b.StatefulSets = sts.Items
+	}
+	dss, err := cs.AppsV1().DaemonSets(ns).List(ctx, metav1.ListOptions{})
+	switch {
+	case isAccessGap(err):
+		b.OtherTemplatesUnknown = append(b.OtherTemplatesUnknown, "DaemonSets")
+		b.gap("list", "daemonsets", "apps", ns, err, fmt.Sprintf(lost, "DaemonSets"))
+	case err != nil:
+		return nil, fmt.Errorf("list DaemonSets in %s: %w", ns, err)
+	default:
+		b.DaemonSets = dss.Items
+	}
+	b.Resolve()
 
 	pdbs, err := cs.PolicyV1().PodDisruptionBudgets(ns).List(ctx, metav1.ListOptions{})
-	if err != nil {
+	switch {
+	case isAccessGap(err):
+		b.PDBsUnknown = true
+		b.gap("list", "poddisruptionbudgets", "policy", ns, err, "whether a PodDisruptionBudget covers the webhook's pods ("+IDNoPodDisruptionBudget+" was not checked)")
+	case err != nil:
 		return nil, fmt.Errorf("list PodDisruptionBudgets in %s: %w", ns, err)
+	default:
+		b.PDBs = pdbs.Items
 	}
-	b.PDBs = pdbs.Items
 	return b, nil
 }
 
-// topOwner follows controller owner references from a pod up through
-// ReplicaSets to a Deployment; other controllers (StatefulSet, DaemonSet,
-// Job, custom kinds) end the walk. A pod without a controller is its own
-// workload.
-func (b *backend) topOwner(pod string, refs []metav1.OwnerReference) WorkloadRef {
-	ref := WorkloadRef{Kind: "Pod", Name: pod}
-	c := metav1.GetControllerOfNoCopy(&metav1.ObjectMeta{OwnerReferences: refs})
-	if c == nil {
-		return ref
+// Resolve computes what the checks derive from the objects: each live
+// pod's workload (Workload, with Inferred where the owner chain could not
+// be read) and the template stand-ins for workloads the Service selects
+// that run no pod. loadBackend calls it; a caller that fills a Backend's
+// objects itself (from informers) calls it after each change.
+func (b *Backend) Resolve() {
+	b.Workload, b.Inferred, b.Templates = map[string]WorkloadRef{}, map[string]Inference{}, nil
+	if b.ReplicaSets == nil {
+		b.ReplicaSets = map[string]*appsv1.ReplicaSet{}
 	}
-	ref = WorkloadRef{Kind: c.Kind, Name: c.Name}
-	if c.Kind == "ReplicaSet" {
-		if rs := b.ReplicaSets[c.Name]; rs != nil {
-			if d := metav1.GetControllerOfNoCopy(rs); d != nil {
-				ref = WorkloadRef{Kind: d.Kind, Name: d.Name}
-			}
+	if b.Deployments == nil {
+		b.Deployments = map[string]*appsv1.Deployment{}
+	}
+	live := map[WorkloadRef]bool{}
+	for _, p := range b.Pods {
+		ref, inf := b.resolveOwner(p)
+		b.Workload[p.Name] = ref
+		if inf.How != "" {
+			b.Inferred[p.Name] = inf
+		}
+		live[ref] = true
+	}
+	if b.Service != nil && len(b.Service.Spec.Selector) > 0 {
+		b.addTemplates(b.Service.Spec.Selector, live)
+		b.addOtherTemplates(b.Service.Spec.Selector, live)
+	}
+}
+
+// isAccessGap reports whether err means doctor may not read the object (403
+// Forbidden) or the API server does not serve the resource (404 on a list):
+// both leave the check unable to tell, neither means doctor cannot run.
+func isAccessGap(err error) bool {
+	return err != nil && (apierrors.IsForbidden(err) || apierrors.IsMethodNotSupported(err))
+}
+
+// gap records what doctor could not read and what that leaves unknown.
+func (b *Backend) gap(verb, resource, group, ns string, err error, lost string) {
+	b.Gaps = append(b.Gaps, newGap(verb, resource, group, ns, err, lost))
+}
+
+// resolveOwner finds a pod's top-level controller and says how, when it is
+// inferred rather than read (zero Inference when every link was read):
+//
+//   - controller owner references are followed Pod -> ReplicaSet ->
+//     Deployment when the ReplicaSet can be read;
+//   - when it cannot (list forbidden, or the ReplicaSet no longer exists, as
+//     in a namespace recreated from manifests), the Deployment is inferred
+//     the way the Deployment controller names its ReplicaSets
+//     (kubernetes pkg/controller/deployment/sync.go, getNewReplicaSet: Name d.Name + "-" + podTemplateSpecHash):
+//     a ReplicaSet named N-H whose pod carries pod-template-hash=H belongs
+//     to Deployment N. Confirmed means a Deployment N was read and its
+//     selector matches the pod.
+//   - a ReplicaSet that cannot be read and whose name does not follow that
+//     scheme may still belong to a Deployment whose selector matches the
+//     pod: when exactly one such Deployment was read, it is taken.
+//
+// Other controllers (StatefulSet, DaemonSet, Job, custom kinds) end the
+// walk. A pod without a controller is its own workload.
+func (b *Backend) resolveOwner(p *corev1.Pod) (WorkloadRef, Inference) {
+	c := metav1.GetControllerOfNoCopy(p)
+	if c == nil {
+		return WorkloadRef{Kind: "Pod", Name: p.Name}, Inference{}
+	}
+	ref := WorkloadRef{Kind: c.Kind, Name: c.Name}
+	if c.Kind != "ReplicaSet" {
+		return ref, Inference{}
+	}
+	if rs := b.ReplicaSets[c.Name]; rs != nil {
+		if d := metav1.GetControllerOfNoCopy(rs); d != nil {
+			return WorkloadRef{Kind: d.Kind, Name: d.Name}, Inference{}
+		}
+		return ref, Inference{}
+	}
+	why := "absent"
+	if b.ReplicaSetsUnknown {
+		why = "not readable"
+	}
+	if hash := p.Labels[appsv1.DefaultDeploymentUniqueLabelKey]; hash != "" && strings.HasSuffix(c.Name, "-"+hash) && len(c.Name) > len(hash)+1 {
+		name := strings.TrimSuffix(c.Name, "-"+hash)
+		how := fmt.Sprintf("ReplicaSet %s is %s; Deployment/%s inferred from its name and the pod's label %s=%s", c.Name, why, name, appsv1.DefaultDeploymentUniqueLabelKey, hash)
+		if d := b.Deployments[name]; d != nil && deploymentSelects(d, p.Labels) {
+			return WorkloadRef{Kind: "Deployment", Name: name}, Inference{How: how + ", confirmed by Deployment " + name + "'s selector", Confirmed: true}
+		}
+		return WorkloadRef{Kind: "Deployment", Name: name}, Inference{How: how + " (no Deployment " + name + " selecting the pod was read)"}
+	}
+	var match []string
+	for _, n := range sortedKeysOf(b.Deployments) {
+		if deploymentSelects(b.Deployments[n], p.Labels) {
+			match = append(match, n)
 		}
 	}
-	return ref
+	if len(match) == 1 {
+		return WorkloadRef{Kind: "Deployment", Name: match[0]}, Inference{How: fmt.Sprintf("ReplicaSet %s is %s; Deployment/%s is the only Deployment whose selector matches the pod", c.Name, why, match[0])}
+	}
+	return ref, Inference{How: fmt.Sprintf("ReplicaSet %s is %s, so the Deployment above it (if any) is unknown", c.Name, why)}
+}
+
+// Inference says how a pod's workload was found when not every link of its
+// owner chain could be read. Confirmed is true when an object doctor read
+// (the Deployment, by its selector) agrees with the inference: such an owner
+// counts as known for error-severity findings.
+type Inference struct {
+	How       string
+	Confirmed bool
+}
+
+func deploymentSelects(d *appsv1.Deployment, podLabels map[string]string) bool {
+	if d.Spec.Selector == nil {
+		return false
+	}
+	ok, err := SelectorMatches(d.Spec.Selector, podLabels)
+	return err == nil && ok && len(d.Spec.Selector.MatchLabels)+len(d.Spec.Selector.MatchExpressions) > 0
+}
+
+// ownerKnown reports whether pod's workload rests only on objects doctor
+// read (directly, or inferred and confirmed by a Deployment read).
+func (b *Backend) ownerKnown(pod string) bool {
+	inf, inferred := b.Inferred[pod]
+	return !inferred || inf.Confirmed
 }
 
 // addTemplates models the pods of Deployments and ReplicaSets whose template
 // the selector matches and which have no live pod: in a bootstrap deadlock
 // these are exactly the pods that can never be created.
-func (b *backend) addTemplates(selector map[string]string, live map[WorkloadRef]bool) {
+func (b *Backend) addTemplates(selector map[string]string, live map[WorkloadRef]bool) {
 	sel := labels.SelectorFromSet(selector)
 	names := sortedKeysOf(b.Deployments)
 	for _, n := range names {
 		d := b.Deployments[n]
 		ref := WorkloadRef{Kind: "Deployment", Name: d.Name}
-		if !live[ref] && sel.Matches(labels.Set(d.Spec.Template.Labels)) {
-			b.Templates = append(b.Templates, templatePod{Workload: ref, Labels: d.Spec.Template.Labels, Spec: d.Spec.Template.Spec})
+		if !live[ref] && sel.Matches(labels.Set(d.Spec.Template.Labels)) && !b.mayRunPodsOf(d) {
+			b.Templates = append(b.Templates, TemplatePod{Workload: ref, Labels: d.Spec.Template.Labels, Spec: d.Spec.Template.Spec})
 			live[ref] = true
 		}
 	}
@@ -236,48 +409,51 @@ func (b *backend) addTemplates(selector map[string]string, live map[WorkloadRef]
 			ref = WorkloadRef{Kind: "Deployment", Name: d.Name}
 		}
 		if !live[ref] && sel.Matches(labels.Set(rs.Spec.Template.Labels)) {
-			b.Templates = append(b.Templates, templatePod{Workload: ref, Labels: rs.Spec.Template.Labels, Spec: rs.Spec.Template.Spec})
+			b.Templates = append(b.Templates, TemplatePod{Workload: ref, Labels: rs.Spec.Template.Labels, Spec: rs.Spec.Template.Spec})
 			live[ref] = true
 		}
 	}
 }
 
-// addOtherTemplates does the same for StatefulSets and DaemonSets.
-func (b *backend) addOtherTemplates(ctx context.Context, cs kubernetes.Interface, selector map[string]string, live map[WorkloadRef]bool) error {
-	sel := labels.SelectorFromSet(selector)
-	sts, err := cs.AppsV1().StatefulSets(b.Namespace).List(ctx, metav1.ListOptions{})
-	if err != nil {
-		return fmt.Errorf("list StatefulSets in %s: %w", b.Namespace, err)
+// mayRunPodsOf reports whether a live pod whose owner chain could not be
+// read completely is matched by d's selector: that pod is most likely d's,
+// so d gets no template stand-in (which would count d twice).
+func (b *Backend) mayRunPodsOf(d *appsv1.Deployment) bool {
+	for _, p := range b.Pods {
+		if _, inferred := b.Inferred[p.Name]; inferred && deploymentSelects(d, p.Labels) {
+			return true
+		}
 	}
-	for _, s := range sts.Items {
+	return false
+}
+
+// addOtherTemplates does the same for StatefulSets and DaemonSets.
+func (b *Backend) addOtherTemplates(selector map[string]string, live map[WorkloadRef]bool) {
+	sel := labels.SelectorFromSet(selector)
+	for _, s := range b.StatefulSets {
 		ref := WorkloadRef{Kind: "StatefulSet", Name: s.Name}
 		if !live[ref] && sel.Matches(labels.Set(s.Spec.Template.Labels)) {
-			b.Templates = append(b.Templates, templatePod{Workload: ref, Labels: s.Spec.Template.Labels, Spec: s.Spec.Template.Spec})
+			b.Templates = append(b.Templates, TemplatePod{Workload: ref, Labels: s.Spec.Template.Labels, Spec: s.Spec.Template.Spec})
 			live[ref] = true
 		}
 	}
-	dss, err := cs.AppsV1().DaemonSets(b.Namespace).List(ctx, metav1.ListOptions{})
-	if err != nil {
-		return fmt.Errorf("list DaemonSets in %s: %w", b.Namespace, err)
-	}
-	for _, s := range dss.Items {
+	for _, s := range b.DaemonSets {
 		ref := WorkloadRef{Kind: "DaemonSet", Name: s.Name}
 		if !live[ref] && sel.Matches(labels.Set(s.Spec.Template.Labels)) {
-			b.Templates = append(b.Templates, templatePod{Workload: ref, Labels: s.Spec.Template.Labels, Spec: s.Spec.Template.Spec})
+			b.Templates = append(b.Templates, TemplatePod{Workload: ref, Labels: s.Spec.Template.Labels, Spec: s.Spec.Template.Spec})
 			live[ref] = true
 		}
 	}
-	return nil
 }
 
 // objects lists what must be admitted for the backend's pods to (re)start:
 // pod CREATE for each live pod and template, ReplicaSet CREATE and UPDATE and
 // Deployment UPDATE for their controllers.
-func (b *backend) objects() []Object {
+func (b *Backend) objects() []Object {
 	nsl := namespaceLabels(b.Namespace, b.NamespaceLabels)
-	mk := func(group, res string, op string, lbls map[string]string, desc string) Object {
-		return Object{Request: Request{Group: group, Version: "v1", Resource: res, Operation: opType(op), Namespaced: true},
-			Namespace: b.Namespace, NamespaceLabels: nsl, Labels: lbls, Describe: desc}
+	mk := func(group, res, kind, op, name string, lbls map[string]string, user Requester, desc string) Object {
+		return Object{Request: Request{Group: group, Version: "v1", Resource: res, Operation: opType(op), Namespaced: true}, Kind: kind,
+			Namespace: b.Namespace, NamespaceLabels: nsl, NamespaceLabelsUnknown: !b.NamespaceLabelsKnown, Labels: lbls, Name: name, User: user, Describe: desc}
 	}
 	var out []Object
 	seenRS, seenDeploy := map[string]bool{}, map[string]bool{}
@@ -285,26 +461,65 @@ func (b *backend) objects() []Object {
 		if ref.Kind == "Deployment" && !seenDeploy[ref.Name] {
 			seenDeploy[ref.Name] = true
 			if d := b.Deployments[ref.Name]; d != nil {
-				out = append(out, mk("apps", "deployments", "UPDATE", d.Labels, "Deployment "+b.Namespace+"/"+d.Name))
+				out = append(out, mk("apps", "deployments", "Deployment", "UPDATE", d.Name, d.Labels, anyUser, "Deployment "+b.Namespace+"/"+d.Name))
 			}
 			for _, n := range sortedKeysOf(b.ReplicaSets) {
 				rs := b.ReplicaSets[n]
 				if c := metav1.GetControllerOfNoCopy(rs); c != nil && c.Kind == "Deployment" && c.Name == ref.Name && !seenRS[rs.Name] {
 					seenRS[rs.Name] = true
-					out = append(out, mk("apps", "replicasets", "CREATE", rs.Labels, "ReplicaSet "+b.Namespace+"/"+rs.Name))
+					out = append(out, mk("apps", "replicasets", "ReplicaSet", "CREATE", rs.Name, rs.Labels, deploymentController, "ReplicaSet "+b.Namespace+"/"+rs.Name))
 				}
 			}
 		}
 	}
+	// Pods of one workload with the same labels are the same request to a
+	// webhook's rules, selectors and (since they share a template)
+	// matchConditions: one stands for all, which bounds the CEL evaluations
+	// by workloads, not replicas.
+	seenPod := map[string]bool{}
 	for _, p := range b.Pods {
-		out = append(out, mk("", "pods", "CREATE", p.Labels, "pod "+b.Namespace+"/"+p.Name))
+		key := b.Workload[p.Name].String() + "|" + labels.Set(p.Labels).String()
+		if seenPod[key] {
+			continue
+		}
+		seenPod[key] = true
+		o := mk("", "pods", "Pod", "CREATE", "", p.Labels, podCreator(b.Workload[p.Name]), "pod "+b.Namespace+"/"+p.Name)
+		o.Body = podBody(p.Spec)
+		out = append(out, o)
 		addOwners(b.Workload[p.Name])
 	}
 	for _, t := range b.Templates {
-		out = append(out, mk("", "pods", "CREATE", t.Labels, "new pods of "+t.Workload.String()+" in "+b.Namespace))
+		o := mk("", "pods", "Pod", "CREATE", "", t.Labels, podCreator(t.Workload), "new pods of "+t.Workload.String()+" in "+b.Namespace)
+		o.Body = podBody(t.Spec)
+		out = append(out, o)
 		addOwners(t.Workload)
 	}
 	return out
+}
+
+// podCreator is who creates a workload's pods.
+func podCreator(ref WorkloadRef) Requester {
+	switch ref.Kind {
+	case "Deployment", "ReplicaSet":
+		return replicaSetController
+	case "StatefulSet":
+		return statefulSetController
+	case "DaemonSet":
+		return daemonSetController
+	case "Job":
+		return controllerSA("job-controller")
+	default:
+		return anyUser
+	}
+}
+
+// podBody is a pod's spec as the JSON matchConditions see in object.spec.
+func podBody(spec corev1.PodSpec) map[string]any {
+	m, err := runtime.DefaultUnstructuredConverter.ToUnstructured(&spec)
+	if err != nil {
+		return nil
+	}
+	return map[string]any{"spec": m}
 }
 
 func sortedKeysOf[V any](m map[string]V) []string {

@@ -25,6 +25,11 @@ type PodInfo struct {
 	Workload WorkloadRef
 	// Address is the pod's endpoint address when it is in an EndpointSlice.
 	Address string
+	// Inferred says how Workload was found when part of the owner chain
+	// could not be read; Unconfirmed is true when no object doctor read
+	// confirms it (see Backend.resolveOwner).
+	Inferred    string
+	Unconfirmed bool
 }
 
 // appLabels identify an application when owner references do not: pods
@@ -53,6 +58,11 @@ type Collision struct {
 	// it to the Service's selector routes calls to Groups[0] only. Empty when
 	// no such label exists (then the pod template needs one first).
 	LabelKey, LabelValue string
+	// Proven is true when at least two groups rest on owners doctor read
+	// (or inferred and confirmed by a Deployment it read): only then is the
+	// collision an error. Otherwise Unsure lists the inferences it rests on.
+	Proven bool
+	Unsure []string
 }
 
 // FindCollision groups pods by workload and returns nil when they all belong
@@ -83,6 +93,21 @@ func FindCollision(serviceName string, pods []PodInfo, preferred func(WorkloadRe
 	if len(order) < 2 {
 		return nil
 	}
+	known := 0
+	var unsure []string
+	for _, r := range order {
+		sure := false
+		for _, p := range byRef[r].pods {
+			if !p.Unconfirmed {
+				sure = true
+			} else if p.Inferred != "" {
+				unsure = append(unsure, "pod "+p.Name+": "+p.Inferred)
+			}
+		}
+		if sure {
+			known++
+		}
+	}
 	groups := make([]WorkloadGroup, 0, len(order))
 	for _, r := range order {
 		g := byRef[r]
@@ -92,7 +117,10 @@ func FindCollision(serviceName string, pods []PodInfo, preferred func(WorkloadRe
 	}
 	sort.Slice(groups, func(a, b int) bool { return groups[a].Workload.String() < groups[b].Workload.String() })
 
-	c := &Collision{Groups: groups}
+	c := &Collision{Groups: groups, Proven: known >= 2}
+	if !c.Proven {
+		c.Unsure = unsure
+	}
 	intended := -1
 	if preferred != nil {
 		var hits []int

@@ -17,7 +17,6 @@ import (
 
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	corev1 "k8s.io/api/core/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/client-go/kubernetes"
@@ -59,6 +58,14 @@ type Options struct {
 	Dial DialFunc
 	// Now is the clock for certificate checks; default time.Now.
 	Now func() time.Time
+	// Webhooks restricts the report further to these webhooks, each as
+	// "<configuration>/<webhook name>".
+	Webhooks []string
+	// FromError is an API server error message (at most MaxErrorMessage
+	// bytes): the report is restricted to the webhook (or admission
+	// policy) it names, leads with a KD002 finding saying which finding
+	// explains it, and carries the parse in Report.FromError.
+	FromError string
 }
 
 func (o *Options) defaults() {
@@ -87,9 +94,10 @@ func (o *Options) defaults() {
 type run struct {
 	cs         kubernetes.Interface
 	o          Options
+	snap       *Snapshot
 	all        []*Webhook
 	namespaces map[string]map[string]string // name -> labels
-	backends   map[string]*backend          // "ns/name" -> backend
+	backends   map[string]*Backend          // "ns/name" -> backend
 	// handshakes caches per "addr|serverName|bundle" the result, since the
 	// webhooks of one configuration usually share Service and caBundle.
 	handshakes map[string]handshakeResult
@@ -100,33 +108,32 @@ type handshakeResult struct {
 	err   error
 }
 
-// Run reads every webhook configuration and returns findings for the
-// selected ones. ctx bounds the whole run, API calls, handshakes and probes.
+// Run reads a Snapshot of the cluster (LoadSnapshot) and diagnoses it
+// (Diagnose). ctx bounds the whole run, API calls, handshakes and probes.
 //
-// Errors (doctor could not run; exit status 2): listing configurations,
-// namespaces or a backend's objects failed, or a name in opts.Names matches
-// no configuration (wrapping ErrNotFound). Problems of the webhooks
-// themselves are findings, never errors.
+// Errors (doctor could not run; exit status 2): listing configurations
+// failed, another read failed with something other than 403 Forbidden (a
+// refused read is an AccessGap in the report, not an error), or a name in
+// opts.Names matches no configuration (wrapping ErrNotFound). Problems of
+// the webhooks themselves are findings, never errors.
 func Run(ctx context.Context, cs kubernetes.Interface, opts Options) (*Report, error) {
+	snap, err := LoadSnapshot(ctx, cs)
+	if err != nil {
+		return nil, err
+	}
+	return Diagnose(ctx, cs, snap, opts)
+}
+
+// Diagnose runs the checks over snap for the webhooks opts selects. It
+// reads nothing from the API server except for probes (opts.Probe, through
+// cs; cs may be nil otherwise); handshakes dial opts.Dial. A future
+// controller can call it on a Snapshot it keeps current from informers.
+func Diagnose(ctx context.Context, cs kubernetes.Interface, snap *Snapshot, opts Options) (*Report, error) {
 	opts.defaults()
-	r := &run{cs: cs, o: opts, backends: map[string]*backend{}, handshakes: map[string]handshakeResult{}, namespaces: map[string]map[string]string{}}
-	reg := cs.AdmissionregistrationV1()
-	ml, err := reg.MutatingWebhookConfigurations().List(ctx, metav1.ListOptions{})
-	if err != nil {
-		return nil, fmt.Errorf("list MutatingWebhookConfigurations: %w", err)
-	}
-	vl, err := reg.ValidatingWebhookConfigurations().List(ctx, metav1.ListOptions{})
-	if err != nil {
-		return nil, fmt.Errorf("list ValidatingWebhookConfigurations: %w", err)
-	}
+	r := &run{cs: cs, o: opts, snap: snap, all: snap.Webhooks, backends: snap.Backends, namespaces: snap.Namespaces, handshakes: map[string]handshakeResult{}}
 	configNames := map[string]bool{}
-	for i := range ml.Items {
-		r.all = append(r.all, FromMutating(&ml.Items[i])...)
-		configNames[ml.Items[i].Name] = true
-	}
-	for i := range vl.Items {
-		r.all = append(r.all, FromValidating(&vl.Items[i])...)
-		configNames[vl.Items[i].Name] = true
+	for _, w := range snap.Webhooks {
+		configNames[w.Configuration] = true
 	}
 	want := map[string]bool{}
 	for _, n := range opts.Names {
@@ -135,28 +142,36 @@ func Run(ctx context.Context, cs kubernetes.Interface, opts Options) (*Report, e
 		}
 		want[n] = true
 	}
-	nl, err := cs.CoreV1().Namespaces().List(ctx, metav1.ListOptions{})
-	if err != nil {
-		return nil, fmt.Errorf("list namespaces: %w", err)
+	hookWanted := map[string]bool{}
+	for _, n := range opts.Webhooks {
+		hookWanted[n] = true
 	}
-	for _, n := range nl.Items {
-		if n.Status.Phase != corev1.NamespaceTerminating {
-			r.namespaces[n.Name] = n.Labels
+	var em *ErrorMatch
+	if opts.FromError != "" {
+		var err error
+		if em, err = ParseError(opts.FromError); err != nil {
+			return nil, err
 		}
-	}
-	for _, w := range r.all {
-		if s := w.ClientConfig.Service; s != nil && r.backends[w.ServiceKey()] == nil {
-			b, err := loadBackend(ctx, cs, s.Namespace, s.Name)
-			if err != nil {
-				return nil, fmt.Errorf("webhook %s: %w", w.Name, err)
+		if em.Webhook != "" {
+			em.Matched = em.selectFor(snap)
+			if len(em.Matched) == 0 {
+				return nil, fmt.Errorf("%w: the message names webhook %q, which is in no MutatingWebhookConfiguration or ValidatingWebhookConfiguration (deleted since?)", ErrNotFound, em.Webhook)
 			}
-			r.backends[w.ServiceKey()] = b
+			for _, k := range em.Matched {
+				hookWanted[k] = true
+			}
 		}
 	}
 
-	rep := &Report{}
+	rep := &Report{Gaps: snap.AllGaps(), FromError: em}
 	for _, w := range r.all {
 		if len(want) > 0 && !want[w.Configuration] {
+			continue
+		}
+		if em != nil && em.Webhook == "" {
+			break // a policy's message: no webhook is involved
+		}
+		if len(hookWanted) > 0 && !hookWanted[w.Configuration+"/"+w.Name] {
 			continue
 		}
 		wr := WebhookReport{Webhook: w.Name, Configuration: w.Configuration, Kind: w.Kind, FailurePolicy: string(w.FailurePolicy), Target: w.Target()}
@@ -165,6 +180,12 @@ func Run(ctx context.Context, cs kubernetes.Interface, opts Options) (*Report, e
 			wr.Findings = append(wr.Findings, r.probe(ctx, w)...)
 		}
 		rep.Webhooks = append(rep.Webhooks, wr)
+	}
+	if (len(want) == 0 && len(hookWanted) == 0) || (em != nil && em.Policy != "") {
+		rep.Policies = checkPolicies(snap.Policies)
+	}
+	if em != nil {
+		em.explain(rep)
 	}
 	if err := ctx.Err(); err != nil {
 		return nil, fmt.Errorf("doctor: %w", err)
@@ -181,8 +202,16 @@ func (r *run) check(ctx context.Context, w *Webhook) []Finding {
 	} else {
 		out = append(out, r.checkURL(ctx, w)...)
 	}
-	out = append(out, r.checkInterception(w)...)
+	out = append(out, r.checkInterception(ctx, w)...)
+	out = append(out, conditionFindings(w)...)
 	out = append(out, r.checkSettings(w)...)
+	// What doctor could not read for this webhook, so that every check
+	// that could not be made says so.
+	gaps := append([]AccessGap(nil), r.snap.Gaps...)
+	if b := r.backends[w.ServiceKey()]; b != nil {
+		gaps = append(gaps, b.Gaps...)
+	}
+	out = append(out, gapFindings(gaps)...)
 	return out
 }
 
@@ -228,6 +257,9 @@ func (r *run) checkService(ctx context.Context, w *Webhook) []Finding {
 	for _, ci := range analyzeBundle(w.ClientConfig.CABundle, true, r.o.Now()) {
 		out = append(out, Finding{ID: ci.ID, Severity: ci.Severity, What: ci.What, Why: ci.Why, Fix: bundleFix(w)})
 	}
+	if b.ServiceUnknown {
+		return out // the access gap (KD001) says what is unknown
+	}
 	if b.Service == nil {
 		return append(out, Finding{ID: IDServiceMissing, Severity: SeverityError,
 			What: fmt.Sprintf("Service %s/%s does not exist.", s.Namespace, s.Name),
@@ -272,7 +304,7 @@ func (r *run) checkService(ctx context.Context, w *Webhook) []Finding {
 			ready = append(ready, e)
 		}
 	}
-	if len(ready) == 0 {
+	if len(ready) == 0 && !b.SlicesUnknown {
 		state := "it has no EndpointSlice endpoints at all"
 		if len(eps) > 0 {
 			state = fmt.Sprintf("its %d endpoint(s) are all not ready", len(eps))
@@ -331,7 +363,7 @@ func (r *run) checkService(ctx context.Context, w *Webhook) []Finding {
 
 // checkTargetPort compares the Service's targetPort with the pods' declared
 // container ports and with the port the EndpointSlices carry.
-func (r *run) checkTargetPort(w *Webhook, b *backend, sp *corev1.ServicePort, eps []endpoint, portFound bool) []Finding {
+func (r *run) checkTargetPort(w *Webhook, b *Backend, sp *corev1.ServicePort, eps []endpoint, portFound bool) []Finding {
 	var out []Finding
 	svc := b.Service
 	tp := sp.TargetPort
@@ -445,6 +477,13 @@ func collisionFinding(w *Webhook, svc *corev1.Service, c *Collision) Finding {
 		What: fmt.Sprintf("Service %s/%s selects pods of %d workloads with selector %q: %s.", svc.Namespace, svc.Name, len(c.Groups), sel, strings.Join(names, "; ")),
 		Why: fmt.Sprintf("The API server picks an endpoint at random for each call, so some calls land on a pod of another controller, which serves its own certificate: those calls fail intermittently (typically \"x509: certificate is valid for <other>-service.%s.svc, not %s\") or reach the wrong handler; %s",
 			svc.Namespace, w.ServerName(), consequence(w)),
+	}
+	if !c.Proven {
+		// No error on an owner doctor could not read: the groups may be one
+		// workload seen through unreadable ReplicaSets.
+		f.Severity = SeverityWarning
+		f.What = cannotTell(strings.Replace(f.What, " selects pods of ", " seems to select pods of ", 1),
+			append([]string{"fewer than two of these workloads rest on owner references doctor could read"}, c.Unsure...))
 	}
 	own := c.Groups[0].Workload
 	switch {

@@ -37,11 +37,15 @@ func (s Severity) rank() int {
 	}
 }
 
-// Check IDs. The hundreds digit is the check family: 1 Service and port,
+// Check IDs. The hundreds digit is the check family: 0 doctor's own view
+// (what it could not read, which finding explains an error message), 1 Service and port,
 // 2 endpoints, 3 selector collision, 4 certificate, 5 self-interception and
-// bootstrap deadlocks, 6 settings, 7 live probe, 8 orphans. IDs never change
+// bootstrap deadlocks, 6 settings, 7 live probe, 8 orphans, 9 in-cluster
+// admission policies (ValidatingAdmissionPolicy, MutatingAdmissionPolicy). IDs never change
 // meaning; new conditions get new IDs.
 const (
+	IDAccessGap             = "KD001"
+	IDFromError             = "KD002"
 	IDServiceMissing        = "KD101"
 	IDServicePortMissing    = "KD102"
 	IDTargetPortMismatch    = "KD103"
@@ -72,6 +76,7 @@ const (
 	IDSingleReplica         = "KD604"
 	IDNoPodDisruptionBudget = "KD605"
 	IDWildcardResources     = "KD606"
+	IDMatchConditionError   = "KD607"
 	IDProbeAdmitted         = "KD700"
 	IDProbeDenied           = "KD701"
 	IDProbeRefused          = "KD702"
@@ -84,6 +89,10 @@ const (
 	IDProbeCertExpired      = "KD709"
 	IDProbeInconclusive     = "KD710"
 	IDOrphan                = "KD801"
+	IDPolicyBindingMissing  = "KD901"
+	IDPolicyParamMissing    = "KD902"
+	IDPolicyParamKindFail   = "KD903"
+	IDPolicyTypeCheck       = "KD904"
 )
 
 // Finding is one problem (or observation) about one webhook.
@@ -100,6 +109,9 @@ type Finding struct {
 	Fix string `json:"fix,omitempty"`
 	// Endpoint is the "ip:port" a per-endpoint finding is about.
 	Endpoint string `json:"endpoint,omitempty"`
+	// Lead marks the finding that explains the error message given to
+	// --from-error; it is listed first.
+	Lead bool `json:"lead,omitempty"`
 }
 
 // WebhookReport holds the findings of one webhook of one configuration.
@@ -159,6 +171,14 @@ func (w WebhookReport) ByID(id string) []Finding {
 // Report is doctor's whole answer.
 type Report struct {
 	Webhooks []WebhookReport `json:"webhooks"`
+	// Policies holds the findings of in-cluster admission policies and
+	// their bindings (KD9xx).
+	Policies []PolicyReport `json:"policies,omitempty"`
+	// Gaps are every read doctor was refused, with what it could not tell;
+	// the affected webhooks also carry them as KD001 findings.
+	Gaps []AccessGap `json:"accessGaps,omitempty"`
+	// FromError is the match for --from-error, nil otherwise.
+	FromError *ErrorMatch `json:"fromError,omitempty"`
 	// Errors, Warnings and Infos count findings over all webhooks.
 	Errors   int `json:"errors"`
 	Warnings int `json:"warnings"`
@@ -180,26 +200,54 @@ func (r *Report) Webhook(config, name string) *WebhookReport {
 // within an ID) and fills the counters.
 func (r *Report) finish() {
 	r.Errors, r.Warnings, r.Infos = 0, 0, 0
-	for i := range r.Webhooks {
-		fs := r.Webhooks[i].Findings
-		sort.SliceStable(fs, func(a, b int) bool {
-			if fs[a].Severity.rank() != fs[b].Severity.rank() {
-				return fs[a].Severity.rank() < fs[b].Severity.rank()
+	count := func(fs []Finding) []Finding {
+		sortFindings(fs)
+		for _, f := range fs {
+			switch f.Severity {
+			case SeverityError:
+				r.Errors++
+			case SeverityWarning:
+				r.Warnings++
+			default:
+				r.Infos++
 			}
-			return fs[a].ID < fs[b].ID
-		})
-		if fs == nil {
-			r.Webhooks[i].Findings = []Finding{}
 		}
-		r.Errors += r.Webhooks[i].Count(SeverityError)
-		r.Warnings += r.Webhooks[i].Count(SeverityWarning)
-		r.Infos += r.Webhooks[i].Count(SeverityInfo)
+		if fs == nil {
+			return []Finding{}
+		}
+		return fs
 	}
+	for i := range r.Webhooks {
+		r.Webhooks[i].Findings = count(r.Webhooks[i].Findings)
+	}
+	for i := range r.Policies {
+		r.Policies[i].Findings = count(r.Policies[i].Findings)
+	}
+}
+
+// sortFindings orders errors first, then by ID, keeping the emit order
+// within an ID. KD002 (what --from-error's message is) comes first, then
+// the finding marked Lead (the one that explains it).
+func sortFindings(fs []Finding) {
+	sort.SliceStable(fs, func(a, b int) bool {
+		if (fs[a].ID == IDFromError) != (fs[b].ID == IDFromError) {
+			return fs[a].ID == IDFromError
+		}
+		if fs[a].Lead != fs[b].Lead {
+			return fs[a].Lead
+		}
+		if fs[a].Severity.rank() != fs[b].Severity.rank() {
+			return fs[a].Severity.rank() < fs[b].Severity.rank()
+		}
+		return fs[a].ID < fs[b].ID
+	})
 }
 
 // Checks lists every check ID with its title, for documentation and the
 // --list-checks output.
 var Checks = []struct{ ID, Title string }{
+	{IDAccessGap, "doctor could not read an object (forbidden or not served): what it cannot tell"},
+	{IDFromError, "the API server's error message: which webhook, and which finding explains it"},
 	{IDServiceMissing, "clientConfig.service names a Service that does not exist"},
 	{IDServicePortMissing, "the Service does not expose clientConfig.service.port"},
 	{IDTargetPortMismatch, "the Service's targetPort does not match the pods or the EndpointSlices"},
@@ -230,6 +278,7 @@ var Checks = []struct{ ID, Title string }{
 	{IDSingleReplica, "Fail webhook backed by a single replica"},
 	{IDNoPodDisruptionBudget, "Fail webhook without a PodDisruptionBudget"},
 	{IDWildcardResources, "rules with * resources"},
+	{IDMatchConditionError, "matchConditions that do not compile"},
 	{IDProbeAdmitted, "probe: admitted"},
 	{IDProbeDenied, "probe: denied by the webhook's policy"},
 	{IDProbeRefused, "probe: connection refused"},
@@ -242,6 +291,10 @@ var Checks = []struct{ ID, Title string }{
 	{IDProbeCertExpired, "probe: x509 certificate expired"},
 	{IDProbeInconclusive, "probe: another webhook or the API server answered first"},
 	{IDOrphan, "configuration's Service namespace no longer exists"},
+	{IDPolicyBindingMissing, "admission policy binding names a policy that does not exist"},
+	{IDPolicyParamMissing, "admission policy binding's params cannot be found (kind not served, param missing, no paramRef)"},
+	{IDPolicyParamKindFail, "admission policy with failurePolicy Fail and a custom-resource paramKind (restart deadlock)"},
+	{IDPolicyTypeCheck, "admission policy whose type checking reports problems"},
 }
 
 func (f Finding) String() string {

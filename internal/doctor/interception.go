@@ -8,6 +8,7 @@ import (
 	"time"
 
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 )
@@ -40,31 +41,104 @@ func mayInterceptNamespaced(rules []admissionregistrationv1.RuleWithOperations) 
 	return false
 }
 
-// matchNote qualifies interception findings when matchConditions exist.
-func matchNote(w *Webhook) string {
-	if w.MatchConditions == 0 {
-		return ""
+// verdict is whether the API server calls w for one object's request, and
+// how sure doctor is.
+type verdict struct {
+	obj Object
+	// note tells how matchConditions decided (empty without conditions).
+	note string
+	// unsure lists why the verdict is not exact; non-empty means no error
+	// severity may rest on it.
+	unsure []string
+}
+
+// decide runs the API server's order for obj: rules, namespaceSelector,
+// objectSelector (Intercepts), then matchConditions on the representative
+// request (EvalConditions). It returns true when the request would reach
+// the webhook, or be rejected because its conditions fail to evaluate.
+func (r *run) decide(ctx context.Context, w *Webhook, obj Object) (verdict, bool) {
+	v := verdict{obj: obj}
+	if ok, err := w.Intercepts(obj); err != nil || !ok {
+		return v, false
 	}
-	return fmt.Sprintf(" (%d matchConditions were not evaluated: CEL; if they exclude these objects, this finding does not apply)", w.MatchConditions)
+	if obj.NamespaceLabelsUnknown && selectorBeyondName(w.NamespaceSelector) {
+		v.unsure = append(v.unsure, fmt.Sprintf("namespace %s could not be read, and its labels (which namespaceSelector %s looks at) may exclude it", obj.Namespace, selectorString(w.NamespaceSelector)))
+	}
+	if len(w.MatchConditions) == 0 {
+		return v, true
+	}
+	cr := w.EvalConditions(ctx, obj)
+	if cr.Unknown != "" {
+		v.unsure = append(v.unsure, cr.Unknown)
+	}
+	switch {
+	case cr.Excluded != "" && cr.Unknown == "":
+		return v, false
+	case cr.Err != nil:
+		v.note = fmt.Sprintf(" Its matchConditions fail to evaluate for this request (%v): with failurePolicy Fail the API server rejects it without calling the webhook.", cr.Err)
+	case cr.Matches:
+		v.note = fmt.Sprintf(" Its %d matchCondition(s), evaluated with the API server's CEL library on this request (%s by %s), all return true.", len(w.MatchConditions), obj.Request, obj.User.Name)
+	default:
+		v.note = " Its matchConditions could not be decided exactly for this request."
+	}
+	return v, true
+}
+
+// selectorBeyondName reports whether sel looks at a namespace label other
+// than kubernetes.io/metadata.name (which the API server always sets, so
+// that one is known without reading the namespace).
+func selectorBeyondName(sel *metav1.LabelSelector) bool {
+	if sel == nil {
+		return false
+	}
+	for k := range sel.MatchLabels {
+		if k != metadataNameLabel {
+			return true
+		}
+	}
+	for _, e := range sel.MatchExpressions {
+		if e.Key != metadataNameLabel {
+			return true
+		}
+	}
+	return false
+}
+
+// severityFor is sev, or warning when the verdict is not exact.
+func severityFor(sev Severity, v verdict) Severity {
+	if sev == SeverityError && len(v.unsure) > 0 {
+		return SeverityWarning
+	}
+	return sev
+}
+
+// describeVerdict is what to append to a finding's What.
+func describeVerdict(what string, v verdict) string {
+	what += v.note
+	if len(v.unsure) > 0 {
+		what = cannotTell(what, v.unsure)
+	}
+	return what
 }
 
 // checkInterception runs check 5 for a Fail webhook.
-func (r *run) checkInterception(w *Webhook) []Finding {
+func (r *run) checkInterception(ctx context.Context, w *Webhook) []Finding {
 	if !w.Fail() {
 		return nil
 	}
 	var out []Finding
 	own := r.backends[w.ServiceKey()]
 	if own != nil && own.NamespaceExists {
-		if obj, ok := r.firstIntercepted(w, own); ok {
+		if v, ok := r.firstIntercepted(ctx, w, own); ok {
+			obj := v.obj
 			fix, labelled := NamespaceExclusion(w.NamespaceSelector, own.Namespace, own.NamespaceLabels, backendLabelHints(own))
 			if !labelled {
 				fix = excludeNamespacePatch(w, own.Namespace)
 			}
 			fix += fmt.Sprintf("   # until then, to unblock a stuck install: kubectl delete %s %s (and re-apply it once the pods run)", w.resourceKind(), w.Configuration)
-			out = append(out, Finding{ID: IDSelfInterception, Severity: SeverityError,
-				What: fmt.Sprintf("The webhook intercepts %s (%s), which serves it: namespace %s matches its namespaceSelector %s%s.",
-					obj.Describe, obj.Request, own.Namespace, selectorString(w.NamespaceSelector), matchNote(w)),
+			out = append(out, Finding{ID: IDSelfInterception, Severity: severityFor(SeverityError, v),
+				What: describeVerdict(fmt.Sprintf("The webhook intercepts %s (%s), which serves it: namespace %s matches its namespaceSelector %s.",
+					obj.Describe, obj.Request, own.Namespace, selectorString(w.NamespaceSelector)), v),
 				Why: fmt.Sprintf("failurePolicy is Fail: while no pod of Service %s/%s answers (first install, restart, node drain), the API server cannot call the webhook and rejects the creation of the very pods that would answer it (\"failed calling webhook ... connection refused\" in the ReplicaSet's events): a bootstrap deadlock.", own.Namespace, own.Name),
 				Fix: fix,
 			})
@@ -72,36 +146,44 @@ func (r *run) checkInterception(w *Webhook) []Finding {
 	}
 
 	if mayInterceptNamespaced(w.Rules) {
-		if ks, ok := r.interceptsNamespace(w, "kube-system"); ok {
+		if v, fix, ok := r.interceptsNamespace(ctx, w, "kube-system", replicaSetController); ok {
 			out = append(out, Finding{ID: IDInterceptsKubeSystem, Severity: SeverityWarning,
-				What: fmt.Sprintf("The webhook intercepts objects in kube-system (namespaceSelector %s matches it)%s.", selectorString(w.NamespaceSelector), matchNote(w)),
+				What: describeVerdict(fmt.Sprintf("The webhook intercepts objects in kube-system (namespaceSelector %s matches it).", selectorString(w.NamespaceSelector)), v),
 				Why:  "While the webhook is down, control-plane add-ons in kube-system (CoreDNS, kube-proxy, CNI) cannot be created or updated, and the webhook's own pods may need them to start.",
-				Fix:  ks,
+				Fix:  fix,
 			})
 		}
 	}
 	for _, op := range []string{"UPDATE", "CREATE"} {
-		req := Request{Version: "v1", Resource: "nodes", Operation: opType(op)}
-		reqStatus := req
-		reqStatus.Subresource = "status"
-		if (RuleMatches(w.Rules, req) || RuleMatches(w.Rules, reqStatus)) && selectorMatchesEmpty(w.ObjectSelector) {
+		node := Object{Request: Request{Version: "v1", Resource: "nodes", Operation: opType(op)}, Kind: "Node", Name: "node-1", User: kubelet, Describe: "Node node-1"}
+		status := node
+		status.Subresource = "status"
+		v, ok := r.decide(ctx, w, node)
+		if !ok {
+			v, ok = r.decide(ctx, w, status)
+		}
+		if ok {
 			out = append(out, Finding{ID: IDInterceptsNodes, Severity: SeverityWarning,
-				What: fmt.Sprintf("The webhook intercepts %s of nodes with failurePolicy Fail.", op),
+				What: describeVerdict(fmt.Sprintf("The webhook intercepts %s of nodes (%s) with failurePolicy Fail.", op, v.obj.Request), v),
 				Why:  "While the webhook is down, kubelets cannot register or update their Node objects: nodes go NotReady and their pods get evicted.",
 				Fix:  jsonPatchCommand(w, []map[string]any{{"op": "replace", "path": fmt.Sprintf("/webhooks/%d/failurePolicy", w.Index), "value": "Ignore"}}),
 			})
 			break
 		}
 	}
-	leaseReq := Request{Group: "coordination.k8s.io", Version: "v1", Resource: "leases", Operation: "UPDATE", Namespaced: true}
-	if RuleMatches(w.Rules, leaseReq) {
-		if fix, ok := r.interceptsNamespace(w, "kube-node-lease"); ok {
-			out = append(out, Finding{ID: IDInterceptsNodeLeases, Severity: SeverityWarning,
-				What: fmt.Sprintf("The webhook intercepts Lease updates in kube-node-lease (namespaceSelector %s)%s.", selectorString(w.NamespaceSelector), matchNote(w)),
-				Why:  "Node heartbeats are Lease updates in kube-node-lease: while the webhook is down (or slow) every node looks dead to the control plane.",
-				Fix:  fix,
-			})
+	lease := Object{Request: Request{Group: "coordination.k8s.io", Version: "v1", Resource: "leases", Operation: "UPDATE", Namespaced: true}, Kind: "Lease",
+		Namespace: "kube-node-lease", NamespaceLabels: namespaceLabels("kube-node-lease", r.namespaces["kube-node-lease"]), NamespaceLabelsUnknown: !r.snap.NamespacesKnown,
+		Name: "node-1", User: kubelet, Describe: "Lease kube-node-lease/node-1"}
+	if v, ok := r.decide(ctx, w, lease); ok {
+		fix, labelled := NamespaceExclusion(w.NamespaceSelector, "kube-node-lease", r.namespaces["kube-node-lease"], nil)
+		if !labelled {
+			fix = excludeNamespacePatch(w, "kube-node-lease")
 		}
+		out = append(out, Finding{ID: IDInterceptsNodeLeases, Severity: SeverityWarning,
+			What: describeVerdict(fmt.Sprintf("The webhook intercepts Lease updates in kube-node-lease (namespaceSelector %s).", selectorString(w.NamespaceSelector)), v),
+			Why:  "Node heartbeats are Lease updates in kube-node-lease: while the webhook is down (or slow) every node looks dead to the control plane.",
+			Fix:  fix,
+		})
 	}
 
 	// Other webhooks' backends: w blocks their restart while w is down; if
@@ -118,10 +200,11 @@ func (r *run) checkInterception(w *Webhook) []Finding {
 		if !b.NamespaceExists {
 			continue
 		}
-		obj, ok := r.firstIntercepted(w, b)
+		v, ok := r.firstIntercepted(ctx, w, b)
 		if !ok {
 			continue
 		}
+		obj := v.obj
 		others := r.webhooksOf(k)
 		cycle := ""
 		if own != nil {
@@ -129,8 +212,9 @@ func (r *run) checkInterception(w *Webhook) []Finding {
 				if !o.Fail() {
 					continue
 				}
-				if back, ok := r.firstIntercepted(o, own); ok {
-					cycle = fmt.Sprintf("%s (%s) in turn intercepts %s", o.Name, o.Configuration, back.Describe)
+				if back, ok := r.firstIntercepted(ctx, o, own); ok {
+					cycle = fmt.Sprintf("%s (%s) in turn intercepts %s", o.Name, o.Configuration, back.obj.Describe)
+					v.unsure = append(v.unsure, back.unsure...)
 					break
 				}
 			}
@@ -144,12 +228,12 @@ func (r *run) checkInterception(w *Webhook) []Finding {
 			fix = excludeNamespacePatch(w, b.Namespace)
 		}
 		f := Finding{ID: IDInterceptsOtherHook, Severity: SeverityWarning,
-			What: fmt.Sprintf("The webhook intercepts %s (%s), which serves webhook(s) %s via Service %s%s.", obj.Describe, obj.Request, strings.Join(names, ", "), k, matchNote(w)),
+			What: describeVerdict(fmt.Sprintf("The webhook intercepts %s (%s), which serves webhook(s) %s via Service %s.", obj.Describe, obj.Request, strings.Join(names, ", "), k), v),
 			Why:  "While this webhook is down, those webhooks' pods cannot be recreated.",
 			Fix:  fix,
 		}
 		if cycle != "" {
-			f.Severity = SeverityError
+			f.Severity = severityFor(SeverityError, v)
 			f.What += " " + cycle + ": a cycle."
 			f.Why = "Each webhook's pods need the other webhook to be admitted: once both are down (cluster restart, outage) neither can ever start again."
 		}
@@ -173,29 +257,107 @@ func (r *run) webhooksOf(key string) []*Webhook {
 }
 
 // firstIntercepted returns the first of b's objects w intercepts.
-func (r *run) firstIntercepted(w *Webhook, b *backend) (Object, bool) {
+func (r *run) firstIntercepted(ctx context.Context, w *Webhook, b *Backend) (verdict, bool) {
+	var unsure *verdict
 	for _, o := range b.objects() {
-		if ok, err := w.Intercepts(o); err == nil && ok {
-			return o, true
+		if v, ok := r.decide(ctx, w, o); ok {
+			if len(v.unsure) == 0 {
+				return v, true
+			}
+			if unsure == nil {
+				unsure = &v
+			}
 		}
 	}
-	return Object{}, false
+	if unsure != nil {
+		return *unsure, true
+	}
+	return verdict{}, false
 }
 
-// interceptsNamespace reports whether w's namespaceSelector matches ns (its
-// labels if it exists, else the labels the API server would give it) and
-// its objectSelector matches unlabelled objects; it returns the fix.
-func (r *run) interceptsNamespace(w *Webhook, ns string) (string, bool) {
-	nsl := namespaceLabels(ns, r.namespaces[ns])
-	ok, err := SelectorMatches(w.NamespaceSelector, nsl)
-	if err != nil || !ok || !selectorMatchesEmpty(w.ObjectSelector) {
-		return "", false
+// interceptsNamespace reports whether w intercepts a request in ns made by
+// user (its namespace labels if read, else the labels the API server always
+// sets): the representative request is a pod CREATE when w's rules match
+// one, else the first namespaced probe target they match; objects are
+// taken as unlabelled (a stand-in for arbitrary add-ons, whose labels
+// doctor cannot know). It returns the verdict and the fix.
+func (r *run) interceptsNamespace(ctx context.Context, w *Webhook, ns string, user Requester) (verdict, string, bool) {
+	base := Object{Namespace: ns, NamespaceLabels: namespaceLabels(ns, r.namespaces[ns]), NamespaceLabelsUnknown: !r.snap.NamespacesKnown, User: user}
+	var obj *Object
+	for _, t := range probeTargets {
+		if !t.Namespaced {
+			continue
+		}
+		for _, op := range []string{"CREATE", "UPDATE"} {
+			o := base
+			o.Request = Request{Group: t.Group, Version: t.Version, Resource: t.Resource, Operation: opType(op), Namespaced: true}
+			o.Kind = kindOf(t.Resource)
+			o.Describe = t.Resource + " in " + ns
+			if op == "UPDATE" {
+				o.Name = "example"
+			}
+			if RuleMatches(w.Rules, o.Request) {
+				obj = &o
+				break
+			}
+		}
+		if obj != nil {
+			break
+		}
+	}
+	var v verdict
+	var ok bool
+	if obj != nil {
+		v, ok = r.decide(ctx, w, *obj)
+	} else {
+		// Rules on resources doctor has no representative request for:
+		// decide on the selectors alone.
+		nsOK, err := SelectorMatches(w.NamespaceSelector, base.NamespaceLabels)
+		ok = err == nil && nsOK && selectorMatchesEmpty(w.ObjectSelector)
+		v = verdict{obj: base}
+		if ok && len(w.MatchConditions) > 0 {
+			v.unsure = append(v.unsure, "its matchConditions were not evaluated: doctor builds representative requests only for built-in resources")
+		}
+	}
+	if !ok {
+		return verdict{}, "", false
 	}
 	fix, labelled := NamespaceExclusion(w.NamespaceSelector, ns, r.namespaces[ns], nil)
 	if !labelled {
 		fix = excludeNamespacePatch(w, ns)
 	}
-	return fix, true
+	return v, fix, true
+}
+
+// kindOf is the Kind of a built-in resource doctor probes.
+func kindOf(resource string) string {
+	switch resource {
+	case "pods":
+		return "Pod"
+	case "configmaps":
+		return "ConfigMap"
+	case "secrets":
+		return "Secret"
+	case "serviceaccounts":
+		return "ServiceAccount"
+	case "services":
+		return "Service"
+	case "deployments":
+		return "Deployment"
+	case "replicasets":
+		return "ReplicaSet"
+	case "statefulsets":
+		return "StatefulSet"
+	case "daemonsets":
+		return "DaemonSet"
+	case "jobs":
+		return "Job"
+	case "leases":
+		return "Lease"
+	case "nodes":
+		return "Node"
+	}
+	return ""
 }
 
 // selectorMatchesEmpty reports whether an objectSelector matches objects
@@ -217,7 +379,7 @@ func selectorString(sel *metav1.LabelSelector) string {
 
 // backendLabelHints are label values the backend's pods carry, offered as
 // values for namespace labels whose requirement accepts any value.
-func backendLabelHints(b *backend) map[string]string {
+func backendLabelHints(b *Backend) map[string]string {
 	out := map[string]string{}
 	for _, p := range b.Pods {
 		for k, v := range p.Labels {
@@ -321,7 +483,7 @@ func (r *run) checkSettings(w *Webhook) []Finding {
 	for _, t := range b.Templates {
 		podLabels = append(podLabels, t.Labels)
 	}
-	if len(podLabels) > 0 && !coveredByPDB(b, podLabels) && len(b.Service.Spec.Selector) > 0 {
+	if len(podLabels) > 0 && !b.PDBsUnknown && !coveredByPDB(b, podLabels) && len(b.Service.Spec.Selector) > 0 {
 		sel := labels.SelectorFromSet(b.Service.Spec.Selector).String()
 		out = append(out, Finding{ID: IDNoPodDisruptionBudget, Severity: SeverityWarning,
 			What: fmt.Sprintf("No PodDisruptionBudget in %s covers the pods of Service %s.", b.Namespace, b.Name),
@@ -332,7 +494,7 @@ func (r *run) checkSettings(w *Webhook) []Finding {
 	return out
 }
 
-func coveredByPDB(b *backend, pods []map[string]string) bool {
+func coveredByPDB(b *Backend, pods []map[string]string) bool {
 	for _, pdb := range b.PDBs {
 		if pdb.Spec.Selector == nil {
 			continue
@@ -353,6 +515,13 @@ func (r *run) probe(ctx context.Context, w *Webhook) []Finding {
 	if plan == nil {
 		return []Finding{{ID: IDProbeSkipped, Severity: SeverityInfo, What: "No live probe: " + why + "."}}
 	}
+	// The probe is made by whoever runs doctor, unknown here: evaluate the
+	// conditions as an ordinary authenticated user would be seen.
+	excluded := ""
+	if len(w.MatchConditions) > 0 {
+		cr := w.EvalConditions(ctx, Object{Request: plan.Request, Kind: kindOf(plan.Request.Resource), Namespace: plan.Namespace, Labels: plan.Labels, Name: "kadmit-doctor-probe", User: anyUser})
+		excluded = cr.Excluded
+	}
 	type agg struct {
 		o        Outcome
 		n        int
@@ -368,6 +537,12 @@ func (r *run) probe(ctx context.Context, w *Webhook) []Finding {
 		cancel()
 		if ctx.Err() != nil {
 			break
+		}
+		if isRBACDenial(err) {
+			// Authorization runs before admission: the webhook was never
+			// involved, and more probes would be refused the same way.
+			g := newGap("create", plan.Request.Resource, plan.Request.Group, plan.Namespace, err, "what the API server gets when it calls the webhook: no probe was made (a server-side dry-run create needs create permission, although nothing is stored)")
+			return []Finding{g.finding()}
 		}
 		o := Classify(err, w.Name)
 		a := byID[o.ID]
@@ -397,6 +572,9 @@ func (r *run) probe(ctx context.Context, w *Webhook) []Finding {
 			if !w.Fail() {
 				f.Why = "failurePolicy is Ignore, so a failed call is admitted too: this does not prove the webhook was reached."
 			}
+			if excluded != "" {
+				f.Why = fmt.Sprintf("matchCondition %q excludes the probe's request, so the API server most likely did not call the webhook: this does not prove it is reached.", excluded)
+			}
 		case IDProbeDenied:
 			f.Severity = SeverityInfo
 			f.Why = "The webhook answered and its policy denied the minimal probe object, which proves the API server reaches it: " + a.o.Detail
@@ -414,6 +592,12 @@ func (r *run) probe(ctx context.Context, w *Webhook) []Finding {
 		out = append(out, f)
 	}
 	return out
+}
+
+// isRBACDenial reports whether err is the authorizer's 403 (".. cannot
+// create resource ..."), not an admission denial, which is a 403 too.
+func isRBACDenial(err error) bool {
+	return apierrors.IsForbidden(err) && strings.Contains(err.Error(), "cannot create resource")
 }
 
 func rttRange(lo, hi time.Duration) string {

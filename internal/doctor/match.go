@@ -2,6 +2,7 @@ package doctor
 
 import (
 	"fmt"
+	"sync"
 
 	admissionv1 "k8s.io/api/admission/v1"
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
@@ -36,7 +37,12 @@ type Webhook struct {
 	// everything", as the API server defaults them.
 	NamespaceSelector *metav1.LabelSelector
 	ObjectSelector    *metav1.LabelSelector
-	MatchConditions   int
+	// MatchConditions are evaluated with the API server's CEL matcher
+	// (EvalConditions); compiled once, on first use.
+	MatchConditions []admissionregistrationv1.MatchCondition
+
+	condOnce sync.Once
+	cond     *compiledConditions
 }
 
 // Fail reports whether a call error rejects the request.
@@ -97,7 +103,7 @@ func FromMutating(c *admissionregistrationv1.MutatingWebhookConfiguration) []*We
 		out = append(out, normalize(&Webhook{
 			Kind: KindMutating, Configuration: c.Name, Index: i, Name: h.Name,
 			ClientConfig: h.ClientConfig, Rules: h.Rules, AdmissionReviewVersions: h.AdmissionReviewVersions,
-			NamespaceSelector: h.NamespaceSelector, ObjectSelector: h.ObjectSelector, MatchConditions: len(h.MatchConditions),
+			NamespaceSelector: h.NamespaceSelector, ObjectSelector: h.ObjectSelector, MatchConditions: h.MatchConditions,
 		}, h.FailurePolicy, h.SideEffects, h.TimeoutSeconds))
 	}
 	return out
@@ -110,7 +116,7 @@ func FromValidating(c *admissionregistrationv1.ValidatingWebhookConfiguration) [
 		out = append(out, normalize(&Webhook{
 			Kind: KindValidating, Configuration: c.Name, Index: i, Name: h.Name,
 			ClientConfig: h.ClientConfig, Rules: h.Rules, AdmissionReviewVersions: h.AdmissionReviewVersions,
-			NamespaceSelector: h.NamespaceSelector, ObjectSelector: h.ObjectSelector, MatchConditions: len(h.MatchConditions),
+			NamespaceSelector: h.NamespaceSelector, ObjectSelector: h.ObjectSelector, MatchConditions: h.MatchConditions,
 		}, h.FailurePolicy, h.SideEffects, h.TimeoutSeconds))
 	}
 	return out
@@ -195,17 +201,28 @@ func SelectorMatches(sel *metav1.LabelSelector, set map[string]string) (bool, er
 // the object and (for namespaced resources) of its namespace.
 type Object struct {
 	Request
+	// Kind is the object's kind ("Pod"), for the request matchConditions see.
+	Kind            string
 	Namespace       string
 	NamespaceLabels map[string]string
-	Labels          map[string]string
+	// NamespaceLabelsUnknown: the namespace could not be read, so
+	// NamespaceLabels hold only kubernetes.io/metadata.name.
+	NamespaceLabelsUnknown bool
+	Labels                 map[string]string
+	// Name of the object ("" for a CREATE with generateName).
+	Name string
+	// Body holds further top-level fields of the object (e.g. "spec").
+	Body map[string]any
+	// User makes the request (request.userInfo for matchConditions).
+	User Requester
 	// Describe names the object for messages, e.g. "pod kruise-system/x".
 	Describe string
 }
 
-// Intercepts reports whether w would be called for obj: rules, then
-// namespaceSelector (namespaced resources and Namespace objects), then
-// objectSelector. matchConditions (CEL) are not evaluated; callers mention
-// that when w.MatchConditions > 0.
+// Intercepts reports whether w's rules, namespaceSelector (namespaced
+// resources and Namespace objects) and objectSelector select obj.
+// matchConditions are evaluated separately (EvalConditions), since they
+// need a context and may not be exact.
 func (w *Webhook) Intercepts(obj Object) (bool, error) {
 	if !RuleMatches(w.Rules, obj.Request) {
 		return false, nil

@@ -11,7 +11,9 @@ import (
 // WriteJSON writes the report as one indented JSON object:
 // {"webhooks":[{webhook, configuration, kind, failurePolicy, target,
 // findings:[{id, severity, what, why, fix, endpoint}]}], errors, warnings,
-// infos}.
+// infos, policies:[{kind, name, findings}], accessGaps:[{verb, resource,
+// namespace, reason, lost}], fromError:{webhook, policy, binding, format,
+// url, service, cause, detail, explaining, matched, explained}}.
 func WriteJSON(w io.Writer, r *Report) error {
 	enc := json.NewEncoder(w)
 	enc.SetIndent("", "  ")
@@ -21,9 +23,35 @@ func WriteJSON(w io.Writer, r *Report) error {
 	return nil
 }
 
-// WriteTable writes a summary line per webhook, then the findings of every
-// webhook that has any, each with its why and fix, then a total line.
+// WriteTable writes, for --from-error, what the message is and which
+// finding explains it; then a summary line per webhook, the findings of
+// every webhook that has any (each with its why and fix; ">" marks the one
+// that explains the message), the admission policies' findings, what could
+// not be read, and a total line.
 func WriteTable(w io.Writer, r *Report) error {
+	if m := r.FromError; m != nil {
+		var b strings.Builder
+		subject := "webhook " + m.Webhook
+		if m.Policy != "" {
+			subject = "admission policy " + m.Policy
+			if m.Binding != "" {
+				subject += " (binding " + m.Binding + ")"
+			}
+		}
+		fmt.Fprintf(&b, "From the error: %s, format %q, cause %q", subject, m.Format, m.Cause)
+		if m.URL != "" {
+			fmt.Fprintf(&b, ", called at %s", m.URL)
+		}
+		b.WriteString(".\n")
+		if m.Explained != "" {
+			fmt.Fprintf(&b, "Explained by %s (marked below).\n\n", m.Explained)
+		} else {
+			fmt.Fprintf(&b, "No current finding explains it (checks that would: %s).\n\n", strings.Join(m.Explaining, ", "))
+		}
+		if _, err := io.WriteString(w, b.String()); err != nil {
+			return fmt.Errorf("write report: %w", err)
+		}
+	}
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "STATUS\tWEBHOOK\tCONFIGURATION\tPOLICY\tFINDINGS")
 	for _, h := range r.Webhooks {
@@ -33,13 +61,13 @@ func WriteTable(w io.Writer, r *Report) error {
 		return fmt.Errorf("write report: %w", err)
 	}
 	var b strings.Builder
-	for _, h := range r.Webhooks {
-		if len(h.Findings) == 0 {
-			continue
-		}
-		fmt.Fprintf(&b, "\n%s (%s %s) -> %s\n", h.Webhook, h.Kind, h.Configuration, h.Target)
-		for _, f := range h.Findings {
-			fmt.Fprintf(&b, "  %-7s %s  %s\n", strings.ToUpper(string(f.Severity)), f.ID, f.What)
+	writeFindings := func(fs []Finding) {
+		for _, f := range fs {
+			mark := " "
+			if f.Lead && f.ID != IDFromError {
+				mark = ">"
+			}
+			fmt.Fprintf(&b, "%s %-7s %s  %s\n", mark, strings.ToUpper(string(f.Severity)), f.ID, f.What)
 			if f.Why != "" {
 				fmt.Fprintf(&b, "                 why: %s\n", f.Why)
 			}
@@ -48,7 +76,32 @@ func WriteTable(w io.Writer, r *Report) error {
 			}
 		}
 	}
-	fmt.Fprintf(&b, "\n%d webhook(s) checked: %d error(s), %d warning(s), %d info.\n", len(r.Webhooks), r.Errors, r.Warnings, r.Infos)
+	for _, h := range r.Webhooks {
+		if len(h.Findings) == 0 {
+			continue
+		}
+		fmt.Fprintf(&b, "\n%s (%s %s) -> %s\n", h.Webhook, h.Kind, h.Configuration, h.Target)
+		writeFindings(h.Findings)
+	}
+	for _, p := range r.Policies {
+		fmt.Fprintf(&b, "\n%s %s\n", p.Kind, p.Name)
+		writeFindings(p.Findings)
+	}
+	if len(r.Gaps) > 0 {
+		fmt.Fprintf(&b, "\nNot readable with these credentials (%s): ", IDAccessGap)
+		for i, g := range r.Gaps {
+			if i > 0 {
+				b.WriteString("; ")
+			}
+			b.WriteString(g.String())
+		}
+		b.WriteString(".\n")
+	}
+	policies := ""
+	if len(r.Policies) > 0 {
+		policies = fmt.Sprintf(" and %d admission policy object(s) with findings", len(r.Policies))
+	}
+	fmt.Fprintf(&b, "\n%d webhook(s) checked%s: %d error(s), %d warning(s), %d info.\n", len(r.Webhooks), policies, r.Errors, r.Warnings, r.Infos)
 	if _, err := io.WriteString(w, b.String()); err != nil {
 		return fmt.Errorf("write report: %w", err)
 	}

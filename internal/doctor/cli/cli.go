@@ -7,8 +7,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"github.com/kadmit/kadmit/internal/cmdexit"
+	"io"
+	"strings"
 	"time"
+
+	"github.com/kadmit/kadmit/internal/cmdexit"
 
 	"github.com/spf13/cobra"
 	"k8s.io/client-go/kubernetes"
@@ -21,7 +24,7 @@ import (
 // NewCommand returns the `doctor` command. Its RunE returns nil (exit 0) when
 // no finding is an error, and a *cmdexit.Error otherwise.
 func NewCommand() *cobra.Command {
-	var kubeconfig, kubeContext, output string
+	var kubeconfig, kubeContext, output, fromError string
 	var probe bool
 	var probeCount int
 	var timeout, expiryWarning time.Duration
@@ -36,6 +39,14 @@ mismatch, expiry, weak keys, SHA-1; by a TLS handshake with ServerName
 <svc>.<ns>.svc where endpoints are reachable from here), webhooks that block
 their own restart, risky settings, and orphaned configurations.
 
+--from-error 'MESSAGE' takes an error the API server printed (kubectl output,
+a ReplicaSet event, an audit log line; '-' reads it from stdin, at most 64 KiB),
+finds the webhook or admission policy it names, checks only that one, and
+leads with the finding that explains the message.
+
+Where doctor may not read something (403 Forbidden), it says so (KD001) and
+what it could not tell, and raises no error that rests on it.
+
 --probe makes the API server call each webhook through a server-side dry-run
 create of a minimal object the webhook matches (nothing is stored) and
 classifies the answer; --probe-count repeats it to catch intermittent errors.
@@ -49,6 +60,10 @@ and the fix. Exit status: 0 no errors, 1 errors found, 2 doctor could not run.`,
 			if timeout <= 0 {
 				return cmdexit.New(2, fmt.Errorf("--timeout %s: must be positive", timeout))
 			}
+			msg, err := readFromError(cmd.InOrStdin(), fromError)
+			if err != nil {
+				return cmdexit.New(2, err)
+			}
 			cs, err := clientFor(kubeconfig, kubeContext)
 			if err != nil {
 				return cmdexit.New(2, err)
@@ -56,7 +71,7 @@ and the fix. Exit status: 0 no errors, 1 errors found, 2 doctor could not run.`,
 			ctx, cancel := context.WithTimeout(cmd.Context(), timeout)
 			defer cancel()
 			rep, err := doctor.Run(ctx, cs, doctor.Options{
-				Names: names, Probe: probe, ProbeCount: probeCount, ExpiryWarning: expiryWarning,
+				Names: names, Probe: probe, ProbeCount: probeCount, ExpiryWarning: expiryWarning, FromError: msg,
 			})
 			if err != nil {
 				if errors.Is(err, context.DeadlineExceeded) {
@@ -81,12 +96,36 @@ and the fix. Exit status: 0 no errors, 1 errors found, 2 doctor could not run.`,
 	f := cmd.Flags()
 	f.StringVar(&kubeconfig, "kubeconfig", "", "kubeconfig file (default: $KUBECONFIG or ~/.kube/config)")
 	f.StringVar(&kubeContext, "context", "", "kubeconfig context (default: the current context)")
+	f.StringVar(&fromError, "from-error", "", "an API server error message about a webhook or admission policy ('-': read from stdin); diagnose what it names and lead with the finding that explains it")
 	f.BoolVar(&probe, "probe", false, "let the API server call each webhook via a server-side dry-run create")
 	f.IntVar(&probeCount, "probe-count", 3, "probes per webhook with --probe; more catch intermittent errors")
 	f.StringVarP(&output, "output", "o", "table", "output: table or json")
 	f.DurationVar(&timeout, "timeout", 2*time.Minute, "bound for the whole run (API calls, handshakes, probes)")
 	f.DurationVar(&expiryWarning, "expiry-warning", doctor.DefaultExpiryWarning, "warn when a serving certificate expires within this (and is in the last third of its life)")
 	return cmd
+}
+
+// readFromError returns --from-error's message: the flag's value, or stdin
+// for "-", at most doctor.MaxErrorMessage bytes (more is refused, never
+// truncated: a cut message could name the wrong webhook).
+func readFromError(stdin io.Reader, v string) (string, error) {
+	if v != "-" {
+		if len(v) > doctor.MaxErrorMessage {
+			return "", fmt.Errorf("--from-error: %d bytes, more than %d: pass only the error message", len(v), doctor.MaxErrorMessage)
+		}
+		return v, nil
+	}
+	b, err := io.ReadAll(io.LimitReader(stdin, doctor.MaxErrorMessage+1))
+	if err != nil {
+		return "", fmt.Errorf("--from-error -: read stdin: %w", err)
+	}
+	if len(b) > doctor.MaxErrorMessage {
+		return "", fmt.Errorf("--from-error -: stdin has more than %d bytes: pass only the error message", doctor.MaxErrorMessage)
+	}
+	if len(strings.TrimSpace(string(b))) == 0 {
+		return "", errors.New("--from-error -: stdin is empty")
+	}
+	return string(b), nil
 }
 
 // clientFor loads a kubeconfig the way kubectl does: --kubeconfig, else

@@ -196,6 +196,7 @@ type hook struct {
 	NamespaceSelector *metav1.LabelSelector
 	Rules             []admissionregistrationv1.RuleWithOperations
 	ReviewVersions    []string
+	MatchConditions   []admissionregistrationv1.MatchCondition
 }
 
 func (h hook) parts() (admissionregistrationv1.WebhookClientConfig, []admissionregistrationv1.RuleWithOperations, *admissionregistrationv1.FailurePolicyType, *int32, []string) {
@@ -249,7 +250,7 @@ func validating(t *testing.T, e *env, name string, hooks ...hook) {
 	for _, h := range hooks {
 		cc, rules, fp, timeout, versions := h.parts()
 		c.Webhooks = append(c.Webhooks, admissionregistrationv1.ValidatingWebhook{Name: h.Name, ClientConfig: cc, Rules: rules,
-			FailurePolicy: fp, TimeoutSeconds: timeout, SideEffects: &none, AdmissionReviewVersions: versions, NamespaceSelector: h.NamespaceSelector})
+			FailurePolicy: fp, TimeoutSeconds: timeout, SideEffects: &none, AdmissionReviewVersions: versions, NamespaceSelector: h.NamespaceSelector, MatchConditions: h.MatchConditions})
 	}
 	reg := e.Client.AdmissionregistrationV1().ValidatingWebhookConfigurations()
 	if _, err := reg.Create(e2eenv.TestCtx(t, apiTimeout), c, metav1.CreateOptions{}); err != nil {
@@ -272,7 +273,7 @@ func mutating(t *testing.T, e *env, name string, hooks ...hook) {
 	for _, h := range hooks {
 		cc, rules, fp, timeout, versions := h.parts()
 		c.Webhooks = append(c.Webhooks, admissionregistrationv1.MutatingWebhook{Name: h.Name, ClientConfig: cc, Rules: rules,
-			FailurePolicy: fp, TimeoutSeconds: timeout, SideEffects: &none, AdmissionReviewVersions: versions, NamespaceSelector: h.NamespaceSelector})
+			FailurePolicy: fp, TimeoutSeconds: timeout, SideEffects: &none, AdmissionReviewVersions: versions, NamespaceSelector: h.NamespaceSelector, MatchConditions: h.MatchConditions})
 	}
 	reg := e.Client.AdmissionregistrationV1().MutatingWebhookConfigurations()
 	if _, err := reg.Create(e2eenv.TestCtx(t, apiTimeout), c, metav1.CreateOptions{}); err != nil {

@@ -1,0 +1,291 @@
+package doctor
+
+import (
+	"errors"
+	"fmt"
+	"regexp"
+	"strings"
+)
+
+// MaxErrorMessage bounds what --from-error accepts: the API server's
+// webhook errors are a few hundred bytes; a pasted event or kubectl output
+// with several fits easily.
+const MaxErrorMessage = 64 << 10
+
+// ErrNoWebhookInMessage is returned when a message names no webhook or
+// admission policy in any format the API server uses.
+var ErrNoWebhookInMessage = errors.New("the message names no admission webhook or policy in a format the API server uses")
+
+// ErrorMatch is what ParseError read from an API server message, and, after
+// Diagnose, which webhook and finding explain it.
+type ErrorMatch struct {
+	// Webhook is the webhook name quoted in the message ("" for a policy).
+	Webhook string `json:"webhook,omitempty"`
+	// Policy and Binding are the admission policy and binding named in a
+	// policy denial ("" for a webhook).
+	Policy  string `json:"policy,omitempty"`
+	Binding string `json:"binding,omitempty"`
+	// Format names the API server's message format:
+	// "call failed" (failed calling webhook, k8s.io/apiserver
+	// pkg/util/webhook/error.go:36), "denied" (webhook/errors/statuserror.go:30),
+	// "dry run unsupported" (statuserror.go:54), "policy denied"
+	// (policy/generic/policy_dispatcher.go:510,
+	// policy/validating/dispatcher.go:305).
+	Format string `json:"format"`
+	// URL is the URL the API server posted to, when the message has it.
+	URL string `json:"url,omitempty"`
+	// Service is "namespace/name" parsed from URL's host <svc>.<ns>.svc.
+	Service string `json:"service,omitempty"`
+	// Cause is the class of the error ("connection refused", "x509 SAN
+	// mismatch", ...) and Detail the text after the URL.
+	Cause  string `json:"cause"`
+	Detail string `json:"detail,omitempty"`
+	// Explaining lists, best first, the check IDs whose finding explains
+	// this cause.
+	Explaining []string `json:"explaining"`
+	// Matched lists the "<configuration>/<webhook>" the message matches.
+	Matched []string `json:"matched,omitempty"`
+	// Explained is the ID of the finding that explains the message, once
+	// Diagnose found one; "" when none did.
+	Explained string `json:"explained,omitempty"`
+}
+
+var (
+	// Format strings of k8s.io/apiserver v0.37.1. Webhook names are
+	// quoted with %q; the message may have been re-escaped once (copied
+	// from JSON or an event), so \" is accepted too.
+	reCallFailed = regexp.MustCompile(`failed calling webhook \\?"([^"\\]{1,253})\\?"(?:: (.*)|; no further details available)`)
+	reDenied     = regexp.MustCompile(`admission webhook \\?"([^"\\]{1,253})\\?" denied the request(?:: (.*)| without explanation)`)
+	reDryRun     = regexp.MustCompile(`admission webhook \\?"([^"\\]{1,253})\\?" does not support dry run`)
+	rePolicy     = regexp.MustCompile(`(?:ValidatingAdmissionPolicy|MutatingAdmissionPolicy|policy) '([^']{1,253})'(?: with binding '([^']{1,253})')? denied request: (.*)`)
+	rePolicyQ    = regexp.MustCompile(`policy \\?"([^"\\]{1,253})\\?" denied request: (.*)`)
+	rePost       = regexp.MustCompile(`^failed to call webhook: (?:Post|POST) \\?"([^"\\]+)\\?": (.*)$`)
+	reSvcHost    = regexp.MustCompile(`^([a-z0-9]([-a-z0-9]*[a-z0-9])?)\.([a-z0-9]([-a-z0-9]*[a-z0-9])?)\.svc(?:\.[a-z0-9.-]+)?$`)
+)
+
+// causes maps the tail of a call error to its class and the checks that
+// explain it, best first. Order matters: the first pattern found wins.
+var causes = []struct {
+	substr []string
+	class  string
+	ids    []string
+}{
+	{[]string{"no endpoints available for service"}, "no endpoints", []string{IDNoReadyEndpoints, IDProbeNoEndpoints, IDTargetPortMismatch, IDSelfInterception}},
+	{[]string{"connection refused"}, "connection refused", []string{IDEndpointRefused, IDNoReadyEndpoints, IDProbeRefused, IDTargetPortMismatch, IDSelfInterception}},
+	{[]string{"not found"}, "service not found", []string{IDOrphan, IDServiceMissing}},
+	{[]string{"no service port"}, "no service port", []string{IDServicePortMissing}},
+	{[]string{"unsupported service type"}, "unsupported service type", []string{IDServiceType}},
+	{[]string{"no such host", "server misbehaving"}, "DNS lookup failed", []string{IDURLClusterDNS}},
+	{[]string{"certificate signed by unknown authority", "x509: certificate signed by unknown"}, "x509 unknown authority", []string{IDUnknownAuthority, IDCABundleMissing, IDCABundleUnparsable, IDProbeUnknownAuthority}},
+	{[]string{"x509: certificate is valid for", "x509: certificate is not valid for any names"}, "x509 SAN mismatch", []string{IDSelectorCollision, IDSANMismatch, IDProbeSANMismatch}},
+	{[]string{"legacy Common Name field"}, "x509 legacy Common Name", []string{IDSANMismatch, IDProbeSANMismatch}},
+	{[]string{"certificate has expired or is not yet valid"}, "x509 expired", []string{IDServingCertExpiry, IDCABundleExpired, IDProbeCertExpired}},
+	{[]string{"insecure algorithm", "SHA1"}, "x509 SHA-1 signature", []string{IDSHA1Signature}},
+	{[]string{"context deadline exceeded", "Client.Timeout exceeded", "i/o timeout", "request canceled", "Timeout: request did not complete"}, "timeout", []string{IDProbeTimeout, IDTimeoutTooLong, IDNoReadyEndpoints}},
+	{[]string{"server gave HTTP response to HTTPS client", "first record does not look like a TLS handshake", "tls:", "remote error"}, "TLS handshake failed", []string{IDHandshakeFailed, IDProbeBadResponse}},
+	{[]string{"received invalid webhook response", "received undecodable patch", "unsupported patch type", "the server could not find the requested resource", "expected response.uid", "Webhook SideEffects is nil"}, "bad response", []string{IDProbeBadResponse, IDReviewVersions, IDSideEffectsDryRun}},
+}
+
+// ParseError reads an API server error message about an admission webhook
+// or policy, in any of the formats listed on ErrorMatch.Format, with or
+// without the prefixes kubectl and events add ("Error from server
+// (InternalError): ...", "Internal error occurred: ", "Error creating: ").
+// Only the first webhook or policy named is used (the API server returns
+// the first failing webhook's error).
+//
+// Errors: the message is longer than MaxErrorMessage, or names no webhook
+// or policy (ErrNoWebhookInMessage).
+func ParseError(msg string) (*ErrorMatch, error) {
+	if len(msg) > MaxErrorMessage {
+		return nil, fmt.Errorf("error message of %d bytes: longer than %d bytes, not an API server message (pass only the error)", len(msg), MaxErrorMessage)
+	}
+	msg = strings.TrimSpace(msg)
+	type hit struct {
+		at int
+		m  *ErrorMatch
+	}
+	var best *hit
+	consider := func(at int, m *ErrorMatch) {
+		if at >= 0 && (best == nil || at < best.at) {
+			best = &hit{at, m}
+		}
+	}
+	if loc := reCallFailed.FindStringSubmatchIndex(msg); loc != nil {
+		name := msg[loc[2]:loc[3]]
+		tail := ""
+		if loc[4] >= 0 {
+			tail = msg[loc[4]:loc[5]]
+		}
+		consider(loc[0], callFailed(name, tail))
+	}
+	if loc := reDenied.FindStringSubmatchIndex(msg); loc != nil {
+		m := &ErrorMatch{Webhook: msg[loc[2]:loc[3]], Format: "denied", Cause: "denied by the webhook", Explaining: []string{IDProbeDenied}}
+		if loc[4] >= 0 {
+			m.Detail = msg[loc[4]:loc[5]]
+		}
+		consider(loc[0], m)
+	}
+	if loc := reDryRun.FindStringSubmatchIndex(msg); loc != nil {
+		consider(loc[0], &ErrorMatch{Webhook: msg[loc[2]:loc[3]], Format: "dry run unsupported", Cause: "sideEffects forbid dry run", Explaining: []string{IDSideEffectsDryRun}})
+	}
+	if loc := rePolicy.FindStringSubmatchIndex(msg); loc != nil {
+		m := &ErrorMatch{Policy: msg[loc[2]:loc[3]], Format: "policy denied", Detail: msg[loc[6]:loc[7]]}
+		if loc[4] >= 0 {
+			m.Binding = msg[loc[4]:loc[5]]
+		}
+		policyCause(m)
+		consider(loc[0], m)
+	}
+	if loc := rePolicyQ.FindStringSubmatchIndex(msg); loc != nil {
+		m := &ErrorMatch{Policy: msg[loc[2]:loc[3]], Format: "policy denied", Detail: msg[loc[4]:loc[5]]}
+		policyCause(m)
+		consider(loc[0], m)
+	}
+	if best == nil {
+		return nil, ErrNoWebhookInMessage
+	}
+	return best.m, nil
+}
+
+// callFailed classifies the text after `failed calling webhook "NAME": `.
+func callFailed(name, tail string) *ErrorMatch {
+	m := &ErrorMatch{Webhook: name, Format: "call failed", Detail: tail}
+	if p := rePost.FindStringSubmatch(tail); p != nil {
+		m.URL, m.Detail = p[1], p[2]
+		if host := hostOf(m.URL); host != "" {
+			if h := reSvcHost.FindStringSubmatch(host); h != nil {
+				m.Service = h[3] + "/" + h[1]
+			}
+		}
+	}
+	if tail == "" {
+		m.Cause, m.Explaining = "no details", []string{IDProbeBadResponse}
+		return m
+	}
+	for _, c := range causes {
+		for _, s := range c.substr {
+			if strings.Contains(m.Detail, s) {
+				m.Cause, m.Explaining = c.class, c.ids
+				return m
+			}
+		}
+	}
+	m.Cause, m.Explaining = "other call error", []string{IDHandshakeFailed, IDProbeBadResponse}
+	return m
+}
+
+// policyCause classifies a policy denial: a configuration error names
+// KD901-KD903; anything else is the policy's own decision.
+func policyCause(m *ErrorMatch) {
+	switch {
+	// policy_dispatcher.go:292,319,401 and the policy source's "failed to
+	// find resource referenced by paramKind" (CRD not served).
+	case strings.Contains(m.Detail, "no params found"), strings.Contains(m.Detail, "paramKind"), strings.Contains(m.Detail, "failed to configure binding"):
+		m.Cause, m.Explaining = "params not found", []string{IDPolicyParamMissing, IDPolicyParamKindFail}
+	case strings.Contains(m.Detail, "failed to configure policy"):
+		m.Cause, m.Explaining = "policy configuration error", []string{IDPolicyTypeCheck, IDPolicyParamKindFail}
+	default:
+		m.Cause, m.Explaining = "denied by the policy", nil
+	}
+}
+
+func hostOf(u string) string {
+	s := u
+	if i := strings.Index(s, "://"); i >= 0 {
+		s = s[i+3:]
+	}
+	if i := strings.IndexAny(s, "/?"); i >= 0 {
+		s = s[:i]
+	}
+	if i := strings.LastIndex(s, ":"); i >= 0 && !strings.Contains(s[i:], "]") {
+		s = s[:i]
+	}
+	return strings.ToLower(s)
+}
+
+// selectFor returns the "<configuration>/<webhook>" keys of the snapshot's
+// webhooks the message names: by name, narrowed by the URL's Service (or
+// URL) when several configurations have a webhook of that name.
+func (m *ErrorMatch) selectFor(s *Snapshot) []string {
+	var byName, byTarget []string
+	for _, w := range s.Webhooks {
+		if w.Name != m.Webhook {
+			continue
+		}
+		key := w.Configuration + "/" + w.Name
+		byName = append(byName, key)
+		switch {
+		case m.Service != "" && w.ServiceKey() == m.Service:
+			byTarget = append(byTarget, key)
+		case m.URL != "" && w.ClientConfig.URL != nil && strings.HasPrefix(m.URL, *w.ClientConfig.URL):
+			byTarget = append(byTarget, key)
+		}
+	}
+	if len(byName) > 1 && len(byTarget) > 0 {
+		return byTarget
+	}
+	return byName
+}
+
+// explain marks, in each matched webhook's report, the finding that
+// explains m (the first of m.Explaining present) as Lead, and puts a KD002
+// finding first saying which finding matches and why.
+func (m *ErrorMatch) explain(rep *Report) {
+	where := func(fs []Finding) int {
+		for _, id := range m.Explaining {
+			for i := range fs {
+				// Info findings explain nothing, except a probe that saw
+				// the same denial.
+				if fs[i].ID == id && (fs[i].Severity != SeverityInfo || id == IDProbeDenied) {
+					return i
+				}
+			}
+		}
+		return -1
+	}
+	lead := func(fs []Finding, subject string) []Finding {
+		i := where(fs)
+		f := Finding{ID: IDFromError, Severity: SeverityInfo, Lead: true}
+		if i >= 0 {
+			fs[i].Lead = true
+			if m.Explained == "" {
+				m.Explained = fs[i].ID
+			}
+			f.What = fmt.Sprintf("The message is the API server's %q error for %s (cause: %s); %s explains it.", m.Format, subject, m.Cause, fs[i].ID)
+			f.Why = fmt.Sprintf("%s is what produces %q: %s", fs[i].ID, m.Cause, fs[i].What)
+		} else {
+			f.What = fmt.Sprintf("The message is the API server's %q error for %s (cause: %s), but no current finding explains it.", m.Format, subject, m.Cause)
+			f.Why = fmt.Sprintf("The checks that explain %q are %s; none fires now. The cause may be gone (pods restarted, certificate reloaded), intermittent, or not visible from here (KD410): let the API server call the webhook.", m.Cause, strings.Join(m.Explaining, ", "))
+			f.Fix = "kadmit doctor --probe --probe-count 10 --from-error '<the same message>'"
+			if m.Format == "policy denied" && len(m.Explaining) == 0 {
+				f.What = fmt.Sprintf("The message is %s's own denial (%s): nothing is broken in the policy's configuration.", subject, m.Detail)
+				f.Why, f.Fix = "The policy's validations decided against the request.", ""
+			}
+			if m.Format == "denied" {
+				f.Why = "The webhook answered and its policy denied the request: nothing is broken in the call path. The denial reason is the webhook's: " + m.Detail
+				f.Fix = ""
+			}
+		}
+		return append([]Finding{f}, fs...)
+	}
+	if m.Policy != "" {
+		// Keep the policy and its bindings (only the named one, when the
+		// message names one); lead in each.
+		var kept []PolicyReport
+		for _, p := range rep.Policies {
+			binding := p.Policy != ""
+			switch {
+			case !binding && p.Name == m.Policy,
+				binding && p.Policy == m.Policy && (m.Binding == "" || p.Name == m.Binding):
+				p.Findings = lead(p.Findings, p.Kind+" "+p.Name)
+				kept = append(kept, p)
+			}
+		}
+		rep.Policies = kept
+		return
+	}
+	for i := range rep.Webhooks {
+		w := &rep.Webhooks[i]
+		w.Findings = lead(w.Findings, "webhook "+w.Webhook+" of "+w.Configuration)
+	}
+}

@@ -1,0 +1,106 @@
+package doctor
+
+import (
+	"context"
+	"fmt"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+)
+
+// Snapshot is everything the checks look at: the webhooks, the namespaces,
+// what stands behind each webhook Service, the in-cluster admission
+// policies, and what doctor could not read (Gaps, plus each Backend's and
+// the Policies' own). Checks are functions of a Snapshot (Diagnose); only
+// handshakes and probes reach out. LoadSnapshot fills one with one pass of
+// API reads; a long-running controller can keep one current from informers
+// instead.
+type Snapshot struct {
+	// Webhooks of every MutatingWebhookConfiguration and
+	// ValidatingWebhookConfiguration, in list order.
+	Webhooks []*Webhook
+	// Namespaces maps each namespace that is not Terminating to its labels.
+	// NamespacesKnown is false when namespaces could not be listed (then it
+	// holds the namespaces read one by one, if any).
+	Namespaces      map[string]map[string]string
+	NamespacesKnown bool
+	// Backends maps "namespace/name" of every Service a webhook calls to
+	// what stands behind it.
+	Backends map[string]*Backend
+	// Policies are the ValidatingAdmissionPolicies, MutatingAdmissionPolicies
+	// and their bindings, with the CRDs their paramKinds name.
+	Policies *PolicySet
+	// Gaps are cluster-wide reads that were refused.
+	Gaps []AccessGap
+}
+
+// AllGaps lists every gap of the snapshot, cluster-wide ones first.
+func (s *Snapshot) AllGaps() []AccessGap {
+	out := append([]AccessGap(nil), s.Gaps...)
+	for _, k := range sortedKeysOf(s.Backends) {
+		out = append(out, s.Backends[k].Gaps...)
+	}
+	if s.Policies != nil {
+		out = append(out, s.Policies.Gaps...)
+	}
+	return out
+}
+
+// LoadSnapshot reads the webhook configurations, namespaces, each webhook
+// Service's backend and the admission policies. A read the API server
+// refuses (403) or does not serve becomes an AccessGap; listing the webhook
+// configurations themselves must succeed.
+//
+// Errors: listing MutatingWebhookConfigurations or
+// ValidatingWebhookConfigurations failed, or another read failed with
+// anything but Forbidden/not served (wrapped with what was being read).
+func LoadSnapshot(ctx context.Context, cs kubernetes.Interface) (*Snapshot, error) {
+	s := &Snapshot{Namespaces: map[string]map[string]string{}, Backends: map[string]*Backend{}}
+	reg := cs.AdmissionregistrationV1()
+	ml, err := reg.MutatingWebhookConfigurations().List(ctx, metav1.ListOptions{})
+	if err != nil {
+		return nil, fmt.Errorf("list MutatingWebhookConfigurations: %w", err)
+	}
+	vl, err := reg.ValidatingWebhookConfigurations().List(ctx, metav1.ListOptions{})
+	if err != nil {
+		return nil, fmt.Errorf("list ValidatingWebhookConfigurations: %w", err)
+	}
+	for i := range ml.Items {
+		s.Webhooks = append(s.Webhooks, FromMutating(&ml.Items[i])...)
+	}
+	for i := range vl.Items {
+		s.Webhooks = append(s.Webhooks, FromValidating(&vl.Items[i])...)
+	}
+	nl, err := cs.CoreV1().Namespaces().List(ctx, metav1.ListOptions{})
+	switch {
+	case isAccessGap(err):
+		s.Gaps = append(s.Gaps, newGap("list", "namespaces", "", "", err,
+			"the labels of kube-system, kube-node-lease and the namespaces probes would use: namespaceSelectors were matched on kubernetes.io/metadata.name alone, which the API server always sets ("+IDInterceptsKubeSystem+", "+IDInterceptsNodeLeases+" and probes may be off)"))
+	case err != nil:
+		return nil, fmt.Errorf("list namespaces: %w", err)
+	default:
+		s.NamespacesKnown = true
+		for _, n := range nl.Items {
+			if n.Status.Phase != corev1.NamespaceTerminating {
+				s.Namespaces[n.Name] = n.Labels
+			}
+		}
+	}
+	for _, w := range s.Webhooks {
+		if sv := w.ClientConfig.Service; sv != nil && s.Backends[w.ServiceKey()] == nil {
+			b, err := loadBackend(ctx, cs, sv.Namespace, sv.Name)
+			if err != nil {
+				return nil, fmt.Errorf("webhook %s: %w", w.Name, err)
+			}
+			s.Backends[w.ServiceKey()] = b
+			if !s.NamespacesKnown && b.NamespaceLabelsKnown {
+				s.Namespaces[b.Namespace] = b.NamespaceLabels
+			}
+		}
+	}
+	if s.Policies, err = loadPolicies(ctx, cs); err != nil {
+		return nil, err
+	}
+	return s, nil
+}
