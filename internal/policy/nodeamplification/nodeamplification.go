@@ -93,8 +93,7 @@ type nodeFields struct {
 	allocatable quantity.List
 }
 
-func decodeNode(raw []byte) (nodeFields, error) {
-	doc := jsonedit.NewDoc(raw)
+func decodeNode(doc *jsonedit.Doc) (nodeFields, error) {
 	var n nodeFields
 	if _, err := doc.Decode(&n.annotations, "metadata", "annotations"); err != nil {
 		return n, fmt.Errorf("metadata.annotations: %w", err)
@@ -132,11 +131,11 @@ func (p *Policy) Mutate(_ context.Context, req *admission.Request) ([]jsonedit.O
 	if req.Resource.Resource != "nodes" || req.SubResource != "status" || req.Operation != admissionv1.Update {
 		return nil, admission.Allow()
 	}
-	node, err := decodeNode(req.Object.Raw)
+	doc := jsonedit.NewDoc(req.Object.Raw)
+	node, err := decodeNode(doc)
 	if err != nil {
 		return nil, admission.Invalid("%s: cannot parse the node: %v", Name, err)
 	}
-	doc := jsonedit.NewDoc(req.Object.Raw)
 	if node.annotations[AnnotationRatio] == "" {
 		if _, ok := node.annotations[AnnotationRawAllocatable]; ok {
 			if err := doc.Remove("metadata", "annotations", AnnotationRawAllocatable); err != nil {
@@ -161,7 +160,7 @@ func (p *Policy) Mutate(_ context.Context, req *admission.Request) ([]jsonedit.O
 	_, hasRaw := node.annotations[AnnotationRawAllocatable]
 	changed := false
 	if hasRaw {
-		old, err := decodeNode(req.OldObject.Raw)
+		old, err := decodeNode(jsonedit.NewDoc(req.OldObject.Raw))
 		if err != nil {
 			return nil, admission.Invalid("%s: cannot parse the old node: %v", Name, err)
 		}
