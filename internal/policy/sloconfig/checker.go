@@ -30,14 +30,14 @@ const (
 	// MaxSelectorValues bounds the values of one matchExpressions entry.
 	MaxSelectorValues = 64
 	// MaxVirtualNodes bounds, per key, the label sets the overlap check
-	// builds from the selectors (upstream selector.go:33-63 builds the
+	// builds from the selectors (upstream selector.go:27-65 builds the
 	// product of every expression's value count per strategy, which grows
 	// exponentially with the expressions).
 	MaxVirtualNodes = 4096
 )
 
 // Reasons of upstream's JSON-formatted errors (pkg/webhook/cm/plugins/
-// sloconfig/result.go:27-31, v1.8.0).
+// sloconfig/result.go:26-29, v1.8.0).
 const (
 	ReasonOverlap          = "NodeStrategiesOverlap"
 	ReasonExistNodeConfict = "ExistNodeConfict"
@@ -61,7 +61,7 @@ func (e *jsonError) Error() string {
 	return "___" + string(b) + "___"
 }
 
-// conflictMessage is upstream's ExsitNodeConflictMessage (result.go:33-37).
+// conflictMessage is upstream's ExsitNodeConflictMessage (result.go:32-36).
 type conflictMessage struct {
 	Config                 string   `json:"config,omitempty"`
 	ConflictNodeStrategies []string `json:"strategies,omitempty"`
@@ -77,7 +77,7 @@ func paramInvalid(err error) error {
 }
 
 // validate is upstream's DefaultValidator (pkg/util/sloconfig/
-// validator.go:29-69): go-playground's validator with its English
+// validator.go:36-69): go-playground's validator with its English
 // translations, built once.
 var validate = sync.OnceValues(func() (*validator.Validate, ut.Translator) {
 	v := validator.New()
@@ -89,7 +89,7 @@ var validate = sync.OnceValues(func() (*validator.Validate, ut.Translator) {
 	return v, trans
 })
 
-// checkByValidator is CommonChecker.CheckByValidator (checker.go:71-80):
+// checkByValidator is CommonChecker.CheckByValidator (checker.go:77-86):
 // the struct's `validate` tags, each failure translated and keyed by the
 // field's namespace, as one ConfigParamInvalid error.
 func checkByValidator(cfg any) error {
@@ -135,7 +135,7 @@ type kind struct {
 	decode func(data map[string]string, ns, name string) (any, []NodeCfgProfile, func() error, error)
 }
 
-// kinds lists the keys in upstream's order (checkers.go:41-49).
+// kinds lists the keys in upstream's order (checkers.go:40-48).
 var kinds = []kind{
 	{ColocationConfigKey, "colocation", decodeColocation},
 	{ResourceThresholdConfigKey, "resourceThreshold", decodeThreshold},
@@ -235,7 +235,7 @@ func decodeQOS(data map[string]string, ns, name string) (any, []NodeCfgProfile, 
 
 // newChecker parses data[k.key] and its node strategies' selectors
 // (upstream's initConfig and CreateNodeConfigProfileChecker, checker.go:
-// 91-117): a strategy without a selector, or with one
+// 98-123): a strategy without a selector, or with one
 // metav1.LabelSelectorAsSelector refuses, fails the key.
 func newChecker(k kind, data map[string]string, ns, name string) *checker {
 	c := &checker{key: k.key}
@@ -288,7 +288,7 @@ func newChecker(k kind, data map[string]string, ns, name string) *checker {
 }
 
 // checkContents is checkers.CheckConfigContents for one key
-// (checkers.go:51-70): the validator's tags, the key's own check, the
+// (checkers.go:50-69): the validator's tags, the key's own check, the
 // strategy names when nameCheck, then the selector overlap.
 func (c *checker) checkContents(nameCheck bool) error {
 	if c.initErr != nil {
@@ -310,7 +310,7 @@ func (c *checker) checkContents(nameCheck bool) error {
 	return c.selectorOverlap()
 }
 
-// checkNames is nodeConfigProfileChecker.checkName (checker.go:126-140).
+// checkNames is nodeConfigProfileChecker.checkName (checker.go:136-149).
 func (c *checker) checkNames() error {
 	seen := map[string]bool{}
 	for _, p := range c.profiles {
@@ -325,7 +325,7 @@ func (c *checker) checkNames() error {
 	return nil
 }
 
-// selectorOverlap is NodeSelectorOverlap (checker.go:146-170): a label set
+// selectorOverlap is NodeSelectorOverlap (checker.go:155-180): a label set
 // built from each selector (virtualNodes) that two selectors match is an
 // overlap.
 func (c *checker) selectorOverlap() error {
@@ -351,7 +351,7 @@ func (c *checker) matching(l labels.Set) []string {
 	return names
 }
 
-// nodeConflict is ExistNodeConflict (checker.go:176-196): with more than
+// nodeConflict is ExistNodeConflict (checker.go:186-205): with more than
 // one node strategy, a node whose labels two of them match is a conflict.
 func (c *checker) nodeConflict(nodeName string, nodeLabels map[string]string) error {
 	if len(c.profiles) <= 1 {
@@ -363,7 +363,7 @@ func (c *checker) nodeConflict(nodeName string, nodeLabels map[string]string) er
 	return nil
 }
 
-// virtualNodes is generateNodesByNodeSelector (selector.go:33-63): the
+// virtualNodes is generateNodesByNodeSelector (selector.go:27-65): the
 // product of the expressions' values, each label set also holding
 // matchLabels. newChecker has bounded the product by MaxVirtualNodes.
 func virtualNodes(sel *metav1.LabelSelector) []labels.Set {
@@ -398,7 +398,7 @@ func virtualNodes(sel *metav1.LabelSelector) []labels.Set {
 	return out
 }
 
-// changed reports upstream's IsCfgNotEmptyAndChanged (checker.go:49-62):
+// changed reports upstream's IsCfgNotEmptyAndChanged (checker.go:57-71):
 // the new value is not empty and differs from the old one (or there is no
 // old ConfigMap).
 func changed(key string, oldData map[string]string, hasOld bool, newData map[string]string) bool {

@@ -15,7 +15,7 @@ import (
 )
 
 // The cluster caches the policy reads: nodes (the ConfigMap's conflict
-// check lists them, as slo_config_plugin.go:80 does) and ConfigMaps (the
+// check lists them, as slo_config_plugin.go:89 does) and ConfigMaps (the
 // node check reads slo-controller-config, as slo_plugin.go:75 does).
 var (
 	NodesCache      = clustercache.Resource{GroupVersionResource: schema.GroupVersionResource{Version: "v1", Resource: "nodes"}}

@@ -33,7 +33,7 @@ const Name = "slo-config"
 
 const (
 	// ConfigMapPath is upstream's path for the ConfigMap hook
-	// (pkg/webhook/cm/validating/webhooks.go:20).
+	// (pkg/webhook/cm/validating/webhooks.go:27).
 	ConfigMapPath = "/validate-configmap"
 	// NodePath is upstream's path for the node hook
 	// (pkg/webhook/node/validating/webhooks.go:27).
@@ -41,7 +41,7 @@ const (
 )
 
 // Upstream's defaults for the ConfigMap's location (pkg/util/sloconfig/
-// config.go:26-30, flags --config-namespace and --slo-config-name).
+// config.go:25-38, flags --config-namespace and --slo-config-name).
 const (
 	DefaultNamespace = "koordinator-system"
 	DefaultName      = "slo-controller-config"
@@ -122,7 +122,7 @@ var (
 // /validate-configmap, failurePolicy Fail, limited to the configured
 // namespace) and, with NodeCheck, the node hook (nodes CREATE, UPDATE on
 // /validate-node, failurePolicy Ignore), as upstream registers them
-// (webhooks.go of pkg/webhook/cm/validating:20 and
+// (webhooks.go of pkg/webhook/cm/validating:27 and
 // pkg/webhook/node/validating:27). Other policies may share both paths:
 // each hook judges only its own objects and allows the rest.
 func (p *Policy) Hooks() []admission.Hook {
@@ -164,8 +164,8 @@ type configMap struct {
 }
 
 // ValidateConfigMap is upstream's ConfigMapValidatingHandler.Handle with the
-// SLOConfig plugin (validating_handler.go:53-96, slo_config_plugin.go:
-// 53-100): only configmaps (no subresource) named Namespace/Name; DELETE is
+// SLOConfig plugin (validating_handler.go:67-116, slo_config_plugin.go:
+// 57-98): only configmaps (no subresource) named Namespace/Name; DELETE is
 // allowed; on CREATE every non-empty key, on UPDATE every non-empty key
 // whose text changed, is parsed and checked in upstream's key order; then,
 // when a checked key has two or more node strategies, every node of the
@@ -183,7 +183,7 @@ func (p *Policy) ValidateConfigMap(ctx context.Context, req *admission.Request) 
 		return admission.Allow()
 	}
 	if req.Operation == admissionv1.Delete || (req.Operation != admissionv1.Create && req.Operation != admissionv1.Update) {
-		// slo_config_plugin.go:62-64: a deletion is only logged.
+		// slo_config_plugin.go:69-71: a deletion is only logged.
 		return admission.Allow()
 	}
 	var cm configMap
@@ -228,13 +228,13 @@ func (p *Policy) ValidateConfigMap(ctx context.Context, req *admission.Request) 
 	case errors.As(err, &je):
 		return admission.Invalid("%s", je.Error())
 	case err != nil:
-		// slo_config_plugin.go:88-90: listing the nodes failed.
+		// slo_config_plugin.go:89-91: listing the nodes failed.
 		return admission.Invalid("check config conflict fail! list node fail,error:%v", err)
 	}
 	return admission.Allow()
 }
 
-// changedCheckers is CreateCheckersChanged (checkers.go:28-39).
+// changedCheckers is CreateCheckersChanged (checkers.go:27-38).
 func (p *Policy) changedCheckers(oldData map[string]string, hasOld bool, cm configMap) []*checker {
 	var out []*checker
 	for _, k := range kinds {

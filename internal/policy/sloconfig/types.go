@@ -4,11 +4,11 @@ package sloconfig
 // for field (names, Go types, JSON names and `validate` tags) from
 // koordinator-sh/koordinator v1.8.0:
 //
-//   - apis/configuration/slo_controller_config.go:40-125 (NodeCfgProfile,
+//   - apis/configuration/slo_controller_config.go:40-118 (NodeCfgProfile,
 //     ColocationCfg, ResourceThresholdCfg, CPUBurstCfg, SystemCfg,
-//     ResourceQOSCfg and their node strategies) and :239-330
+//     ResourceQOSCfg and their node strategies) and :239-283
 //     (ColocationStrategy);
-//   - apis/slo/v1alpha1/nodeslo_types.go:29-470 (CPUQOS, MemoryQOS,
+//   - apis/slo/v1alpha1/nodeslo_types.go:29-477 (CPUQOS, MemoryQOS,
 //     IOCfg, BlockCfg, ResourceQOS, NetworkQOS, ResourceQOSStrategy,
 //     ResourceThresholdStrategy, ResctrlQOS, CPUBurstConfig,
 //     CPUBurstStrategy, SystemStrategy);
