@@ -356,3 +356,14 @@ func TestWithNodeOvercommit(t *testing.T) {
 		t.Fatalf("second review: %+v %v", again.Patch, err)
 	}
 }
+
+// TestHooks: upstream's registration (pkg/webhook/node/mutating/
+// webhooks.go:27): nodes/status CREATE and UPDATE, failurePolicy Ignore.
+func TestHooks(t *testing.T) {
+	p, _ := New(Config{})
+	hs := p.Hooks()
+	if len(hs) != 1 || hs[0].Path != "/mutate-node-status" || hs[0].Type != admission.Mutating ||
+		string(hs[0].FailurePolicy) != "Ignore" || hs[0].Rules[0].Resources[0] != "nodes/status" || len(hs[0].Rules[0].Operations) != 2 {
+		t.Fatalf("%+v", hs)
+	}
+}

@@ -117,6 +117,11 @@ func TestConfigMapUpstreamTables(t *testing.T) {
 			ResourceQOSConfigKey: `{"nodeStrategies":[{"name":"n",` + sel("a", "b") + `,"lsrClass":{"networkQOS":{"ingressRequest":"500M"}},"lsClass":{"networkQOS":{"ingressRequest":"600M"}}}]}`},
 			"percentage already over 100"}, // upstream: the percentage check runs first and subtracts quantities from 100 too
 		{"qos: cluster total quantity over total bandwidth", map[string]string{SystemConfigKey: `{"clusterStrategy":{"totalNetworkBandwidth":"1000M"}}`, ResourceQOSConfigKey: `{"clusterStrategy":{"lsrClass":{"networkQOS":{"ingressRequest":"500M"}},"lsClass":{"networkQOS":{"ingressRequest":"600M"}}}}`}, "over 100"},
+		{"qos: cluster requests within 100 but over a total bandwidth of 50", map[string]string{SystemConfigKey: `{"clusterStrategy":{"totalNetworkBandwidth":"50"}}`, ResourceQOSConfigKey: `{"clusterStrategy":{"lsrClass":{"networkQOS":{"ingressRequest":60}}}}`}, "total net bandwidth over total network bandwidth in clusterStrategy"},
+		{"qos: node requests over the bandwidth of the system strategy with the same selector", map[string]string{
+			SystemConfigKey:      `{"nodeStrategies":[{"name":"n",` + sel("a", "b") + `,"totalNetworkBandwidth":"50"},{"name":"m",` + sel("c", "d") + `,"totalNetworkBandwidth":"100"}]}`,
+			ResourceQOSConfigKey: `{"nodeStrategies":[{"name":"n",` + sel("a", "b") + `,"lsrClass":{"networkQOS":{"egressRequest":60}}}]}`},
+			"total net bandwidth quantity already over total network bandwidth in cfg.NodeStrategies[0]"},
 		{"qos: only one format in cluster strategy", map[string]string{SystemConfigKey: sys, ResourceQOSConfigKey: `{"clusterStrategy":{"lsrClass":{"networkQOS":{"ingressRequest":"500M"}},"lsClass":{"networkQOS":{"ingressRequest":60}}}}`}, "only one type can be used for percentages or quantity in clusterStrategy"},
 		{"qos: only one format in node strategy", map[string]string{SystemConfigKey: sys, ResourceQOSConfigKey: `{"nodeStrategies":[{"name":"n",` + sel("a", "b") + `,"lsrClass":{"networkQOS":{"ingressRequest":"500M"}},"lsClass":{"networkQOS":{"ingressRequest":60}}}]}`}, "only one type can be used for percentages or quantity in nodeStrategy[0]"},
 		{"qos: without system-config (upstream parses it too)", map[string]string{ResourceQOSConfigKey: `{"clusterStrategy":{"lsrClass":{"cpuQOS":{"groupIdentity":1}}}}`}, "Failed to parse System config"},
