@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"math"
+	"os"
 	"strings"
 	"testing"
 
@@ -365,5 +366,50 @@ func TestHooks(t *testing.T) {
 	if len(hs) != 1 || hs[0].Path != "/mutate-node-status" || hs[0].Type != admission.Mutating ||
 		string(hs[0].FailurePolicy) != "Ignore" || hs[0].Rules[0].Resources[0] != "nodes/status" || len(hs[0].Rules[0].Operations) != 2 {
 		t.Fatalf("%+v", hs)
+	}
+}
+
+// BenchmarkMutate: a kubelet status write on the benchmark node
+// (internal/admission/testdata/node.json, with images and conditions) that
+// carries the ratio annotation, already amplified (the steady state) and
+// with new raw values (the kubelet's post).
+//
+//	go test ./internal/policy/nodeamplification/ -run '^$' -bench Mutate
+func BenchmarkMutate(b *testing.B) {
+	base, err := os.ReadFile("../../admission/testdata/node.json")
+	if err != nil {
+		b.Fatal(err)
+	}
+	var obj map[string]any
+	if err := json.Unmarshal(base, &obj); err != nil {
+		b.Fatal(err)
+	}
+	md := obj["metadata"].(map[string]any)
+	ann, _ := md["annotations"].(map[string]any)
+	if ann == nil {
+		ann = map[string]any{}
+		md["annotations"] = ann
+	}
+	ann[AnnotationRatio] = `{"cpu":1.5,"memory":1.5}`
+	raw, _ := json.Marshal(obj)
+	p, _ := New(Config{})
+	first, v := policytest.Mutate(b, p, statusReq(admissionv1.Update, string(raw), string(raw)))
+	if !v.Allowed || first == nil {
+		b.Fatalf("%+v", v)
+	}
+	for _, c := range []struct{ name, in, old string }{
+		{"steady", string(first), string(first)},
+		{"kubelet-post", string(raw), string(first)},
+	} {
+		b.Run(c.name, func(b *testing.B) {
+			req := statusReq(admissionv1.Update, c.in, c.old)
+			b.SetBytes(int64(len(c.in)))
+			b.ReportAllocs()
+			for b.Loop() {
+				if _, v := p.Mutate(context.Background(), req); !v.Allowed {
+					b.Fatal(v.Message)
+				}
+			}
+		})
 	}
 }
