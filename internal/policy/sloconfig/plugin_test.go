@@ -267,3 +267,16 @@ func TestHooks(t *testing.T) {
 		}
 	}
 }
+
+// TestNodeCheckDeadline: a request whose deadline passes during the node
+// check gets 500 (no decision), not a verdict on the config.
+func TestNodeCheckDeadline(t *testing.T) {
+	p := newPolicy(t, DefaultConfig(), informerNodesFor(t, 1000))
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	v := p.ValidateConfigMap(ctx, cmReq(admissionv1.Create, colocation(
+		`{"name":"1","nodeSelector":{"matchLabels":{"1":"1"}}}`, `{"name":"2","nodeSelector":{"matchLabels":{"2":"2"}}}`), nil))
+	if v.Allowed || v.Code != 500 || !strings.Contains(v.Message, "context canceled") {
+		t.Fatalf("%+v", v)
+	}
+}

@@ -227,6 +227,9 @@ func (p *Policy) ValidateConfigMap(ctx context.Context, req *admission.Request) 
 	switch {
 	case errors.As(err, &je):
 		return admission.Invalid("%s", je.Error())
+	case ctx.Err() != nil:
+		// The request's deadline passed mid-check: no decision was made.
+		return admission.Errored(0, fmt.Errorf("%s: node conflict check: %w", Name, err))
 	case err != nil:
 		// slo_config_plugin.go:89-91: listing the nodes failed.
 		return admission.Invalid("check config conflict fail! list node fail,error:%v", err)
