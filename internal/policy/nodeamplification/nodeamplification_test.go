@@ -413,3 +413,18 @@ func BenchmarkMutate(b *testing.B) {
 		})
 	}
 }
+
+// FuzzMutate: whatever the annotations and allocatable hold, Mutate
+// answers without panicking, and its operations apply to the node.
+func FuzzMutate(f *testing.F) {
+	f.Add(`{"cpu":1.5}`, `{"cpu":"1"}`, "4", "8Gi")
+	f.Add(`{"memory":1e300}`, `null`, "1e3", "1Ei")
+	f.Add(``, `{}`, "0", "0")
+	p, _ := New(Config{})
+	f.Fuzz(func(t *testing.T, ratio, raw, cpu, mem string) {
+		ann := map[string]any{AnnotationRatio: ratio, AnnotationRawAllocatable: raw}
+		obj, _ := json.Marshal(map[string]any{"metadata": map[string]any{"annotations": ann},
+			"status": map[string]any{"allocatable": map[string]any{"cpu": cpu, "memory": mem}}})
+		policytest.Mutate(t, p, statusReq(admissionv1.Update, string(obj), string(obj)))
+	})
+}
