@@ -280,3 +280,57 @@ func TestNodeCheckDeadline(t *testing.T) {
 		t.Fatalf("%+v", v)
 	}
 }
+
+// TestValidateNodeUpstreamTable ports
+// pkg/webhook/node/plugins/sloconfig/slo_plugin_test.go (v1.8.0): the
+// stored slo-controller-config and a node label change (old labels {}).
+func TestValidateNodeUpstreamTable(t *testing.T) {
+	colo := `{"enable":true,"metricAggregateDurationSeconds":60,"cpuReclaimThresholdPercent":70,"memoryReclaimThresholdPercent":80,"updateTimeThresholdSeconds":300,"degradeTimeMinutes":5,"resourceDiffThreshold":0.1%s}`
+	two := fmt.Sprintf(colo, `,"nodeConfigs":[{"nodeSelector":{"matchLabels":{"xxx":"xxx"}},"enable":true},{"nodeSelector":{"matchLabels":{"yyy":"yyy"}},"enable":true}]`)
+	others := map[string]string{
+		ResourceThresholdConfigKey: `{"clusterStrategy":{"enable":true,"cpuSuppressThresholdPercent":60}}`,
+		ResourceQOSConfigKey:       `{"clusterStrategy":{"enable":true,"beClass":{"cpuQOS":{"groupIdentity":0}}}}`,
+		SystemConfigKey:            `{"clusterStrategy":{"minFreeKbytesFactor":150}}`,
+	}
+	with := func(kv ...string) map[string]string {
+		out := map[string]string{}
+		for k, v := range others {
+			out[k] = v
+		}
+		for i := 0; i < len(kv); i += 2 {
+			out[kv[i]] = kv[i+1]
+		}
+		return out
+	}
+	xy := map[string]string{"xxx": "xxx", "yyy": "yyy"}
+	for _, tc := range []struct {
+		name       string
+		op         admissionv1.Operation
+		data       map[string]string
+		old, label map[string]string
+		deny       bool
+	}{
+		{"update node, config invalid", admissionv1.Update, map[string]string{ResourceThresholdConfigKey: "invalid_content", ResourceQOSConfigKey: "invalid_content", CPUBurstConfigKey: "invalid_content", SystemConfigKey: "invalid_content"}, map[string]string{}, map[string]string{"xxx": "xxx"}, false},
+		{"update node, colocation not configured", admissionv1.Update, with(), map[string]string{}, map[string]string{"xxx": "xxx"}, false},
+		{"update node, config has no node strategies", admissionv1.Update, with(ColocationConfigKey, fmt.Sprintf(colo, "")), map[string]string{}, map[string]string{"xxx": "xxx"}, false},
+		{"update node, node strategies but no conflict", admissionv1.Update, with(ColocationConfigKey, two), map[string]string{}, map[string]string{"xxx": "xxx"}, false},
+		{"update node, node strategies conflict", admissionv1.Update, with(ColocationConfigKey, two, CPUBurstConfigKey, `{"clusterStrategy":{"cfsQuotaBurstPeriodSeconds":60}}`), map[string]string{}, xy, true},
+		{"update node, cpuburst invalid, other config conflicts", admissionv1.Update, with(ColocationConfigKey, two), map[string]string{}, xy, true},
+		{"update node, labels not changed", admissionv1.Update, with(ColocationConfigKey, two), xy, xy, false},
+		{"create node: conflict only logged", admissionv1.Create, with(ColocationConfigKey, two), nil, xy, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			p, err := New(DefaultConfig(), nil, fakeConfigMaps{DefaultNamespace + "/" + DefaultName: tc.data})
+			if err != nil {
+				t.Fatal(err)
+			}
+			v := p.ValidateNode(context.Background(), nodeReq(tc.op, tc.label, tc.old))
+			if v.Allowed == tc.deny {
+				t.Fatalf("%+v", v)
+			}
+			if tc.deny && (v.Code != 400 || !strings.Contains(v.Message, `"reason":"ExistNodeConfict"`)) {
+				t.Fatalf("%+v", v)
+			}
+		})
+	}
+}
