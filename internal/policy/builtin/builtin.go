@@ -17,9 +17,11 @@ import (
 	"github.com/kadmit/kadmit/internal/policy/jobqueue"
 	"github.com/kadmit/kadmit/internal/policy/kadmitconfig"
 	"github.com/kadmit/kadmit/internal/policy/lifespan"
+	"github.com/kadmit/kadmit/internal/policy/nodeamplification"
 	"github.com/kadmit/kadmit/internal/policy/nodeovercommit"
 	"github.com/kadmit/kadmit/internal/policy/podname"
 	"github.com/kadmit/kadmit/internal/policy/resourceflavor"
+	"github.com/kadmit/kadmit/internal/policy/sloconfig"
 )
 
 // Registry lists the built-in policies. The order is the order of hooks on a
@@ -34,6 +36,8 @@ var Registry = policy.Registry{
 	elasticquota.Definition,
 	colocation.Definition,
 	kadmitconfig.Definition,
+	sloconfig.Definition,
+	nodeamplification.Definition,
 }
 
 // Config parses configurations with the built-in policies' sections.

@@ -1,0 +1,96 @@
+package sloconfig
+
+import (
+	"context"
+	"slices"
+	"strings"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/client-go/tools/cache"
+
+	"github.com/kadmit/kadmit/internal/admission"
+	"github.com/kadmit/kadmit/internal/clustercache"
+	"github.com/kadmit/kadmit/internal/policy"
+)
+
+// The cluster caches the policy reads: nodes (the ConfigMap's conflict
+// check lists them, as slo_config_plugin.go:89 does) and ConfigMaps (the
+// node check reads slo-controller-config, as slo_plugin.go:75 does).
+var (
+	NodesCache      = clustercache.Resource{GroupVersionResource: schema.GroupVersionResource{Version: "v1", Resource: "nodes"}}
+	ConfigMapsCache = clustercache.Resource{GroupVersionResource: schema.GroupVersionResource{Version: "v1", Resource: "configmaps"}}
+)
+
+// Definition is the slo-config policy's entry in builtin.Registry: section
+// policies.sloConfig, off in the seed profile.
+var Definition = &policy.Definition[Config]{
+	PolicyName: Name,
+	SectionKey: "sloConfig",
+	Defaults:   DefaultConfig,
+	Caches: func(cfg Config) []clustercache.Resource {
+		if cfg.NodeCheck {
+			return []clustercache.Resource{NodesCache, ConfigMapsCache}
+		}
+		return []clustercache.Resource{NodesCache}
+	},
+	Build: func(cfg Config, env policy.Env) ([]admission.Hook, error) {
+		var nodes Nodes
+		var cms ConfigMaps
+		if inf, ok := env.Cluster.Informer(NodesCache); ok {
+			nodes = informerNodes{inf.GetIndexer()}
+		}
+		if cfg.NodeCheck {
+			if inf, ok := env.Cluster.Informer(ConfigMapsCache); ok {
+				cms = informerConfigMaps{inf.GetIndexer()}
+			}
+		}
+		p, err := New(cfg, nodes, cms)
+		if err != nil {
+			return nil, err
+		}
+		return p.Hooks(), nil
+	},
+}
+
+// informerNodes implements Nodes over a node informer's store.
+type informerNodes struct{ store cache.Store }
+
+// ctxCheckEvery is how many nodes are checked between looks at ctx.
+const ctxCheckEvery = 256
+
+func (n informerNodes) NodeLabels(ctx context.Context, f func(string, map[string]string) error) error {
+	var nodes []*corev1.Node
+	for _, o := range n.store.List() {
+		if node, ok := o.(*corev1.Node); ok {
+			nodes = append(nodes, node)
+		}
+	}
+	slices.SortFunc(nodes, func(a, b *corev1.Node) int { return strings.Compare(a.Name, b.Name) })
+	for i, node := range nodes {
+		if i%ctxCheckEvery == 0 {
+			if err := ctx.Err(); err != nil {
+				return err
+			}
+		}
+		if err := f(node.Name, node.Labels); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// informerConfigMaps implements ConfigMaps over a ConfigMap informer's store.
+type informerConfigMaps struct{ store cache.Store }
+
+func (c informerConfigMaps) Data(namespace, name string) (map[string]string, bool) {
+	o, ok, err := c.store.GetByKey(namespace + "/" + name)
+	if err != nil || !ok {
+		return nil, false
+	}
+	cm, ok := o.(*corev1.ConfigMap)
+	if !ok {
+		return nil, false
+	}
+	return cm.Data, true
+}
