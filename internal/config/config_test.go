@@ -177,11 +177,19 @@ func TestParseRatiosReplacedWhole(t *testing.T) {
 }
 
 func TestParseUnknownField(t *testing.T) {
+	// The error lists every registered section key in registry order.
+	var known []string
+	for _, k := range builtin.Registry {
+		known = append(known, k.Key())
+	}
+	if known[0] != "podName" || known[len(known)-1] == "" {
+		t.Fatalf("registry keys %v", known)
+	}
 	for _, tc := range []struct{ in, want string }{
 		{header + "policies:\n  podName: {enabled: true, wrods: [x]}\n", `invalid kadmit configuration: policies.podName: unknown field "wrods"`},
 		{header + "extra: 1\n", `invalid kadmit configuration: unknown field "extra"`},
 		// Field names are case-sensitive, as in Kubernetes objects.
-		{header + "policies:\n  podname: {enabled: false}\n", `invalid kadmit configuration: policies.podname: unknown policy (known: podName, lifespan, nodeOvercommit, jobQueue, resourceFlavor, elasticQuota, colocation, kadmitConfig)`},
+		{header + "policies:\n  podname: {enabled: false}\n", `invalid kadmit configuration: policies.podname: unknown policy (known: ` + strings.Join(known, ", ") + `)`},
 		{header + "policies:\n  lifespan: {Max: 3}\n", `invalid kadmit configuration: policies.lifespan: unknown field "Max"`},
 	} {
 		_, err := Parse([]byte(tc.in))
