@@ -41,6 +41,20 @@ type Resource struct {
 	schema.GroupVersionResource
 	// Custom is true for a resource served by a CRD, which may be absent.
 	Custom bool
+	// Namespace, when set, limits the cache to that namespace: the informer
+	// lists and watches only there, so kadmit needs a namespaced Role rather
+	// than a cluster-wide read (slo-config's ConfigMap in
+	// koordinator-system, not every ConfigMap in the cluster).
+	Namespace string
+}
+
+// String is the resource as "resource.version.group", followed by
+// " in namespace NS" when the cache is limited to one namespace.
+func (r Resource) String() string {
+	if r.Namespace == "" {
+		return r.GroupVersionResource.String()
+	}
+	return r.GroupVersionResource.String() + " in namespace " + r.Namespace
 }
 
 // The resources policies read today.
@@ -65,7 +79,7 @@ func Key(rs []Resource) string {
 
 // Caches is a set of started, synced informers.
 type Caches struct {
-	informers map[schema.GroupVersionResource]cache.SharedIndexInformer
+	informers map[Resource]cache.SharedIndexInformer
 
 	mu     sync.Mutex
 	shared map[string]any
@@ -78,7 +92,7 @@ func (c *Caches) Informer(r Resource) (cache.SharedIndexInformer, bool) {
 	if c == nil {
 		return nil, false
 	}
-	inf, ok := c.informers[r.GroupVersionResource]
+	inf, ok := c.informers[r]
 	if !ok {
 		panic(fmt.Sprintf("clustercache: %s was not declared by any enabled policy", r.String()))
 	}
@@ -98,13 +112,19 @@ func Start(ctx context.Context, rc *rest.Config, resources []Resource, log *slog
 	if err != nil {
 		return nil, fmt.Errorf("cluster caches: dynamic client: %w", err)
 	}
-	typed := informers.NewSharedInformerFactory(cs, 0)
-	dynamicF := dynamicinformer.NewDynamicSharedInformerFactory(dyn, 0)
-	c := &Caches{informers: map[schema.GroupVersionResource]cache.SharedIndexInformer{}}
+	// One factory pair per namespace scope ("" is cluster-wide).
+	typedF := map[string]informers.SharedInformerFactory{}
+	dynamicF := map[string]dynamicinformer.DynamicSharedInformerFactory{}
+	c := &Caches{informers: map[Resource]cache.SharedIndexInformer{}}
 	for _, r := range resources {
-		if _, done := c.informers[r.GroupVersionResource]; done {
+		if _, done := c.informers[r]; done {
 			continue
 		}
+		if typedF[r.Namespace] == nil {
+			typedF[r.Namespace] = informers.NewSharedInformerFactoryWithOptions(cs, 0, informers.WithNamespace(r.Namespace))
+			dynamicF[r.Namespace] = dynamicinformer.NewFilteredDynamicSharedInformerFactory(dyn, 0, r.Namespace, nil)
+		}
+		typed := typedF[r.Namespace]
 		var inf cache.SharedIndexInformer
 		if r.Custom {
 			ok, err := served(cs.Discovery(), r.GroupVersionResource)
@@ -113,10 +133,10 @@ func Start(ctx context.Context, rc *rest.Config, resources []Resource, log *slog
 			}
 			if !ok {
 				log.Warn("CRD not served; the policies that read it see no such objects until kadmit restarts", "resource", r.String())
-				c.informers[r.GroupVersionResource] = nil
+				c.informers[r] = nil
 				continue
 			}
-			inf = dynamicF.ForResource(r.GroupVersionResource).Informer()
+			inf = dynamicF[r.Namespace].ForResource(r.GroupVersionResource).Informer()
 		} else {
 			gi, err := typed.ForResource(r.GroupVersionResource)
 			if err != nil {
@@ -127,20 +147,24 @@ func Start(ctx context.Context, rc *rest.Config, resources []Resource, log *slog
 		if err := inf.SetTransform(dropManagedFields); err != nil {
 			return nil, fmt.Errorf("cluster caches: %s transform: %w", r.String(), err)
 		}
-		c.informers[r.GroupVersionResource] = inf
+		c.informers[r] = inf
 	}
-	typed.Start(ctx.Done())
-	dynamicF.Start(ctx.Done())
+	for ns := range typedF {
+		typedF[ns].Start(ctx.Done())
+		dynamicF[ns].Start(ctx.Done())
+	}
 	syncCtx, cancel := context.WithTimeout(ctx, SyncTimeout)
 	defer cancel()
-	for t, ok := range typed.WaitForCacheSync(syncCtx.Done()) {
-		if !ok {
-			return nil, fmt.Errorf("cluster caches: %v did not sync within %s: %w", t, SyncTimeout, context.Cause(syncCtx))
+	for ns := range typedF {
+		for t, ok := range typedF[ns].WaitForCacheSync(syncCtx.Done()) {
+			if !ok {
+				return nil, fmt.Errorf("cluster caches: %v did not sync within %s: %w", t, SyncTimeout, context.Cause(syncCtx))
+			}
 		}
-	}
-	for r, ok := range dynamicF.WaitForCacheSync(syncCtx.Done()) {
-		if !ok {
-			return nil, fmt.Errorf("cluster caches: %s did not sync within %s: %w", r.String(), SyncTimeout, context.Cause(syncCtx))
+		for r, ok := range dynamicF[ns].WaitForCacheSync(syncCtx.Done()) {
+			if !ok {
+				return nil, fmt.Errorf("cluster caches: %s did not sync within %s: %w", r.String(), SyncTimeout, context.Cause(syncCtx))
+			}
 		}
 	}
 	return c, nil

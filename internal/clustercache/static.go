@@ -63,6 +63,8 @@ func NewStatic(ctx context.Context, resources []Resource, objs []StaticObject) (
 			return nil, fmt.Errorf("%w: %s: more than %d bytes of objects", ErrStatic, o, MaxStaticBytes)
 		}
 	}
+	// Objects are sorted by resource; one resource may be cached at two
+	// scopes (cluster-wide and one namespace), each informer gets its share.
 	wanted := map[schema.GroupVersionResource]Resource{}
 	for _, r := range resources {
 		wanted[r.GroupVersionResource] = r
@@ -104,10 +106,10 @@ func NewStatic(ctx context.Context, resources []Resource, objs []StaticObject) (
 		byGVR[gvr] = append(byGVR[gvr], obj)
 	}
 
-	c := &Caches{informers: map[schema.GroupVersionResource]cache.SharedIndexInformer{}}
+	c := &Caches{informers: map[Resource]cache.SharedIndexInformer{}}
 	var started []cache.SharedIndexInformer
 	for _, r := range resources {
-		if _, done := c.informers[r.GroupVersionResource]; done {
+		if _, done := c.informers[r]; done {
 			continue
 		}
 		example, list, err := exampleObjects(r, kinds[r.GroupVersionResource])
@@ -115,6 +117,15 @@ func NewStatic(ctx context.Context, resources []Resource, objs []StaticObject) (
 			return nil, err
 		}
 		items := byGVR[r.GroupVersionResource]
+		if r.Namespace != "" {
+			var scoped []runtime.Object
+			for _, it := range items {
+				if m, err := meta.Accessor(it); err == nil && m.GetNamespace() == r.Namespace {
+					scoped = append(scoped, it)
+				}
+			}
+			items = scoped
+		}
 		lw := &staticListWatch{ListWatch: &cache.ListWatch{
 			ListWithContextFunc: func(context.Context, metav1.ListOptions) (runtime.Object, error) {
 				out := list.DeepCopyObject()
@@ -140,7 +151,7 @@ func NewStatic(ctx context.Context, resources []Resource, objs []StaticObject) (
 		if err := inf.SetTransform(dropManagedFields); err != nil {
 			return nil, fmt.Errorf("cluster state: %s transform: %w", r.String(), err)
 		}
-		c.informers[r.GroupVersionResource] = inf
+		c.informers[r] = inf
 		started = append(started, inf)
 	}
 	for _, inf := range started {

@@ -14,13 +14,17 @@ import (
 	"github.com/kadmit/kadmit/internal/policy"
 )
 
-// The cluster caches the policy reads: nodes (the ConfigMap's conflict
-// check lists them, as slo_config_plugin.go:89 does) and ConfigMaps (the
-// node check reads slo-controller-config, as slo_plugin.go:75 does).
-var (
-	NodesCache      = clustercache.Resource{GroupVersionResource: schema.GroupVersionResource{Version: "v1", Resource: "nodes"}}
-	ConfigMapsCache = clustercache.Resource{GroupVersionResource: schema.GroupVersionResource{Version: "v1", Resource: "configmaps"}}
-)
+// NodesCache is the node cache the ConfigMap's conflict check lists, as
+// slo_config_plugin.go:89 does.
+var NodesCache = clustercache.Resource{GroupVersionResource: schema.GroupVersionResource{Version: "v1", Resource: "nodes"}}
+
+// ConfigMapsCache is the ConfigMap cache the node check reads
+// slo-controller-config from (slo_plugin.go:75), limited to the
+// ConfigMap's namespace: koord-manager caches every ConfigMap in the
+// cluster, kadmit needs only a namespaced Role to list and watch them.
+func ConfigMapsCache(namespace string) clustercache.Resource {
+	return clustercache.Resource{GroupVersionResource: schema.GroupVersionResource{Version: "v1", Resource: "configmaps"}, Namespace: namespace}
+}
 
 // Definition is the slo-config policy's entry in builtin.Registry: section
 // policies.sloConfig, off in the seed profile.
@@ -30,7 +34,7 @@ var Definition = &policy.Definition[Config]{
 	Defaults:   DefaultConfig,
 	Caches: func(cfg Config) []clustercache.Resource {
 		if cfg.NodeCheck {
-			return []clustercache.Resource{NodesCache, ConfigMapsCache}
+			return []clustercache.Resource{NodesCache, ConfigMapsCache(cfg.Namespace)}
 		}
 		return []clustercache.Resource{NodesCache}
 	},
@@ -41,7 +45,7 @@ var Definition = &policy.Definition[Config]{
 			nodes = informerNodes{inf.GetIndexer()}
 		}
 		if cfg.NodeCheck {
-			if inf, ok := env.Cluster.Informer(ConfigMapsCache); ok {
+			if inf, ok := env.Cluster.Informer(ConfigMapsCache(cfg.Namespace)); ok {
 				cms = informerConfigMaps{inf.GetIndexer()}
 			}
 		}
