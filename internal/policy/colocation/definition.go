@@ -33,7 +33,7 @@ var Definition = &policy.Definition[Config]{
 		return Caches(cfg.Profiles, true)
 	},
 	Build: func(cfg Config, env policy.Env) ([]admission.Hook, error) {
-		p, err := New(cfg, NamespacesFrom(env, cfg.Profiles), PriorityClassesFrom(env, cfg.Profiles))
+		p, err := New(cfg, NamespacesFrom(env, cfg.Profiles), WithPriorityClasses(PriorityClassesFrom(env, cfg.Profiles)))
 		if err != nil {
 			return nil, err
 		}

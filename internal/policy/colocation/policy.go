@@ -69,16 +69,30 @@ type Policy struct {
 	classes    PriorityClasses
 }
 
-// New validates cfg and builds the policy. namespaces and classes are nil
-// offline: then a namespace's only label is kubernetes.io/metadata.name
-// (which the API server sets on every namespace), with a warning when a
-// profile needs more, and priority classes resolve as Profiles.Apply says.
-func New(cfg Config, namespaces Namespaces, classes PriorityClasses) (*Policy, error) {
+// Option configures New.
+type Option func(*Policy)
+
+// WithPriorityClasses resolves profiles' priority classes with classes
+// (the cluster cache); without it, or with nil, they resolve offline as
+// Profiles.Apply says.
+func WithPriorityClasses(classes PriorityClasses) Option {
+	return func(p *Policy) { p.classes = classes }
+}
+
+// New validates cfg and builds the policy. namespaces is nil offline: then
+// a namespace's only label is kubernetes.io/metadata.name (which the API
+// server sets on every namespace), with a warning when a profile needs
+// more.
+func New(cfg Config, namespaces Namespaces, opts ...Option) (*Policy, error) {
 	ps, err := CompileProfiles(cfg.Profiles)
 	if err != nil {
 		return nil, err
 	}
-	return &Policy{cfg: cfg, profiles: ps, namespaces: namespaces, classes: classes}, nil
+	p := &Policy{cfg: cfg, profiles: ps, namespaces: namespaces}
+	for _, o := range opts {
+		o(p)
+	}
+	return p, nil
 }
 
 // Hooks returns the mutating hook (pods CREATE on /mutate-pod) and, unless

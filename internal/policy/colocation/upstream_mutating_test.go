@@ -196,8 +196,12 @@ func TestUpstreamMutatingTable(t *testing.T) {
 				p.Labels["label-key-to-store-not-exist"] = ""
 			}},
 		{name: "mutate pod annotations according to annotations",
-			pod:     func(p *corev1.Pod) { p.Annotations = map[string]string{"annotation-key-to-load": "test-annotation-value"} },
-			profile: func(pr *Profile) { pr.AnnotationKeysMapping = map[string]string{"annotation-key-to-load": "annotation-key-to-store"} },
+			pod: func(p *corev1.Pod) {
+				p.Annotations = map[string]string{"annotation-key-to-load": "test-annotation-value"}
+			},
+			profile: func(pr *Profile) {
+				pr.AnnotationKeysMapping = map[string]string{"annotation-key-to-load": "annotation-key-to-store"}
+			},
 			want: func(p *corev1.Pod) {
 				applied(p)
 				translated(p)
@@ -235,7 +239,7 @@ func TestUpstreamMutatingTable(t *testing.T) {
 			if c.cfg != nil {
 				c.cfg(&cfg)
 			}
-			p, err := New(cfg, upstreamNS, upstreamClasses)
+			p, err := New(cfg, upstreamNS, WithPriorityClasses(upstreamClasses))
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -253,7 +257,7 @@ func TestUpstreamMutatingTable(t *testing.T) {
 func TestMutateErrors(t *testing.T) {
 	pr := upstreamProfile()
 	pr.PriorityClassName = "missing"
-	p, err := New(Config{Profiles: []Profile{pr}}, upstreamNS, upstreamClasses)
+	p, err := New(Config{Profiles: []Profile{pr}}, upstreamNS, WithPriorityClasses(upstreamClasses))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -269,7 +273,7 @@ func TestMutateErrors(t *testing.T) {
 		t.Fatalf("verdict %+v", v)
 	}
 	bad := fmt.Sprintf(`{"metadata":{"labels":{"koordinator-colocation-pod":"true"}},"spec":{"priority":5000,"containers":[{"resources":{"requests":{"cpu":%q}}}]}}`, "1e9999999")
-	p2, _ := New(Config{Profiles: []Profile{{Name: "x"}}}, nil, nil)
+	p2, _ := New(Config{Profiles: []Profile{{Name: "x"}}}, nil)
 	_, v = p2.Mutate(t.Context(), podReq("default", admissionv1.Create, []byte(bad), nil))
 	if v.Allowed || v.Code != 400 {
 		t.Fatalf("out-of-range quantity: verdict %+v", v)
