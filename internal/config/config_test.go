@@ -181,7 +181,7 @@ func TestParseUnknownField(t *testing.T) {
 		{header + "policies:\n  podName: {enabled: true, wrods: [x]}\n", `invalid kadmit configuration: policies.podName: unknown field "wrods"`},
 		{header + "extra: 1\n", `invalid kadmit configuration: unknown field "extra"`},
 		// Field names are case-sensitive, as in Kubernetes objects.
-		{header + "policies:\n  podname: {enabled: false}\n", `invalid kadmit configuration: policies.podname: unknown policy (known: podName, lifespan, nodeOvercommit, jobQueue, resourceFlavor, elasticQuota, colocation, kadmitConfig)`},
+		{header + "policies:\n  podname: {enabled: false}\n", `invalid kadmit configuration: policies.podname: unknown policy (known: podName, lifespan, nodeOvercommit, jobQueue, resourceFlavor, reservation, elasticQuota, colocation, kadmitConfig)`},
 		{header + "policies:\n  lifespan: {Max: 3}\n", `invalid kadmit configuration: policies.lifespan: unknown field "Max"`},
 	} {
 		_, err := Parse([]byte(tc.in))

@@ -19,6 +19,7 @@ import (
 	"github.com/kadmit/kadmit/internal/policy/lifespan"
 	"github.com/kadmit/kadmit/internal/policy/nodeovercommit"
 	"github.com/kadmit/kadmit/internal/policy/podname"
+	"github.com/kadmit/kadmit/internal/policy/reservation"
 	"github.com/kadmit/kadmit/internal/policy/resourceflavor"
 )
 
@@ -31,6 +32,7 @@ var Registry = policy.Registry{
 	nodeovercommit.Definition,
 	jobqueue.Definition,
 	resourceflavor.Definition,
+	reservation.Definition,
 	elasticquota.Definition,
 	colocation.Definition,
 	kadmitconfig.Definition,
