@@ -535,3 +535,6 @@ func hasToleration(ts []corev1.Toleration, t corev1.Toleration) bool {
 	}
 	return false
 }
+
+// SetRandForTest replaces the probability draw (rand.IntN) for a test.
+func (ps *Profiles) SetRandForTest(intn func(int) int) { ps.intn = intn }
