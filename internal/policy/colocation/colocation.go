@@ -274,10 +274,43 @@ type Object struct {
 	Tolerations         []corev1.Toleration
 }
 
-// ReadObject decodes the fields profiles read; spec is the pod spec's path
-// (["spec"] for a pod, ["spec","template","spec"] for a Reservation) and
-// HasSpec is true when the value at spec[:len(spec)-1] exists.
-func ReadObject(doc *jsonedit.Doc, spec []string) (*Object, error) {
+// SpecPath is where an object keeps its pod spec, with the paths of the
+// fields profiles read precomputed (a request allocates none of them).
+type SpecPath struct {
+	spec, parent []string
+	fields       [6][]string
+}
+
+// NewSpecPath returns the SpecPath of the pod spec at spec (at least one
+// segment).
+func NewSpecPath(spec ...string) *SpecPath {
+	sp := &SpecPath{spec: spec, parent: spec[:len(spec)-1]}
+	for i, name := range []string{"schedulerName", "priorityClassName", "priority", "preemptionPolicy", "nodeSelector", "tolerations"} {
+		sp.fields[i] = append(slices.Clip(slices.Clone(spec)), name)
+	}
+	return sp
+}
+
+// The indexes of SpecPath.fields.
+const (
+	fSchedulerName = iota
+	fPriorityClassName
+	fPriority
+	fPreemptionPolicy
+	fNodeSelector
+	fTolerations
+)
+
+// PodSpec is a pod's spec; TemplateSpec a Reservation's template spec.
+var (
+	PodSpec      = NewSpecPath("spec")
+	TemplateSpec = NewSpecPath("spec", "template", "spec")
+)
+
+// ReadObject decodes the fields profiles read; HasSpec is true when the
+// value holding the spec (the object for a pod, spec.template for a
+// Reservation) exists.
+func ReadObject(doc *jsonedit.Doc, sp *SpecPath) (*Object, error) {
 	o := &Object{}
 	if _, err := doc.Decode(&o.Labels, "metadata", "labels"); err != nil {
 		return nil, err
@@ -285,21 +318,20 @@ func ReadObject(doc *jsonedit.Doc, spec []string) (*Object, error) {
 	if _, err := doc.Decode(&o.Annotations, "metadata", "annotations"); err != nil {
 		return nil, err
 	}
-	parent, err := doc.Get(spec[:len(spec)-1]...)
-	if err != nil {
-		return nil, err
+	if len(sp.parent) == 0 {
+		o.HasSpec = true
+	} else {
+		parent, err := doc.Get(sp.parent...)
+		if err != nil {
+			return nil, err
+		}
+		o.HasSpec = parent != nil && parent[0] != 'n'
 	}
-	if o.HasSpec = parent != nil && parent[0] != 'n'; !o.HasSpec {
+	if !o.HasSpec {
 		return o, nil
 	}
-	for _, f := range []struct {
-		v    any
-		name string
-	}{
-		{&o.SchedulerName, "schedulerName"}, {&o.PriorityClassName, "priorityClassName"}, {&o.Priority, "priority"},
-		{&o.PreemptionPolicy, "preemptionPolicy"}, {&o.NodeSelector, "nodeSelector"}, {&o.Tolerations, "tolerations"},
-	} {
-		if _, err := doc.Decode(f.v, append(slices.Clone(spec), f.name)...); err != nil {
+	for i, v := range []any{&o.SchedulerName, &o.PriorityClassName, &o.Priority, &o.PreemptionPolicy, &o.NodeSelector, &o.Tolerations} {
+		if _, err := doc.Decode(v, sp.fields[i]...); err != nil {
 			return nil, err
 		}
 	}
@@ -429,56 +461,57 @@ func (r *Result) RecordApplied() {
 	}
 }
 
-// Write states the difference from have to want as operations on doc (spec
+// Write states the difference from have to want as operations on doc (sp
 // as given to ReadObject): map entries in key order, then the scalars, then
 // the added tolerations. Profiles never remove a label, annotation or node
 // selector entry.
-func Write(doc *jsonedit.Doc, spec []string, have, want *Object) error {
+func Write(doc *jsonedit.Doc, sp *SpecPath, have, want *Object) error {
 	var err error
 	set := func(v any, path ...string) {
 		if err == nil {
 			err = doc.Set(v, path...)
 		}
 	}
-	at := func(name string) []string { return append(slices.Clone(spec), name) }
-	for _, m := range []struct {
+	// Doc copies the paths it keeps, so one buffer serves every key.
+	var buf [8]string
+	for i, m := range []struct {
 		have, want map[string]string
 		path       []string
 	}{
 		{have.Labels, want.Labels, []string{"metadata", "labels"}},
 		{have.Annotations, want.Annotations, []string{"metadata", "annotations"}},
-		{have.NodeSelector, want.NodeSelector, at("nodeSelector")},
+		{have.NodeSelector, want.NodeSelector, sp.fields[fNodeSelector]},
 	} {
-		for _, k := range slices.Sorted(maps.Keys(m.want)) {
-			if v, ok := m.have[k]; !ok || v != m.want[k] {
-				set(m.want[k], append(slices.Clone(m.path), k)...)
-			}
+		if i == 2 && !want.HasSpec {
+			break
+		}
+		for _, k := range sortedChanged(m.have, m.want) {
+			set(m.want[k], append(append(buf[:0], m.path...), k)...)
 		}
 	}
 	if !want.HasSpec {
 		return err
 	}
 	if want.SchedulerName != have.SchedulerName {
-		set(want.SchedulerName, at("schedulerName")...)
+		set(want.SchedulerName, sp.fields[fSchedulerName]...)
 	}
 	if want.PriorityClassName != have.PriorityClassName {
-		set(want.PriorityClassName, at("priorityClassName")...)
+		set(want.PriorityClassName, sp.fields[fPriorityClassName]...)
 	}
 	for _, f := range []struct {
-		name       string
-		have, want any
-		nilWant    bool
-		same       bool
+		field         int
+		want          any
+		nilWant, same bool
 	}{
-		{"priority", have.Priority, want.Priority, want.Priority == nil, equalPtr(have.Priority, want.Priority)},
-		{"preemptionPolicy", have.PreemptionPolicy, want.PreemptionPolicy, want.PreemptionPolicy == nil, equalPtr(have.PreemptionPolicy, want.PreemptionPolicy)},
+		{fPriority, want.Priority, want.Priority == nil, equalPtr(have.Priority, want.Priority)},
+		{fPreemptionPolicy, want.PreemptionPolicy, want.PreemptionPolicy == nil, equalPtr(have.PreemptionPolicy, want.PreemptionPolicy)},
 	} {
 		switch {
 		case f.same || err != nil:
 		case f.nilWant:
-			err = doc.Remove(at(f.name)...)
+			err = doc.Remove(sp.fields[f.field]...)
 		default:
-			set(f.want, at(f.name)...)
+			set(f.want, sp.fields[f.field]...)
 		}
 	}
 	if added := want.Tolerations[len(have.Tolerations):]; len(added) > 0 && err == nil {
@@ -486,9 +519,22 @@ func Write(doc *jsonedit.Doc, spec []string, have, want *Object) error {
 		for i, t := range added {
 			vals[i] = t
 		}
-		err = doc.Append(at("tolerations"), vals...)
+		err = doc.Append(sp.fields[fTolerations], vals...)
 	}
 	return err
+}
+
+// sortedChanged returns, in order, the keys of want whose value have lacks
+// or differs: nil, without allocating, when there are none.
+func sortedChanged(have, want map[string]string) []string {
+	var out []string
+	for k, v := range want {
+		if hv, ok := have[k]; !ok || hv != v {
+			out = append(out, k)
+		}
+	}
+	slices.Sort(out)
+	return out
 }
 
 func equalPtr[T comparable](a, b *T) bool {
@@ -501,8 +547,7 @@ func equalPtr[T comparable](a, b *T) bool {
 // setMap sets src's entries on dst; with keep, an entry dst already has
 // stays.
 func setMap(dst *map[string]string, src map[string]string, keep bool) {
-	for _, k := range slices.Sorted(maps.Keys(src)) {
-		v := src[k]
+	for k, v := range src {
 		if cur, ok := (*dst)[k]; ok && (cur == v || keep) {
 			continue
 		}

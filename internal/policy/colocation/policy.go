@@ -127,9 +127,6 @@ func (p *Policy) Hooks() []admission.Hook {
 	return hooks
 }
 
-// podSpec is a pod's spec path.
-var podSpec = []string{"spec"}
-
 // Mutate applies the matching profiles, by name, to a pod being created
 // (clusterColocationProfileMutatingPod,
 // pkg/webhook/pod/mutating/cluster_colocation_profile.go:54-117) and then,
@@ -144,7 +141,7 @@ func (p *Policy) Mutate(_ context.Context, req *admission.Request) ([]jsonedit.O
 		return nil, admission.Allow()
 	}
 	doc := jsonedit.NewDoc(req.Object.Raw)
-	have, err := ReadObject(doc, podSpec)
+	have, err := ReadObject(doc, PodSpec)
 	if err != nil {
 		return nil, admission.Invalid("%s: cannot parse the pod: %v", Name, err)
 	}
@@ -174,7 +171,7 @@ func (p *Policy) Mutate(_ context.Context, req *admission.Request) ([]jsonedit.O
 	if p.cfg.RecordProfiles {
 		res.RecordApplied()
 	}
-	if err := Write(doc, podSpec, have, res.Want); err != nil {
+	if err := Write(doc, PodSpec, have, res.Want); err != nil {
 		return nil, admission.Invalid("%s: cannot edit the pod: %v", Name, err)
 	}
 	if !res.SkipResources && !p.cfg.SkipMutatingResources {

@@ -104,9 +104,6 @@ func (p *Policy) Hooks() []admission.Hook {
 	}}
 }
 
-// templateSpec is a Reservation's pod spec path.
-var templateSpec = []string{"spec", "template", "spec"}
-
 // Mutate is clusterColocationProfileMutatingReservation
 // (pkg/webhook/reservation/mutating/cluster_colocation_profile.go:51-103):
 // on CREATE, the profiles whose selector matches the Reservation's labels
@@ -120,7 +117,7 @@ func (p *Policy) Mutate(_ context.Context, req *admission.Request) ([]jsonedit.O
 		return nil, admission.Allow()
 	}
 	doc := jsonedit.NewDoc(req.Object.Raw)
-	have, err := colocation.ReadObject(doc, templateSpec)
+	have, err := colocation.ReadObject(doc, colocation.TemplateSpec)
 	if err != nil {
 		return nil, admission.Invalid("%s: cannot parse the Reservation: %v", Name, err)
 	}
@@ -138,7 +135,7 @@ func (p *Policy) Mutate(_ context.Context, req *admission.Request) ([]jsonedit.O
 	if p.cfg.RecordProfiles {
 		res.RecordApplied()
 	}
-	if err := colocation.Write(doc, templateSpec, have, res.Want); err != nil {
+	if err := colocation.Write(doc, colocation.TemplateSpec, have, res.Want); err != nil {
 		return nil, admission.Invalid("%s: cannot edit the Reservation: %v", Name, err)
 	}
 	return doc.Ops(), admission.Allow(res.Warnings...)
