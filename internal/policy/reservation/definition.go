@@ -11,16 +11,27 @@ import (
 // policies.reservation, off in the seed profile (upstream's
 // ReservationMutatingWebhook feature gate is off by default,
 // pkg/features/features.go:115). Profiles with a priorityClassName read
-// PriorityClasses from the cluster caches; offline see colocation.Profiles.Apply.
+// PriorityClasses, and checkAllocations Reservations, from the cluster
+// caches; offline see colocation.Profiles.Apply and checkAllocations.
 var Definition = &policy.Definition[Config]{
 	PolicyName: Name,
 	SectionKey: "reservation",
 	Defaults:   DefaultConfig,
 	Caches: func(cfg Config) []clustercache.Resource {
-		return colocation.Caches(cfg.Profiles, false)
+		out := colocation.Caches(cfg.Profiles, false)
+		if cfg.CheckAllocations {
+			out = append(out, Reservations)
+		}
+		return out
 	},
 	Build: func(cfg Config, env policy.Env) ([]admission.Hook, error) {
-		p, err := New(cfg, colocation.PriorityClassesFrom(env, cfg.Profiles))
+		var rs ReservationLookup
+		if cfg.CheckAllocations {
+			if inf, ok := env.Cluster.Informer(Reservations); ok {
+				rs = reservationStore{inf.GetStore()}
+			}
+		}
+		p, err := New(cfg, colocation.PriorityClassesFrom(env, cfg.Profiles), rs)
 		if err != nil {
 			return nil, err
 		}

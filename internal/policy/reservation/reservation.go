@@ -50,6 +50,11 @@ type Config struct {
 	// RecordProfiles (kadmit, off by default) lists the applied profiles in
 	// the kadmit.io/colocation-profiles annotation.
 	RecordProfiles bool `json:"recordProfiles,omitempty"`
+	// CheckAllocations (kadmit, off by default; upstream checks nothing at
+	// admission) refuses a pod at CREATE whose reservation-affinity names a
+	// Reservation that does not exist, is not Available, or lacks room for
+	// the pod's request. It reads Reservations from the cluster cache.
+	CheckAllocations bool `json:"checkAllocations,omitempty"`
 }
 
 // DefaultConfig is the seed profile: disabled, no profiles.
@@ -65,19 +70,21 @@ var (
 
 // Policy is the reservation policy.
 type Policy struct {
-	cfg      Config
-	profiles *colocation.Profiles
-	classes  colocation.PriorityClasses
+	cfg          Config
+	profiles     *colocation.Profiles
+	classes      colocation.PriorityClasses
+	reservations ReservationLookup
 }
 
 // New validates cfg and builds the policy; classes nil is offline (see
-// colocation.Profiles.Apply).
-func New(cfg Config, classes colocation.PriorityClasses) (*Policy, error) {
+// colocation.Profiles.Apply), and so is reservations nil (checkAllocations
+// then warns and admits).
+func New(cfg Config, classes colocation.PriorityClasses, reservations ReservationLookup) (*Policy, error) {
 	ps, err := colocation.CompileProfiles(cfg.Profiles)
 	if err != nil {
 		return nil, err
 	}
-	return &Policy{cfg: cfg, profiles: ps, classes: classes}, nil
+	return &Policy{cfg: cfg, profiles: ps, classes: classes, reservations: reservations}, nil
 }
 
 // Hooks returns the mutating hook (Reservations CREATE on
@@ -145,18 +152,23 @@ func (p *Policy) Mutate(_ context.Context, req *admission.Request) ([]jsonedit.O
 // (pkg/webhook/pod/validating/verify_annotations.go:30-76): a pod, at
 // CREATE or UPDATE, may not carry the reserve-pod annotation, whatever its
 // value; the denial is upstream's field error with status 400
-// (validating_handler.go:139-145).
+// (validating_handler.go:139-145). With checkAllocations, a pod CREATE is
+// then checked against the Reservation it names (checkAllocations).
 func (p *Policy) Validate(_ context.Context, req *admission.Request) admission.Verdict {
 	if req.SubResource != "" || (req.Operation != admissionv1.Create && req.Operation != admissionv1.Update) {
 		return admission.Allow()
 	}
-	raw, err := jsonedit.NewDoc(req.Object.Raw).Get("metadata", "annotations", AnnotationReservePod)
+	doc := jsonedit.NewDoc(req.Object.Raw)
+	raw, err := doc.Get("metadata", "annotations", AnnotationReservePod)
 	if err != nil {
 		return admission.Invalid("%v", err)
 	}
-	if raw == nil {
-		return admission.Allow()
+	if raw != nil {
+		errs := field.ErrorList{field.Forbidden(field.NewPath("annotations", AnnotationReservePod), "cannot set in annotations")}
+		return admission.Invalid("%s", errs.ToAggregate().Error())
 	}
-	errs := field.ErrorList{field.Forbidden(field.NewPath("annotations", AnnotationReservePod), "cannot set in annotations")}
-	return admission.Invalid("%s", errs.ToAggregate().Error())
+	if p.cfg.CheckAllocations && req.Operation == admissionv1.Create {
+		return p.checkAllocations(doc)
+	}
+	return admission.Allow()
 }

@@ -169,7 +169,7 @@ func TestUpstreamMutatingTable(t *testing.T) {
 			if c.in != nil {
 				c.in(in)
 			}
-			p, err := New(Config{Profiles: []colocation.Profile{c.profile}}, fakeClasses{"koordinator-prod": 9500})
+			p, err := New(Config{Profiles: []colocation.Profile{c.profile}}, fakeClasses{"koordinator-prod": 9500}, nil)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -197,7 +197,7 @@ func TestUpstreamHandlerTable(t *testing.T) {
 	p, err := New(Config{Profiles: []colocation.Profile{
 		{Name: "test-profile", Selector: selected(), Labels: map[string]string{"foo": "bar"}},
 		{Name: "test-profile-1", Selector: selected(), Labels: map[string]string{"foo-1": "bar-1"}},
-	}}, nil)
+	}}, nil, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -247,7 +247,7 @@ func TestUpstreamHandlerTable(t *testing.T) {
 // (pkg/webhook/pod/validating/verify_annotations_test.go:37-104), plus the
 // UPDATE and other-annotation cases of the same rule.
 func TestUpstreamReservePodAnnotation(t *testing.T) {
-	p, _ := New(Config{}, nil)
+	p, _ := New(Config{}, nil, nil)
 	const reason = `annotations.scheduling.koordinator.sh/reserve-pod: Forbidden: cannot set in annotations`
 	for _, c := range []struct {
 		name string
