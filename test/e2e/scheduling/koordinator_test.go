@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"net/http"
+	"strings"
 	"testing"
 	"time"
 
@@ -17,6 +18,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/kadmit/kadmit/test/e2e/e2eenv"
+	"github.com/kadmit/kadmit/test/poll"
 )
 
 // The Koordinator pod and Reservation rules of the colocation and
@@ -200,4 +202,56 @@ func TestKoordinatorBatchResources(t *testing.T) {
 	if got.Spec.PriorityClassName != "koord-batch" || got.Spec.Priority == nil || *got.Spec.Priority != koordBatchValue {
 		t.Fatalf("priority class %q priority %v", got.Spec.PriorityClassName, got.Spec.Priority)
 	}
+}
+
+// TestKoordinatorReservationAllocations is kadmit's opt-in checkAllocations
+// (on in this suite's config): a pod naming a Reservation is checked
+// against the Reservation's status as kadmit's informer sees it.
+func TestKoordinatorReservationAllocations(t *testing.T) {
+	e := world(t)
+	ctx := e2eenv.TestCtx(t, time.Minute)
+	res := e.dyn.Resource(reservationGVR)
+	name := "alloc-" + e.suffix
+	r, err := res.Create(ctx, newReservation(name, nil), metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = res.Delete(context.Background(), name, metav1.DeleteOptions{}) })
+	pods := e.Client.CoreV1().Pods(e.plain)
+	affinity := map[string]string{"scheduling.koordinator.sh/reservation-affinity": `{"name":"` + name + `"}`}
+	cpu := func(q string) corev1.ResourceList {
+		return corev1.ResourceList{corev1.ResourceCPU: resource.MustParse(q)}
+	}
+
+	// No status yet: the Reservation is not Available.
+	if err := poll.Until(ctx, cacheWait, func(ctx context.Context) error {
+		_, err := pods.Create(ctx, koordPod("alloc-pending", nil, affinity, "", cpu("1")), metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
+		if err == nil {
+			return fmt.Errorf("admitted before the Reservation is Available")
+		}
+		if !strings.Contains(err.Error(), `is "", not Available`) {
+			return err
+		}
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	_ = unstructured.SetNestedField(r.Object, map[string]any{
+		"phase": "Available", "allocatable": map[string]any{"cpu": "4"}, "allocated": map[string]any{"cpu": "3"},
+	}, "status")
+	if _, err := res.UpdateStatus(ctx, r, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	// Once kadmit's cache has the status: 1 CPU fits, 2 do not.
+	if err := poll.Until(ctx, cacheWait, func(ctx context.Context) error {
+		_, err := pods.Create(ctx, koordPod("alloc-fits", nil, affinity, "", cpu("1")), metav1.CreateOptions{})
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	_, err = pods.Create(ctx, koordPod("alloc-over", nil, affinity, "", cpu("2")), metav1.CreateOptions{})
+	wantDenied(t, err, `pod requests cpu 2, Reservation "`+name+`" has 1 of 4 left`)
+	missing := map[string]string{"scheduling.koordinator.sh/reservation-affinity": `{"name":"no-such-reservation"}`}
+	_, err = pods.Create(ctx, koordPod("alloc-missing", nil, missing, "", cpu("1")), metav1.CreateOptions{})
+	wantDenied(t, err, `Reservation "no-such-reservation" named by scheduling.koordinator.sh/reservation-affinity does not exist`)
 }

@@ -93,7 +93,7 @@ policies:
       schedulerName: koord-scheduler
       tolerations: [{key: colocation, operator: Exists, effect: NoSchedule}]
       nodeSelector: {node-pool: mixed}
-  reservation: {enabled: true, recordProfiles: true, profiles: [*batch]}
+  reservation: {enabled: true, recordProfiles: true, checkAllocations: true, profiles: [*batch]}
   kadmitConfig: {enabled: true, namespace: %[2]s, name: kadmit}
 `, e.jobs, e.config)
 }
