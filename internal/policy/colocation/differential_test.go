@@ -1,6 +1,7 @@
 package colocation
 
 import (
+	"encoding/json"
 	"fmt"
 	"maps"
 	"slices"
@@ -70,6 +71,13 @@ func diffPods(t *testing.T) map[string]string {
 // on a corev1.Pod, with kadmit's extras, for the differential test.
 func slowMutate(p *Policy, ns string) func(*corev1.Pod) {
 	return func(pod *corev1.Pod) {
+		slowProfiles(p, ns, pod)
+		typedExtendedResources(pod)
+	}
+}
+
+func slowProfiles(p *Policy, ns string, pod *corev1.Pod) {
+	{
 		matched := p.profiles.match(pod.Labels, func() (map[string]string, bool) { l, ok, _ := p.namespaceLabels(ns); return l, ok })
 		if len(matched) == 0 {
 			return
@@ -249,4 +257,44 @@ func TestDifferential(t *testing.T) {
 			}
 		}
 	}
+}
+
+// typedExtendedResources is upstream's mutateByExtendedResources
+// (extended_resource_spec.go:33-80) on a typed pod, run after the profiles
+// as upstream's handleCreate does (mutating_handler.go:124-132).
+func typedExtendedResources(pod *corev1.Pod) {
+	want := extendedResourceSpec{}
+	for _, c := range pod.Spec.Containers {
+		r := extendedContainerSpec{Requests: corev1.ResourceList{}, Limits: corev1.ResourceList{}}
+		for _, n := range []corev1.ResourceName{BatchCPU, BatchMemory} {
+			if q, ok := c.Resources.Requests[n]; ok {
+				r.Requests[n] = q
+			}
+			if q, ok := c.Resources.Limits[n]; ok {
+				r.Limits[n] = q
+			}
+		}
+		if len(r.Requests) > 0 || len(r.Limits) > 0 {
+			if want.Containers == nil {
+				want.Containers = map[string]extendedContainerSpec{}
+			}
+			want.Containers[c.Name] = r
+		}
+	}
+	cur, has := pod.Annotations[AnnotationExtendedResourceSpec]
+	b, _ := json.Marshal(want)
+	if !has && want.Containers == nil {
+		return
+	}
+	if has {
+		var got extendedResourceSpec
+		_ = json.Unmarshal([]byte(cur), &got)
+		if g, _ := json.Marshal(got); string(g) == string(b) {
+			return
+		}
+	}
+	if pod.Annotations == nil {
+		pod.Annotations = map[string]string{}
+	}
+	pod.Annotations[AnnotationExtendedResourceSpec] = string(b)
 }

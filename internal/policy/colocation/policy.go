@@ -2,6 +2,7 @@ package colocation
 
 import (
 	"context"
+	"errors"
 	"fmt"
 
 	admissionv1 "k8s.io/api/admission/v1"
@@ -133,11 +134,13 @@ func (p *Policy) Hooks() []admission.Hook {
 // unless a matching profile says skipUpdateResources or
 // skipMutatingResources is on, moves a koord-batch (koord-mid) pod's cpu and
 // memory to kubernetes.io/batch-cpu and batch-memory (mid-cpu, mid-memory).
+// Last, for every pod created, the node.koordinator.sh/extended-resource-spec
+// annotation is brought in line with its batch resources (extendedResources).
 // Only the fields read are decoded; the change is stated as JSONPatch
 // operations on the pod as sent. A pod the profiles cannot read is refused
 // with 400, a failed PriorityClass lookup with 500 (mutating_handler.go:68-91).
 func (p *Policy) Mutate(_ context.Context, req *admission.Request) ([]jsonedit.Op, admission.Verdict) {
-	if req.Operation != admissionv1.Create || p.profiles.Len() == 0 || req.SubResource != "" {
+	if req.Operation != admissionv1.Create || req.SubResource != "" {
 		return nil, admission.Allow()
 	}
 	doc := jsonedit.NewDoc(req.Object.Raw)
@@ -146,38 +149,47 @@ func (p *Policy) Mutate(_ context.Context, req *admission.Request) ([]jsonedit.O
 		return nil, admission.Invalid("%s: cannot parse the pod: %v", Name, err)
 	}
 	var warnings []string
-	ns := req.Namespace
-	if ns == "" {
-		var n string
-		if _, err := doc.Decode(&n, "metadata", "namespace"); err != nil {
-			return nil, admission.Invalid("%s: cannot parse the pod: %v", Name, err)
+	want := have
+	var translated []containerLists
+	if p.profiles.Len() > 0 {
+		ns := req.Namespace
+		if ns == "" {
+			if _, err := doc.Decode(&ns, "metadata", "namespace"); err != nil {
+				return nil, admission.Invalid("%s: cannot parse the pod: %v", Name, err)
+			}
 		}
-		ns = n
-	}
-	res, err := p.profiles.Apply(have, func() (map[string]string, bool) {
-		l, ok, warn := p.namespaceLabels(ns)
-		if warn != "" {
-			warnings = append(warnings, warn)
+		res, err := p.profiles.Apply(have, func() (map[string]string, bool) {
+			l, ok, warn := p.namespaceLabels(ns)
+			if warn != "" {
+				warnings = append(warnings, warn)
+			}
+			return l, ok
+		}, p.classes)
+		if err != nil {
+			return nil, admission.Errored(0, err)
 		}
-		return l, ok
-	}, p.classes)
-	if err != nil {
-		return nil, admission.Errored(0, err)
-	}
-	warnings = append(warnings, res.Warnings...)
-	if !res.Matched {
-		return nil, admission.Allow(warnings...)
-	}
-	if p.cfg.RecordProfiles {
-		res.RecordApplied()
-	}
-	if err := Write(doc, PodSpec, have, res.Want); err != nil {
-		return nil, admission.Invalid("%s: cannot edit the pod: %v", Name, err)
-	}
-	if !res.SkipResources && !p.cfg.SkipMutatingResources {
-		if err := translateResources(doc, res.Want.Labels, res.Want.Priority); err != nil {
-			return nil, admission.Invalid("%s: %v", Name, err)
+		warnings = append(warnings, res.Warnings...)
+		if res.Matched {
+			if p.cfg.RecordProfiles {
+				res.RecordApplied()
+			}
+			want = res.Want
+			if err := Write(doc, PodSpec, have, want); err != nil {
+				return nil, admission.Invalid("%s: cannot edit the pod: %v", Name, err)
+			}
+			if !res.SkipResources && !p.cfg.SkipMutatingResources {
+				if translated, err = translateResources(doc, want.Labels, want.Priority); err != nil {
+					return nil, admission.Invalid("%s: %v", Name, err)
+				}
+			}
 		}
+	}
+	if err := extendedResources(doc, want.Annotations, translated); err != nil {
+		var ae *annotationError
+		if errors.As(err, &ae) {
+			return nil, admission.Errored(0, err)
+		}
+		return nil, admission.Invalid("%s: %v", Name, err)
 	}
 	return doc.Ops(), admission.Allow(warnings...)
 }

@@ -15,6 +15,7 @@ import (
 
 // containerResources is the part of a container the translation reads.
 type containerResources struct {
+	Name      string `json:"name"`
 	Resources struct {
 		Limits   quantity.List `json:"limits"`
 		Requests quantity.List `json:"requests"`
@@ -34,7 +35,10 @@ type containerResources struct {
 // The containers are decoded only when the class needs a translation, and
 // only for a pod with no class and no QoS label that has cpu or memory
 // overhead does the Kubernetes QoS class have to be computed.
-func translateResources(doc *jsonedit.Doc, labels map[string]string, priority *int32) error {
+//
+// It returns the regular containers' lists as translated, nil when nothing
+// was translated.
+func translateResources(doc *jsonedit.Doc, labels map[string]string, priority *int32) ([]containerLists, error) {
 	pc := priorityRaw(labels, priority)
 	var overhead quantity.List
 	if pc == PriorityNone {
@@ -46,28 +50,29 @@ func translateResources(doc *jsonedit.Doc, labels map[string]string, priority *i
 			// (qos_utils.go:44-55). A BestEffort pod has no cpu or memory
 			// in its containers, so only its overhead can change.
 			if _, err := doc.Decode(&overhead, "spec", "overhead"); err != nil {
-				return err
+				return nil, err
 			}
 			_, cpu := overhead[corev1.ResourceCPU]
 			_, mem := overhead[corev1.ResourceMemory]
 			if !cpu && !mem {
-				return nil
+				return nil, nil
 			}
 			be, err := bestEffort(doc)
 			if err != nil || !be {
-				return err
+				return nil, err
 			}
 			pc = PriorityBatch
 		}
 	}
 	cpuName, memName, ok := resourceNames(pc)
 	if !ok {
-		return nil
+		return nil, nil
 	}
+	var out []containerLists
 	for _, list := range []string{"initContainers", "containers"} {
 		var cs []containerResources
 		if _, err := doc.Decode(&cs, "spec", list); err != nil {
-			return err
+			return nil, err
 		}
 		for i := range cs {
 			r := &cs[i].Resources
@@ -84,19 +89,31 @@ func translateResources(doc *jsonedit.Doc, labels map[string]string, priority *i
 			}
 			base := []string{"spec", list, strconv.Itoa(i), "resources"}
 			if err := writeList(doc, append(slices.Clone(base), "requests"), r.Requests, req); err != nil {
-				return err
+				return nil, err
 			}
 			if err := writeList(doc, append(slices.Clone(base), "limits"), r.Limits, lim); err != nil {
-				return err
+				return nil, err
+			}
+			if list == "containers" {
+				out = append(out, containerLists{name: cs[i].Name, req: req, lim: lim})
 			}
 		}
 	}
 	if overhead == nil {
 		if _, err := doc.Decode(&overhead, "spec", "overhead"); err != nil {
-			return err
+			return nil, err
 		}
 	}
-	return writeList(doc, []string{"spec", "overhead"}, overhead, translateList(overhead, cpuName, memName))
+	if out == nil {
+		out = []containerLists{}
+	}
+	return out, writeList(doc, []string{"spec", "overhead"}, overhead, translateList(overhead, cpuName, memName))
+}
+
+// containerLists is a regular container's requests and limits.
+type containerLists struct {
+	name     string
+	req, lim corev1.ResourceList
 }
 
 // translateList is replaceAndEraseResource (cluster_colocation_profile.go:283-296)

@@ -249,7 +249,9 @@ func TestUpstreamMutatingTable(t *testing.T) {
 			if !v.Allowed {
 				t.Fatalf("denied: %+v", v)
 			}
-			policytest.Check(t, raw, ops, func(got *corev1.Pod) { c.want(got) })
+			// The full /mutate-pod also writes the extended-resource-spec
+			// annotation after the profiles (mutating_handler.go:124-132).
+			policytest.Check(t, raw, ops, func(got *corev1.Pod) { c.want(got); typedExtendedResources(got) })
 		})
 	}
 }
