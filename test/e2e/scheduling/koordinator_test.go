@@ -202,6 +202,11 @@ func TestKoordinatorBatchResources(t *testing.T) {
 	if got.Spec.PriorityClassName != "koord-batch" || got.Spec.Priority == nil || *got.Spec.Priority != koordBatchValue {
 		t.Fatalf("priority class %q priority %v", got.Spec.PriorityClassName, got.Spec.Priority)
 	}
+	// extended_resource_spec.go:33-80, after the profiles.
+	const spec = `{"containers":{"c":{"limits":{"kubernetes.io/batch-cpu":"500","kubernetes.io/batch-memory":"256Mi"},"requests":{"kubernetes.io/batch-cpu":"500","kubernetes.io/batch-memory":"256Mi"}}}}`
+	if a := got.Annotations["node.koordinator.sh/extended-resource-spec"]; a != spec {
+		t.Fatalf("extended-resource-spec %q, want %q", a, spec)
+	}
 }
 
 // TestKoordinatorReservationAllocations is kadmit's opt-in checkAllocations
