@@ -240,7 +240,7 @@ func benchColocation(b *testing.B, matching int) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	co, err := colocation.New(colocation.Config{Profiles: colocationProfiles(10, matching)}, nil)
+	co, err := colocation.New(colocation.Config{Profiles: colocationProfiles(10, matching), DisableValidation: true}, nil)
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -20,6 +20,7 @@ import (
 	"github.com/kadmit/kadmit/internal/policy/nodeamplification"
 	"github.com/kadmit/kadmit/internal/policy/nodeovercommit"
 	"github.com/kadmit/kadmit/internal/policy/podname"
+	"github.com/kadmit/kadmit/internal/policy/reservation"
 	"github.com/kadmit/kadmit/internal/policy/resourceflavor"
 	"github.com/kadmit/kadmit/internal/policy/sloconfig"
 )
@@ -33,6 +34,7 @@ var Registry = policy.Registry{
 	nodeovercommit.Definition,
 	jobqueue.Definition,
 	resourceflavor.Definition,
+	reservation.Definition,
 	elasticquota.Definition,
 	colocation.Definition,
 	kadmitconfig.Definition,

@@ -45,7 +45,8 @@ func TestSchedulingHooks(t *testing.T) {
 		{"elastic-quota", "/mutate-scheduling-sigs-k8s-io-v1alpha1-elasticquota", M, F},
 		{"elastic-quota", "/validate-scheduling-sigs-k8s-io-v1alpha1-elasticquota", V, F},
 		{"elastic-quota", "/validate-pod", V, F},
-		{"colocation", "/mutate-pod", M, I},
+		{"colocation", "/mutate-pod", M, F},
+		{"colocation", "/validate-pod", V, F},
 		{"kadmit-config", "/validate-configmap", V, F},
 	}
 	if got := keys(hooks); !slices.Equal(got, want) {
@@ -56,7 +57,7 @@ func TestSchedulingHooks(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, wh := range whs {
-		if wh.Path == "/validate-pod" && (len(wh.Hooks) != 2 || wh.Hooks[0].Policy != "pod-name") {
+		if wh.Path == "/validate-pod" && (len(wh.Hooks) != 3 || wh.Hooks[0].Policy != "pod-name") {
 			t.Fatalf("/validate-pod hooks %+v", wh.Hooks)
 		}
 		if wh.Path == "/mutate-pod" && (len(wh.Hooks) != 2 || wh.Hooks[1].Policy != "colocation") {

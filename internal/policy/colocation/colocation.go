@@ -1,79 +1,99 @@
 // Package colocation implements the colocation policy, kadmit's version of
-// Koordinator's ClusterColocationProfile: profiles from the configuration
-// that stamp labels, annotations, a scheduler, a priority class, tolerations
-// and node selector entries onto the pods they select at CREATE, so that
-// batch pods land on the colocated nodes with the right QoS without every
-// team editing its manifests.
+// Koordinator's ClusterColocationProfile webhooks (koordinator-sh/koordinator
+// v1.8.0 pkg/webhook/pod/mutating/cluster_colocation_profile.go and
+// pkg/webhook/pod/validating/cluster_colocation_profile.go): profiles from
+// the configuration stamp labels, annotations, a scheduler, a priority class
+// and a QoS class onto the pods they select at CREATE and turn a batch pod's
+// cpu and memory into kubernetes.io/batch-cpu and batch-memory; the
+// validating half keeps QoS, priority class and resources consistent on
+// every pod CREATE and UPDATE.
+//
+// The profile engine (Profiles, Object) is shared with the reservation
+// policy, which applies the same kind of profiles to Reservations.
 package colocation
 
 import (
-	"context"
+	"cmp"
 	"fmt"
 	"maps"
+	"math/rand/v2"
 	"slices"
+	"strconv"
 	"strings"
 
-	admissionv1 "k8s.io/api/admission/v1"
-	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/apimachinery/pkg/util/validation"
 
-	"github.com/kadmit/kadmit/internal/admission"
 	"github.com/kadmit/kadmit/internal/jsonedit"
 	"github.com/kadmit/kadmit/internal/policy/resourceflavor"
 )
 
-// The policy states its change as JSONPatch operations.
-var _ admission.Mutator = (*Policy)(nil)
-
-// Name is the policy's name (policies.colocation in the configuration).
-const Name = "colocation"
-
-// Path is the mutating hook's path, shared with the lifespan policy.
-const Path = "/mutate-pod"
-
-// Config is the colocation policy's configuration (policies.colocation).
-type Config struct {
-	// Profiles are applied in list order to every pod they match.
-	Profiles []Profile `json:"profiles,omitempty"`
-}
-
-// Profile is one colocation profile.
+// Profile is one colocation profile: the spec of Koordinator's
+// ClusterColocationProfile (apis/config/v1alpha1/cluster_colocation_profile_types.go:29-107)
+// plus its name, with three kadmit additions (tolerations, nodeSelector,
+// keepExisting) that do nothing unless set.
 type Profile struct {
-	// Name identifies the profile in messages and in the
-	// kadmit.io/colocation-profiles annotation; unique, a DNS label.
+	// Name identifies the profile; profiles apply in name order
+	// (cluster_colocation_profile.go:90-93). Unique, a DNS label.
 	Name string `json:"name"`
-	// NamespaceSelector selects by the labels of the pod's namespace; nil
-	// matches every namespace.
+	// NamespaceSelector selects by the labels of the pod's namespace; nil or
+	// empty matches every namespace. Reservations ignore it.
 	NamespaceSelector *metav1.LabelSelector `json:"namespaceSelector,omitempty"`
-	// Selector selects by the pod's labels; nil matches every pod.
+	// Selector selects by the object's labels as submitted; nil or empty
+	// matches every object.
 	Selector *metav1.LabelSelector `json:"selector,omitempty"`
-	// Labels and Annotations are set on the pod.
+	// Probability is the chance, an integer or a percentage of 100, that a
+	// matching profile applies; nil is 100.
+	Probability *intstr.IntOrString `json:"probability,omitempty"`
+	// QoSClass sets the koordinator.sh/qosClass label: LSE, LSR, LS, BE or
+	// SYSTEM.
+	QoSClass string `json:"qosClass,omitempty"`
+	// PriorityClassName sets spec.priorityClassName and, from the
+	// PriorityClass, spec.priority and spec.preemptionPolicy.
+	PriorityClassName string `json:"priorityClassName,omitempty"`
+	// KoordinatorPriority sets the koordinator.sh/priority label.
+	KoordinatorPriority *int32 `json:"koordinatorPriority,omitempty"`
+	// Labels and Annotations are set on the object.
 	Labels      map[string]string `json:"labels,omitempty"`
 	Annotations map[string]string `json:"annotations,omitempty"`
-	// SchedulerName and PriorityClassName are set when non-empty.
-	SchedulerName     string `json:"schedulerName,omitempty"`
-	PriorityClassName string `json:"priorityClassName,omitempty"`
-	// Tolerations are appended unless the pod already has an equal one.
+	// LabelKeysMapping sets labels[new] = labels[old] ("" when old is
+	// absent) for each old: new; AnnotationKeysMapping the same for
+	// annotations. Applied in key order.
+	LabelKeysMapping      map[string]string `json:"labelKeysMapping,omitempty"`
+	AnnotationKeysMapping map[string]string `json:"annotationKeysMapping,omitempty"`
+	// LabelSuffixes appends the suffix to each label the object has.
+	LabelSuffixes map[string]string `json:"labelSuffixes,omitempty"`
+	// SchedulerName sets spec.schedulerName.
+	SchedulerName string `json:"schedulerName,omitempty"`
+	// SkipUpdateResources is upstream's profile annotation
+	// config.koordinator.sh/skip-update-resources
+	// (apis/extension/cluster_colocation_profile.go:24-37): when a matching
+	// profile has it, cpu and memory are not translated.
+	SkipUpdateResources bool `json:"skipUpdateResources,omitempty"`
+
+	// Tolerations (kadmit) are appended unless the pod has an equal one.
 	Tolerations []corev1.Toleration `json:"tolerations,omitempty"`
-	// NodeSelector entries are set on spec.nodeSelector.
+	// NodeSelector (kadmit) entries are set on spec.nodeSelector.
 	NodeSelector map[string]string `json:"nodeSelector,omitempty"`
-	// Overwrite lets the profile replace a label, annotation, node selector
-	// entry, schedulerName or priorityClassName the pod (or an earlier
-	// profile) already set. Without it the pod's value wins.
-	Overwrite bool `json:"overwrite,omitempty"`
+	// KeepExisting (kadmit, off by default) keeps a label, annotation, node
+	// selector entry, schedulerName (other than default-scheduler) or
+	// priorityClassName the object already has, where upstream overwrites.
+	KeepExisting bool `json:"keepExisting,omitempty"`
 }
 
-// DefaultConfig is the seed profile: disabled, no profiles.
-func DefaultConfig() Config { return Config{} }
+// ProfilesAnnotation lists, comma-separated, the profiles applied to an
+// object when recordProfiles is on.
+const ProfilesAnnotation = "kadmit.io/colocation-profiles"
 
-// Validate reports the first problem as "<field>: <problem>".
-func (c Config) Validate() error {
+// ValidateProfiles reports the first problem of ps as
+// "profiles[i].<field>: <problem>".
+func ValidateProfiles(ps []Profile) error {
 	seen := map[string]bool{}
-	for i, p := range c.Profiles {
+	for i, p := range ps {
 		path := fmt.Sprintf("profiles[%d]", i)
 		if errs := validation.IsDNS1123Label(p.Name); len(errs) > 0 {
 			return fmt.Errorf("%s.name: %q: %s", path, p.Name, errs[0])
@@ -88,14 +108,32 @@ func (c Config) Validate() error {
 		if _, err := selector(p.Selector); err != nil {
 			return fmt.Errorf("%s.selector: %w", path, err)
 		}
+		if p.Probability != nil {
+			if _, err := intstr.GetScaledValueFromIntOrPercent(p.Probability, 100, false); err != nil {
+				return fmt.Errorf("%s.probability: %w", path, err)
+			}
+		}
+		if p.QoSClass != "" && qosByName(p.QoSClass) == QoSNone {
+			return fmt.Errorf("%s.qosClass: %q: must be one of LSE, LSR, LS, BE, SYSTEM", path, p.QoSClass)
+		}
 		for _, m := range []struct {
-			field string
-			kv    map[string]string
-			value bool
-		}{{"labels", p.Labels, true}, {"annotations", p.Annotations, false}, {"nodeSelector", p.NodeSelector, true}} {
+			field         string
+			kv            map[string]string
+			value, keyVal bool
+		}{
+			{"labels", p.Labels, true, false}, {"annotations", p.Annotations, false, false},
+			{"nodeSelector", p.NodeSelector, true, false},
+			{"labelKeysMapping", p.LabelKeysMapping, false, true}, {"annotationKeysMapping", p.AnnotationKeysMapping, false, true},
+			{"labelSuffixes", p.LabelSuffixes, false, false},
+		} {
 			for k, v := range m.kv {
 				if errs := validation.IsQualifiedName(k); len(errs) > 0 {
 					return fmt.Errorf("%s.%s: key %q: %s", path, m.field, k, errs[0])
+				}
+				if m.keyVal {
+					if errs := validation.IsQualifiedName(v); len(errs) > 0 {
+						return fmt.Errorf("%s.%s[%s]: %q: %s", path, m.field, k, v, errs[0])
+					}
 				}
 				if m.value {
 					if errs := validation.IsValidLabelValue(v); len(errs) > 0 {
@@ -130,230 +168,407 @@ func selector(s *metav1.LabelSelector) (labels.Selector, error) {
 	return metav1.LabelSelectorAsSelector(s)
 }
 
-// Namespaces returns the labels of a namespace from an informer cache; ok
-// is false when the namespace is not in the cache.
-type Namespaces interface {
-	NamespaceLabels(name string) (map[string]string, bool)
+// PriorityClasses resolves a PriorityClass name to its value and
+// preemptionPolicy; the error is the API server's for a missing class
+// (`priorityclasses.scheduling.k8s.io "x" not found`).
+type PriorityClasses interface {
+	PriorityClass(name string) (int32, *corev1.PreemptionPolicy, error)
 }
-
-// ProfilesAnnotation lists, comma-separated, the profiles applied to a pod.
-const ProfilesAnnotation = "kadmit.io/colocation-profiles"
 
 type compiled struct {
-	Profile
-	ns, pod labels.Selector
+	*Profile
+	ns, obj           labels.Selector
+	nsEmpty, objEmpty bool
+	percent           int
 }
 
-// Policy is the colocation policy.
-type Policy struct {
-	cfg        Config
-	profiles   []compiled
-	namespaces Namespaces
-	// needsNamespaceLabels is true when some profile's namespace selector
-	// reads more than the name label the API server puts on every namespace.
-	needsNamespaceLabels bool
+// Profiles is a validated list of profiles in the order upstream applies
+// them: by name.
+type Profiles struct {
+	list []compiled
+	// intn is rand.IntN; tests replace it (upstream's randIntnFn,
+	// cluster_colocation_profile.go:47-49).
+	intn func(int) int
 }
 
-// New validates cfg and builds the policy. namespaces is nil offline: then a
-// namespace's only label is kubernetes.io/metadata.name (which the API server
-// sets on every namespace), and a profile whose namespaceSelector needs other
-// labels does not match, with a warning.
-func New(cfg Config, namespaces Namespaces) (*Policy, error) {
-	if err := cfg.Validate(); err != nil {
+// CompileProfiles validates ps and sorts them by name.
+func CompileProfiles(ps []Profile) (*Profiles, error) {
+	if err := ValidateProfiles(ps); err != nil {
 		return nil, err
 	}
-	p := &Policy{cfg: cfg, namespaces: namespaces}
-	for _, pr := range cfg.Profiles {
-		ns, _ := selector(pr.NamespaceSelector)
-		pod, _ := selector(pr.Selector)
-		p.profiles = append(p.profiles, compiled{Profile: pr, ns: ns, pod: pod})
-		if pr.NamespaceSelector != nil {
-			p.needsNamespaceLabels = true
+	out := &Profiles{intn: rand.IntN}
+	for i := range ps {
+		pr := &ps[i]
+		c := compiled{Profile: pr, percent: 100}
+		c.ns, _ = selector(pr.NamespaceSelector)
+		c.obj, _ = selector(pr.Selector)
+		c.nsEmpty, c.objEmpty = c.ns.Empty(), c.obj.Empty()
+		if pr.Probability != nil {
+			c.percent, _ = intstr.GetScaledValueFromIntOrPercent(pr.Probability, 100, false)
 		}
+		out.list = append(out.list, c)
 	}
-	return p, nil
+	slices.SortFunc(out.list, func(a, b compiled) int { return cmp.Compare(a.Name, b.Name) })
+	return out, nil
 }
 
-// Hooks returns the mutating hook: pods CREATE on /mutate-pod, failurePolicy
-// Ignore unless configured.
-func (p *Policy) Hooks() []admission.Hook {
-	fp := admissionregistrationv1.Ignore
-	return []admission.Hook{{
-		Policy: Name, Path: Path, Type: admission.Mutating,
-		Rules: []admissionregistrationv1.RuleWithOperations{{
-			Operations: []admissionregistrationv1.OperationType{admissionregistrationv1.Create},
-			Rule:       admissionregistrationv1.Rule{APIGroups: []string{""}, APIVersions: []string{"v1"}, Resources: []string{"pods"}},
-		}},
-		FailurePolicy: fp,
-		Mutator:       p,
-	}}
+// Len is the number of profiles.
+func (ps *Profiles) Len() int { return len(ps.list) }
+
+// NeedsNamespaceLabels is true when some profile's namespace selector is not
+// empty.
+func (ps *Profiles) NeedsNamespaceLabels() bool {
+	return slices.ContainsFunc(ps.list, func(c compiled) bool { return !c.nsEmpty })
 }
 
-// Mutate applies every matching profile, in configuration order, to a pod
-// being created. A profile sets a field only when the pod leaves it empty
-// (for maps: per key), unless it says overwrite: true; so with two matching
-// profiles the earlier one wins a conflict unless the later overwrites.
-// Tolerations are appended when no equal toleration is present. The names of
-// the applied profiles are recorded in kadmit.io/colocation-profiles. The
-// result is the same when applied twice. The change is one JSONPatch
-// operation per label, annotation and node selector entry set, per scalar
-// field changed and per toleration added, in that order, on the pod as sent
-// (the rest of it is neither decoded nor re-encoded); none when nothing
-// changes.
-func (p *Policy) Mutate(_ context.Context, req *admission.Request) ([]jsonedit.Op, admission.Verdict) {
-	if req.Operation != admissionv1.Create || len(p.profiles) == 0 {
-		return nil, admission.Allow()
-	}
-	doc := jsonedit.NewDoc(req.Object.Raw)
-	var pod podFields
-	for _, f := range []struct {
-		v    any
-		path []string
-	}{
-		{&pod.namespace, []string{"metadata", "namespace"}},
-		{&pod.labels, []string{"metadata", "labels"}},
-		{&pod.annotations, []string{"metadata", "annotations"}},
-		{&pod.nodeSelector, []string{"spec", "nodeSelector"}},
-		{&pod.schedulerName, []string{"spec", "schedulerName"}},
-		{&pod.priorityClassName, []string{"spec", "priorityClassName"}},
-		{&pod.priority, []string{"spec", "priority"}},
-		{&pod.tolerations, []string{"spec", "tolerations"}},
-	} {
-		if _, err := doc.Decode(f.v, f.path...); err != nil {
-			return nil, admission.Invalid("%s: cannot parse the pod: %v", Name, err)
+// NeedsPriorityClasses is true when some profile sets a priority class.
+func (ps *Profiles) NeedsPriorityClasses() bool {
+	return slices.ContainsFunc(ps.list, func(c compiled) bool { return c.PriorityClassName != "" })
+}
+
+// match returns the profiles whose selectors match objLabels (as
+// submitted) and, unless nsLabels is nil, the namespace's labels
+// (cluster_colocation_profile.go:69-85). nsLabels is called once, when a
+// non-empty namespace selector needs it; ok false means the namespace is
+// unknown, and then the profile matches, as upstream's failed namespace Get
+// does (line 74: only a definite mismatch skips a profile).
+func (ps *Profiles) match(objLabels map[string]string, nsLabels func() (map[string]string, bool)) []*compiled {
+	var out []*compiled
+	var ns map[string]string
+	var nsKnown, nsRead bool
+	for i := range ps.list {
+		c := &ps.list[i]
+		if nsLabels != nil && !c.nsEmpty {
+			if !nsRead {
+				ns, nsKnown = nsLabels()
+				nsRead = true
+			}
+			if nsKnown && !c.ns.Matches(labels.Set(ns)) {
+				continue
+			}
 		}
-	}
-	ns := req.Namespace
-	if ns == "" {
-		ns = pod.namespace
-	}
-	nsLabels, warn := p.namespaceLabels(ns)
-	var warnings []string
-	if warn != "" {
-		warnings = append(warnings, warn)
-	}
-	podLabels := labels.Set(pod.labels)
-	// want is the pod as the profiles leave it; pod stays as sent.
-	want := podFields{labels: maps.Clone(pod.labels), annotations: maps.Clone(pod.annotations), nodeSelector: maps.Clone(pod.nodeSelector),
-		schedulerName: pod.schedulerName, priorityClassName: pod.priorityClassName, priority: pod.priority}
-	var applied []string
-	for i := range p.profiles {
-		pr := &p.profiles[i]
-		// Selectors see the pod as submitted: a profile's labels do not make
-		// a later profile match, so the order only settles conflicts.
-		if !pr.ns.Matches(labels.Set(nsLabels)) || !pr.pod.Matches(podLabels) {
+		if !c.objEmpty && !c.obj.Matches(labels.Set(objLabels)) {
 			continue
 		}
-		applied = append(applied, pr.Name)
-		setMap(&want.labels, pr.Labels, pr.Overwrite)
-		setMap(&want.annotations, pr.Annotations, pr.Overwrite)
-		setMap(&want.nodeSelector, pr.NodeSelector, pr.Overwrite)
-		// The API server fills in default-scheduler before webhooks run, so
-		// that value means "not chosen" and may be replaced.
-		if cur := want.schedulerName; pr.SchedulerName != "" && cur != pr.SchedulerName &&
-			(cur == "" || cur == corev1.DefaultSchedulerName || pr.Overwrite) {
-			want.schedulerName = pr.SchedulerName
+		out = append(out, c)
+	}
+	return out
+}
+
+// skip is shouldSkipProfile (cluster_colocation_profile.go:151-161),
+// including its off-by-one: 50% applies when IntN(100) <= 50.
+func (ps *Profiles) skip(c *compiled) bool {
+	return c.percent == 0 || (c.percent != 100 && ps.intn(100) > c.percent)
+}
+
+// Object is what profiles read from and write to an object: metadata and,
+// when HasSpec, the pod spec at the path given to ReadObject.
+type Object struct {
+	Labels, Annotations map[string]string
+	HasSpec             bool
+	SchedulerName       string
+	PriorityClassName   string
+	Priority            *int32
+	PreemptionPolicy    *corev1.PreemptionPolicy
+	NodeSelector        map[string]string
+	Tolerations         []corev1.Toleration
+}
+
+// SpecPath is where an object keeps its pod spec, with the paths of the
+// fields profiles read precomputed (a request allocates none of them).
+type SpecPath struct {
+	spec, parent []string
+	fields       [6][]string
+}
+
+// NewSpecPath returns the SpecPath of the pod spec at spec (at least one
+// segment).
+func NewSpecPath(spec ...string) *SpecPath {
+	sp := &SpecPath{spec: spec, parent: spec[:len(spec)-1]}
+	for i, name := range []string{"schedulerName", "priorityClassName", "priority", "preemptionPolicy", "nodeSelector", "tolerations"} {
+		sp.fields[i] = append(slices.Clip(slices.Clone(spec)), name)
+	}
+	return sp
+}
+
+// The indexes of SpecPath.fields.
+const (
+	fSchedulerName = iota
+	fPriorityClassName
+	fPriority
+	fPreemptionPolicy
+	fNodeSelector
+	fTolerations
+)
+
+// PodSpec is a pod's spec; TemplateSpec a Reservation's template spec.
+var (
+	PodSpec      = NewSpecPath("spec")
+	TemplateSpec = NewSpecPath("spec", "template", "spec")
+)
+
+// ReadObject decodes the fields profiles read; HasSpec is true when the
+// value holding the spec (the object for a pod, spec.template for a
+// Reservation) exists.
+func ReadObject(doc *jsonedit.Doc, sp *SpecPath) (*Object, error) {
+	o := &Object{}
+	if _, err := doc.Decode(&o.Labels, "metadata", "labels"); err != nil {
+		return nil, err
+	}
+	if _, err := doc.Decode(&o.Annotations, "metadata", "annotations"); err != nil {
+		return nil, err
+	}
+	if len(sp.parent) == 0 {
+		o.HasSpec = true
+	} else {
+		parent, err := doc.Get(sp.parent...)
+		if err != nil {
+			return nil, err
 		}
-		if pr.PriorityClassName != "" && want.priorityClassName != pr.PriorityClassName &&
-			(want.priorityClassName == "" || pr.Overwrite) {
-			want.priorityClassName = pr.PriorityClassName
-			// The Priority admission plugin resolves the class into
-			// spec.priority after webhooks; a stale number would be refused.
-			want.priority = nil
+		o.HasSpec = parent != nil && parent[0] != 'n'
+	}
+	if !o.HasSpec {
+		return o, nil
+	}
+	for i, v := range []any{&o.SchedulerName, &o.PriorityClassName, &o.Priority, &o.PreemptionPolicy, &o.NodeSelector, &o.Tolerations} {
+		if _, err := doc.Decode(v, sp.fields[i]...); err != nil {
+			return nil, err
 		}
-		for _, t := range pr.Tolerations {
-			if !hasToleration(pod.tolerations, t) && !hasToleration(want.tolerations, t) {
-				want.tolerations = append(want.tolerations, t)
+	}
+	return o, nil
+}
+
+func (o *Object) clone() *Object {
+	c := *o
+	c.Labels, c.Annotations, c.NodeSelector = maps.Clone(o.Labels), maps.Clone(o.Annotations), maps.Clone(o.NodeSelector)
+	c.Tolerations = slices.Clone(o.Tolerations)
+	return &c
+}
+
+// Result is what applying the matching profiles did.
+type Result struct {
+	// Matched is true when at least one profile matched (applied or skipped
+	// by its probability).
+	Matched bool
+	// Applied lists the applied profiles in order.
+	Applied []string
+	// SkipResources is true when a matching profile has SkipUpdateResources.
+	SkipResources bool
+	// Warnings are for the reviewer (offline priority classes, unknown
+	// namespace).
+	Warnings []string
+	// Want is the object as the profiles leave it.
+	Want *Object
+}
+
+// Apply applies the profiles matching o (nsLabels as for match) to a copy of
+// o in name order, as doMutateByColocationProfile
+// (cluster_colocation_profile.go:163-254) does: labels, annotations, label
+// and annotation key mappings, label suffixes, schedulerName, the QoS
+// label, the priority class, the Koordinator priority label; then kadmit's
+// node selector and tolerations. classes nil is offline: a koord-* class
+// gets its default value (apis/extension/priority_utils.go:78-91), another
+// class has spec.priority removed for the API server to resolve, each with a
+// warning. The error is a PriorityClass lookup's.
+func (ps *Profiles) Apply(o *Object, nsLabels func() (map[string]string, bool), classes PriorityClasses) (Result, error) {
+	matched := ps.match(o.Labels, nsLabels)
+	res := Result{Matched: len(matched) > 0, Want: o}
+	if !res.Matched {
+		return res, nil
+	}
+	w := o.clone()
+	res.Want = w
+	for _, c := range matched {
+		// Upstream reads the skip annotation before the probability draw
+		// (cluster_colocation_profile.go:96-98).
+		if c.SkipUpdateResources {
+			res.SkipResources = true
+		}
+		if ps.skip(c) {
+			continue
+		}
+		res.Applied = append(res.Applied, c.Name)
+		keep := c.KeepExisting
+		setMap(&w.Labels, c.Labels, keep)
+		setMap(&w.Annotations, c.Annotations, keep)
+		mapKeys(&w.Labels, c.LabelKeysMapping)
+		mapKeys(&w.Annotations, c.AnnotationKeysMapping)
+		for _, k := range slices.Sorted(maps.Keys(c.LabelSuffixes)) {
+			if v, ok := w.Labels[k]; ok {
+				w.Labels[k] = v + c.LabelSuffixes[k]
+			}
+		}
+		if c.SchedulerName != "" && w.HasSpec &&
+			(!keep || w.SchedulerName == "" || w.SchedulerName == corev1.DefaultSchedulerName) {
+			w.SchedulerName = c.SchedulerName
+		}
+		if c.QoSClass != "" {
+			setMap(&w.Labels, map[string]string{LabelPodQoS: c.QoSClass}, keep)
+		}
+		if c.PriorityClassName != "" && w.HasSpec && (!keep || w.PriorityClassName == "") {
+			warn, err := setPriorityClass(w, c.PriorityClassName, classes)
+			if err != nil {
+				return res, err
+			}
+			if warn != "" {
+				res.Warnings = append(res.Warnings, warn)
+			}
+		}
+		if c.KoordinatorPriority != nil {
+			setMap(&w.Labels, map[string]string{LabelPodPriority: strconv.FormatInt(int64(*c.KoordinatorPriority), 10)}, keep)
+		}
+		if w.HasSpec {
+			setMap(&w.NodeSelector, c.NodeSelector, keep)
+			for _, t := range c.Tolerations {
+				if !hasToleration(w.Tolerations, t) {
+					w.Tolerations = append(w.Tolerations, t)
+				}
 			}
 		}
 	}
-	if len(applied) == 0 {
-		return nil, admission.Allow(warnings...)
-	}
-	setMap(&want.annotations, map[string]string{ProfilesAnnotation: strings.Join(applied, ",")}, true)
-	if err := edit(doc, &pod, &want); err != nil {
-		return nil, admission.Invalid("%s: cannot edit the pod: %v", Name, err)
-	}
-	return doc.Ops(), admission.Allow(warnings...)
+	return res, nil
 }
 
-// podFields is what colocation reads of a pod, and, as the profiles leave
-// it, what it changes (tolerations then holds only the added ones).
-type podFields struct {
-	namespace                        string
-	labels, annotations              map[string]string
-	nodeSelector                     map[string]string
-	schedulerName, priorityClassName string
-	priority                         *int32
-	tolerations                      []corev1.Toleration
+func setPriorityClass(w *Object, name string, classes PriorityClasses) (string, error) {
+	w.PriorityClassName = name
+	if classes != nil {
+		v, pp, err := classes.PriorityClass(name)
+		if err != nil {
+			return "", err
+		}
+		w.Priority, w.PreemptionPolicy = &v, pp
+		return "", nil
+	}
+	if v, ok := defaultPriorityValue(priorityByName(name)); ok {
+		w.Priority = &v
+		return fmt.Sprintf("colocation: offline, priority class %s assumed to have value %d", name, v), nil
+	}
+	w.Priority, w.PreemptionPolicy = nil, nil
+	return fmt.Sprintf("colocation: offline, value of priority class %s unknown", shorten(name)), nil
 }
 
-// edit states the difference from pod to want as operations on doc:
-// map entries in key order, then the scalars, then the added tolerations.
-func edit(doc *jsonedit.Doc, pod, want *podFields) error {
+func shorten(s string) string {
+	if len(s) > 60 {
+		return s[:60] + "..."
+	}
+	return s
+}
+
+// RecordApplied sets ProfilesAnnotation on w to the applied profiles.
+func (r *Result) RecordApplied() {
+	if len(r.Applied) > 0 {
+		setMap(&r.Want.Annotations, map[string]string{ProfilesAnnotation: strings.Join(r.Applied, ",")}, false)
+	}
+}
+
+// Write states the difference from have to want as operations on doc (sp
+// as given to ReadObject): map entries in key order, then the scalars, then
+// the added tolerations. Profiles never remove a label, annotation or node
+// selector entry.
+func Write(doc *jsonedit.Doc, sp *SpecPath, have, want *Object) error {
 	var err error
 	set := func(v any, path ...string) {
 		if err == nil {
 			err = doc.Set(v, path...)
 		}
 	}
-	for _, m := range []struct {
+	// Doc copies the paths it keeps, so one buffer serves every key.
+	var buf [8]string
+	for i, m := range []struct {
 		have, want map[string]string
 		path       []string
 	}{
-		{pod.labels, want.labels, []string{"metadata", "labels"}},
-		{pod.annotations, want.annotations, []string{"metadata", "annotations"}},
-		{pod.nodeSelector, want.nodeSelector, []string{"spec", "nodeSelector"}},
+		{have.Labels, want.Labels, []string{"metadata", "labels"}},
+		{have.Annotations, want.Annotations, []string{"metadata", "annotations"}},
+		{have.NodeSelector, want.NodeSelector, sp.fields[fNodeSelector]},
 	} {
-		for _, k := range slices.Sorted(maps.Keys(m.want)) {
-			if v, ok := m.have[k]; !ok || v != m.want[k] {
-				set(m.want[k], append(m.path, k)...)
-			}
+		if i == 2 && !want.HasSpec {
+			break
+		}
+		for _, k := range sortedChanged(m.have, m.want) {
+			set(m.want[k], append(append(buf[:0], m.path...), k)...)
 		}
 	}
-	if want.schedulerName != pod.schedulerName {
-		set(want.schedulerName, "spec", "schedulerName")
+	if !want.HasSpec {
+		return err
 	}
-	if want.priorityClassName != pod.priorityClassName {
-		set(want.priorityClassName, "spec", "priorityClassName")
+	if want.SchedulerName != have.SchedulerName {
+		set(want.SchedulerName, sp.fields[fSchedulerName]...)
 	}
-	if want.priority == nil && pod.priority != nil && err == nil {
-		err = doc.Remove("spec", "priority")
+	if want.PriorityClassName != have.PriorityClassName {
+		set(want.PriorityClassName, sp.fields[fPriorityClassName]...)
 	}
-	if len(want.tolerations) > 0 && err == nil {
-		add := make([]any, len(want.tolerations))
-		for i, t := range want.tolerations {
-			add[i] = t
+	for _, f := range []struct {
+		field         int
+		want          any
+		nilWant, same bool
+	}{
+		{fPriority, want.Priority, want.Priority == nil, equalPtr(have.Priority, want.Priority)},
+		{fPreemptionPolicy, want.PreemptionPolicy, want.PreemptionPolicy == nil, equalPtr(have.PreemptionPolicy, want.PreemptionPolicy)},
+	} {
+		switch {
+		case f.same || err != nil:
+		case f.nilWant:
+			err = doc.Remove(sp.fields[f.field]...)
+		default:
+			set(f.want, sp.fields[f.field]...)
 		}
-		err = doc.Append([]string{"spec", "tolerations"}, add...)
+	}
+	if added := want.Tolerations[len(have.Tolerations):]; len(added) > 0 && err == nil {
+		vals := make([]any, len(added))
+		for i, t := range added {
+			vals[i] = t
+		}
+		err = doc.Append(sp.fields[fTolerations], vals...)
 	}
 	return err
 }
 
-func (p *Policy) namespaceLabels(ns string) (map[string]string, string) {
-	base := map[string]string{corev1.LabelMetadataName: ns}
-	if !p.needsNamespaceLabels {
-		return base, ""
+// sortedChanged returns, in order, the keys of want whose value have lacks
+// or differs: nil, without allocating, when there are none.
+func sortedChanged(have, want map[string]string) []string {
+	var out []string
+	for k, v := range want {
+		if hv, ok := have[k]; !ok || hv != v {
+			out = append(out, k)
+		}
 	}
-	if p.namespaces == nil {
-		return base, fmt.Sprintf("%s: namespace labels unknown offline; only %s is matched", Name, corev1.LabelMetadataName)
-	}
-	if l, ok := p.namespaces.NamespaceLabels(ns); ok {
-		return l, ""
-	}
-	return base, fmt.Sprintf("%s: namespace %q not in kadmit's cache yet; only its name is matched", Name, ns)
+	slices.Sort(out)
+	return out
 }
 
-func setMap(dst *map[string]string, src map[string]string, overwrite bool) {
+func equalPtr[T comparable](a, b *T) bool {
+	if a == nil || b == nil {
+		return a == b
+	}
+	return *a == *b
+}
+
+// setMap sets src's entries on dst; with keep, an entry dst already has
+// stays.
+func setMap(dst *map[string]string, src map[string]string, keep bool) {
 	for k, v := range src {
-		cur, ok := (*dst)[k]
-		if ok && (cur == v || !overwrite) {
+		if cur, ok := (*dst)[k]; ok && (cur == v || keep) {
 			continue
 		}
 		if *dst == nil {
 			*dst = map[string]string{}
 		}
 		(*dst)[k] = v
+	}
+}
+
+// mapKeys sets m[new] = m[old] for each old: new of mapping, in key order;
+// an absent old gives "" (cluster_colocation_profile.go:182-198).
+func mapKeys(m *map[string]string, mapping map[string]string) {
+	if len(mapping) == 0 {
+		return
+	}
+	if *m == nil {
+		*m = map[string]string{}
+	}
+	for _, old := range slices.Sorted(maps.Keys(mapping)) {
+		(*m)[mapping[old]] = (*m)[old]
 	}
 }
 
@@ -365,3 +580,6 @@ func hasToleration(ts []corev1.Toleration, t corev1.Toleration) bool {
 	}
 	return false
 }
+
+// SetRandForTest replaces the probability draw (rand.IntN) for a test.
+func (ps *Profiles) SetRandForTest(intn func(int) int) { ps.intn = intn }

@@ -1,33 +1,44 @@
 package colocation
 
 import (
-	"context"
+	"encoding/json"
 	"fmt"
-	"reflect"
+	"maps"
+	"slices"
+	"strconv"
 	"testing"
 
 	admissionv1 "k8s.io/api/admission/v1"
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/labels"
-	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/util/intstr"
 
-	"github.com/kadmit/kadmit/internal/admission"
-	"github.com/kadmit/kadmit/internal/policy/lifespan"
 	"github.com/kadmit/kadmit/internal/policy/policytest"
 )
 
-// profiles are the differential tests' profiles: batch (for qos: be pods in
-// namespaces with colocation: on), one that overwrites, one with an empty
-// selector that matches every pod, and 10 more that match by namespace
-// name, each with its own label and annotation.
-func profiles() []Profile {
-	out := []Profile{batch,
-		{Name: "overwrite", Selector: &metav1.LabelSelector{MatchLabels: map[string]string{"qos": "be"}}, Overwrite: true,
-			Labels: map[string]string{"koordinator.sh/qosClass": "BE"}, PriorityClassName: "koord-batch-2",
-			Annotations: map[string]string{"note": "over", "h": "<&>"}},
+// diffProfiles are the differential tests' profiles: batch (for qos: be
+// pods in namespaces with colocation: on), one that keeps existing values,
+// one with an empty selector that matches every pod, one skipped by its
+// probability, and 10 more that match by namespace name, each with its own
+// label and annotation.
+func diffProfiles() []Profile {
+	half := intstr.FromString("50%")
+	out := []Profile{
+		{Name: "batch", NamespaceSelector: &metav1.LabelSelector{MatchLabels: map[string]string{"colocation": "on"}},
+			Selector: &metav1.LabelSelector{MatchLabels: map[string]string{"qos": "be"}},
+			QoSClass: "BE", PriorityClassName: "koord-batch", SchedulerName: "koord-scheduler",
+			Annotations:   map[string]string{"note": "batch"},
+			Tolerations:   []corev1.Toleration{{Key: "colocation", Operator: corev1.TolerationOpExists, Effect: corev1.TaintEffectNoSchedule}},
+			NodeSelector:  map[string]string{"node-pool": "mixed"},
+			LabelSuffixes: map[string]string{"qos": "-x"}},
+		{Name: "keep", Selector: &metav1.LabelSelector{MatchLabels: map[string]string{"qos": "be"}}, KeepExisting: true,
+			Labels: map[string]string{"koordinator.sh/qosClass": "LS"}, PriorityClassName: "other", KoordinatorPriority: p32(7),
+			Annotations: map[string]string{"note": "keep", "h": "<&>"}, SchedulerName: "kept"},
 		{Name: "everyone", Labels: map[string]string{"a.example/b-c": "set"}, NodeSelector: map[string]string{"zone": "z1"},
+			LabelKeysMapping: map[string]string{"qos": "qos-copy"}, AnnotationKeysMapping: map[string]string{"h": "h-copy"},
 			Tolerations: []corev1.Toleration{{Key: "t", Operator: corev1.TolerationOpExists, Effect: corev1.TaintEffectNoExecute, TolerationSeconds: new(int64(9007199254740993))}}},
+		{Name: "never", Probability: &half, Labels: map[string]string{"never": "x"}},
 	}
 	for i := range 10 {
 		out = append(out, Profile{Name: fmt.Sprintf("p%d", i),
@@ -38,137 +49,252 @@ func profiles() []Profile {
 	return out
 }
 
-// slow applies the profiles to a typed pod the way the policy did before it
-// spoke JSONPatch: on a corev1.Pod, field by field.
-func slow(p *Policy, ns string) func(*corev1.Pod) {
+// diffPods adds pods with resources to policytest's corpus.
+func diffPods(t *testing.T) map[string]string {
+	pods := policytest.Pods(t)
+	for k, v := range map[string]string{
+		"be with resources":   `{"metadata":{"labels":{"qos":"be"}},"spec":{"initContainers":[{"name":"i","resources":{"limits":{"cpu":"500m","memory":"1Gi"}}}],"containers":[{"name":"c","resources":{"requests":{"cpu":"0.25","memory":"1024Mi","nvidia.com/gpu":"1"},"limits":{"cpu":"2","memory":"4Gi"}}},{"name":"d"},{"name":"e","resources":{"requests":{"cpu":"1","kubernetes.io/batch-cpu":"1000"}}}],"overhead":{"cpu":"100m","memory":"10Mi"}}}`,
+		"be priority label":   `{"metadata":{"labels":{"koordinator.sh/priority-class":"koord-mid"}},"spec":{"containers":[{"name":"c","resources":{"requests":{"cpu":"1500m"}}}]}}`,
+		"best effort":         `{"metadata":{"name":"p"},"spec":{"containers":[{"name":"c","resources":{"requests":{"cpu":"0"}}}],"overhead":{"cpu":"250m","memory":"64Mi"}}}`,
+		"burstable overhead":  `{"metadata":{"name":"p"},"spec":{"containers":[{"name":"c","resources":{"requests":{"cpu":"1"}}}],"overhead":{"cpu":"250m"}}}`,
+		"prod priority":       `{"metadata":{"labels":{"qos":"be"}},"spec":{"priority":9000,"containers":[{"name":"c","resources":{"requests":{"cpu":"1"}}}]}}`,
+		"resources null":      `{"metadata":{"labels":{"qos":"be"}},"spec":{"containers":[{"name":"c","resources":null},{"name":"d","resources":{"requests":null,"limits":{"memory":"1G"}}}]}}`,
+		"preemption present":  `{"metadata":{"labels":{"qos":"be"}},"spec":{"priority":5,"priorityClassName":"x","preemptionPolicy":"Never","schedulerName":"default-scheduler"}}`,
+		"keys to map present": `{"metadata":{"labels":{"qos":"be","qos-copy":"old"},"annotations":{"h":"a","h-copy":"b"}},"spec":{}}`,
+	} {
+		pods[k] = v
+	}
+	return pods
+}
+
+// slowMutate is upstream's typed algorithm (cluster_colocation_profile.go:54-312)
+// on a corev1.Pod, with kadmit's extras, for the differential test.
+func slowMutate(p *Policy, ns string) func(*corev1.Pod) {
 	return func(pod *corev1.Pod) {
-		nsLabels, _ := p.namespaceLabels(ns)
-		podLabels := map[string]string{}
-		for k, v := range pod.Labels {
-			podLabels[k] = v
+		slowProfiles(p, ns, pod)
+		typedExtendedResources(pod)
+	}
+}
+
+func slowProfiles(p *Policy, ns string, pod *corev1.Pod) {
+	{
+		matched := p.profiles.match(pod.Labels, func() (map[string]string, bool) { l, ok, _ := p.namespaceLabels(ns); return l, ok })
+		if len(matched) == 0 {
+			return
 		}
-		var applied string
-		for i := range p.profiles {
-			pr := &p.profiles[i]
-			if !pr.ns.Matches(labels.Set(nsLabels)) || !pr.pod.Matches(labels.Set(podLabels)) {
+		skipRes := false
+		for _, c := range matched {
+			skipRes = skipRes || c.SkipUpdateResources
+			if p.profiles.skip(c) {
 				continue
 			}
-			if applied != "" {
-				applied += ","
+			keep := c.KeepExisting
+			set := func(m *map[string]string, k, v string) {
+				if *m == nil {
+					*m = map[string]string{}
+				}
+				if _, ok := (*m)[k]; ok && keep {
+					return
+				}
+				(*m)[k] = v
 			}
-			applied += pr.Name
-			setMap(&pod.Labels, pr.Labels, pr.Overwrite)
-			setMap(&pod.Annotations, pr.Annotations, pr.Overwrite)
-			setMap(&pod.Spec.NodeSelector, pr.NodeSelector, pr.Overwrite)
-			if cur := pod.Spec.SchedulerName; pr.SchedulerName != "" && cur != pr.SchedulerName && (cur == "" || cur == corev1.DefaultSchedulerName || pr.Overwrite) {
-				pod.Spec.SchedulerName = pr.SchedulerName
+			for k, v := range c.Labels {
+				set(&pod.Labels, k, v)
 			}
-			if pr.PriorityClassName != "" && pod.Spec.PriorityClassName != pr.PriorityClassName && (pod.Spec.PriorityClassName == "" || pr.Overwrite) {
-				pod.Spec.PriorityClassName, pod.Spec.Priority = pr.PriorityClassName, nil
+			for k, v := range c.Annotations {
+				set(&pod.Annotations, k, v)
 			}
-			for _, t := range pr.Tolerations {
-				if !hasToleration(pod.Spec.Tolerations, t) {
-					pod.Spec.Tolerations = append(pod.Spec.Tolerations, t)
+			for _, old := range slices.Sorted(maps.Keys(c.LabelKeysMapping)) {
+				if pod.Labels == nil {
+					pod.Labels = map[string]string{}
+				}
+				pod.Labels[c.LabelKeysMapping[old]] = pod.Labels[old]
+			}
+			for _, old := range slices.Sorted(maps.Keys(c.AnnotationKeysMapping)) {
+				if pod.Annotations == nil {
+					pod.Annotations = map[string]string{}
+				}
+				pod.Annotations[c.AnnotationKeysMapping[old]] = pod.Annotations[old]
+			}
+			for k, s := range c.LabelSuffixes {
+				if v, ok := pod.Labels[k]; ok {
+					pod.Labels[k] = v + s
+				}
+			}
+			if c.SchedulerName != "" && (!keep || pod.Spec.SchedulerName == "" || pod.Spec.SchedulerName == corev1.DefaultSchedulerName) {
+				pod.Spec.SchedulerName = c.SchedulerName
+			}
+			if c.QoSClass != "" {
+				set(&pod.Labels, LabelPodQoS, c.QoSClass)
+			}
+			if c.PriorityClassName != "" && (!keep || pod.Spec.PriorityClassName == "") {
+				v, pp, _ := p.classes.PriorityClass(c.PriorityClassName)
+				pod.Spec.PriorityClassName, pod.Spec.Priority, pod.Spec.PreemptionPolicy = c.PriorityClassName, &v, pp
+			}
+			if c.KoordinatorPriority != nil {
+				set(&pod.Labels, LabelPodPriority, strconv.Itoa(int(*c.KoordinatorPriority)))
+			}
+			for k, v := range c.NodeSelector {
+				set(&pod.Spec.NodeSelector, k, v)
+			}
+			for _, tol := range c.Tolerations {
+				if !hasToleration(pod.Spec.Tolerations, tol) {
+					pod.Spec.Tolerations = append(pod.Spec.Tolerations, tol)
 				}
 			}
 		}
-		if applied != "" {
-			setMap(&pod.Annotations, map[string]string{ProfilesAnnotation: applied}, true)
-		}
-	}
-}
-
-func request(ns, raw string) *admission.Request {
-	return &admission.Request{AdmissionRequest: admissionv1.AdmissionRequest{UID: "u", Namespace: ns, Operation: admissionv1.Create,
-		Kind: metav1.GroupVersionKind{Version: "v1", Kind: "Pod"}, Resource: metav1.GroupVersionResource{Version: "v1", Resource: "pods"},
-		Object: runtime.RawExtension{Raw: []byte(raw)}}}
-}
-
-// TestMutateDifferential: on every pod of the corpus, in two namespaces,
-// the patch applied by the API server's library gives what applying the
-// profiles to a typed corev1.Pod gives, and changes nothing else.
-func TestMutateDifferential(t *testing.T) {
-	p, err := New(Config{Profiles: profiles()}, fakeNS{"mixed": {"colocation": "on", corev1.LabelMetadataName: "mixed"}, "plain": {}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	for name, pod := range policytest.Pods(t) {
-		for _, ns := range []string{"mixed", "plain"} {
-			t.Run(name+"/"+ns, func(t *testing.T) {
-				ops, v := p.Mutate(context.Background(), request(ns, pod))
-				if !v.Allowed {
-					t.Fatalf("denied: %+v", v)
+		if p.cfg.RecordProfiles {
+			var names []string
+			for _, c := range matched {
+				if !p.profiles.skip(c) {
+					names = append(names, c.Name)
 				}
-				policytest.Check(t, []byte(pod), ops, slow(p, ns))
-			})
+			}
+			if len(names) > 0 {
+				if pod.Annotations == nil {
+					pod.Annotations = map[string]string{}
+				}
+				pod.Annotations[ProfilesAnnotation] = joinComma(names)
+			}
+		}
+		if skipRes || p.cfg.SkipMutatingResources {
+			return
+		}
+		pc := priorityRaw(pod.Labels, pod.Spec.Priority)
+		if pc == PriorityNone {
+			qos := qosRaw(pod.Labels)
+			if qos == QoSNone {
+				qos = QoSLS
+				if typedBestEffort(pod) {
+					qos = QoSBE
+				}
+			}
+			pc = priorityForQoS(qos)
+		}
+		cpuName, memName, ok := resourceNames(pc)
+		if !ok {
+			return
+		}
+		replace := func(l corev1.ResourceList) {
+			if q, ok := l[corev1.ResourceCPU]; ok {
+				l[cpuName] = *resource.NewQuantity(q.MilliValue(), resource.DecimalSI)
+				delete(l, corev1.ResourceCPU)
+			}
+			if q, ok := l[corev1.ResourceMemory]; ok {
+				l[memName] = q
+				delete(l, corev1.ResourceMemory)
+			}
+		}
+		for _, cs := range [][]corev1.Container{pod.Spec.InitContainers, pod.Spec.Containers} {
+			for i := range cs {
+				r := &cs[i].Resources
+				replace(r.Requests)
+				replace(r.Limits)
+				for _, n := range []corev1.ResourceName{cpuName, memName} {
+					if _, ok := r.Requests[n]; !ok {
+						if l, ok := r.Limits[n]; ok {
+							if r.Requests == nil {
+								r.Requests = corev1.ResourceList{}
+							}
+							r.Requests[n] = l
+						}
+					}
+				}
+			}
+		}
+		replace(pod.Spec.Overhead)
+	}
+}
+
+func joinComma(s []string) string {
+	out := ""
+	for i, v := range s {
+		if i > 0 {
+			out += ","
+		}
+		out += v
+	}
+	return out
+}
+
+func typedBestEffort(pod *corev1.Pod) bool {
+	for _, cs := range [][]corev1.Container{pod.Spec.InitContainers, pod.Spec.Containers} {
+		for _, c := range cs {
+			for _, l := range []corev1.ResourceList{c.Resources.Requests, c.Resources.Limits} {
+				for _, n := range []corev1.ResourceName{corev1.ResourceCPU, corev1.ResourceMemory} {
+					if q, ok := l[n]; ok && q.Sign() > 0 {
+						return false
+					}
+				}
+			}
+		}
+	}
+	return true
+}
+
+func TestDifferential(t *testing.T) {
+	for _, cfg := range []Config{
+		{Profiles: diffProfiles()},
+		{Profiles: diffProfiles(), RecordProfiles: true},
+		{Profiles: diffProfiles(), SkipMutatingResources: true},
+	} {
+		p, err := New(cfg, fakeNS{"mixed": {"colocation": "on", corev1.LabelMetadataName: "mixed"}, "plain": {}},
+			WithPriorityClasses(fakeClasses{"koord-batch": 5500, "other": 1}))
+		if err != nil {
+			t.Fatal(err)
+		}
+		// "never" (50%) is skipped: 99 > 50.
+		p.profiles.intn = func(int) int { return 99 }
+		for name, raw := range diffPods(t) {
+			for _, ns := range []string{"mixed", "plain", "unknown"} {
+				t.Run(fmt.Sprintf("%s/%s/record=%v,skip=%v", name, ns, cfg.RecordProfiles, cfg.SkipMutatingResources), func(t *testing.T) {
+					ops, v := p.Mutate(t.Context(), podReq(ns, admissionv1.Create, []byte(raw), nil))
+					if !v.Allowed {
+						t.Fatalf("denied: %+v", v)
+					}
+					policytest.Check(t, []byte(raw), ops, slowMutate(p, ns))
+				})
+			}
 		}
 	}
 }
 
-// TestChainDifferential is the differential test of a chain: lifespan then
-// colocation on /mutate-pod, as kadmit registers them. The response patch
-// (both policies' operations, colocation's made against lifespan's output)
-// applied to the pod as sent gives the typed round trip of both changes.
-func TestChainDifferential(t *testing.T) {
-	ls, err := lifespan.New(lifespan.DefaultConfig())
-	if err != nil {
-		t.Fatal(err)
-	}
-	co, err := New(Config{Profiles: profiles()}, fakeNS{"mixed": {"colocation": "on", corev1.LabelMetadataName: "mixed"}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	whs, err := admission.NewWebhooks(append(ls.Hooks(), co.Hooks()...))
-	if err != nil || len(whs) != 1 {
-		t.Fatalf("webhooks %v: %v", whs, err)
-	}
-	for name, pod := range policytest.Pods(t) {
-		t.Run(name, func(t *testing.T) {
-			out, err := whs[0].Review(context.Background(), request("mixed", pod))
-			if err != nil {
-				t.Fatal(err)
+// typedExtendedResources is upstream's mutateByExtendedResources
+// (extended_resource_spec.go:33-80) on a typed pod, run after the profiles
+// as upstream's handleCreate does (mutating_handler.go:124-132).
+func typedExtendedResources(pod *corev1.Pod) {
+	want := extendedResourceSpec{}
+	for _, c := range pod.Spec.Containers {
+		r := extendedContainerSpec{Requests: corev1.ResourceList{}, Limits: corev1.ResourceList{}}
+		for _, n := range []corev1.ResourceName{BatchCPU, BatchMemory} {
+			if q, ok := c.Resources.Requests[n]; ok {
+				r.Requests[n] = q
 			}
-			if !out.Response.Allowed || out.Matched != 2 {
-				t.Fatalf("response %+v, %d matched", out.Response, out.Matched)
+			if q, ok := c.Resources.Limits[n]; ok {
+				r.Limits[n] = q
 			}
-			got := policytest.Check(t, []byte(pod), out.Patch, func(pod *corev1.Pod) {
-				lifespanSlow(t, pod)
-				slow(co, "mixed")(pod)
-			})
-			if !jsonEqual(t, got, out.Object) {
-				t.Fatalf("Outcome.Object %s\ndiffers from the patched pod %s", out.Object, got)
-			}
-		})
-	}
-}
-
-func jsonEqual(t *testing.T, a, b []byte) bool {
-	return reflect.DeepEqual(policytest.Exact(t, a), policytest.Exact(t, b))
-}
-
-// lifespanSlow is lifespan's change on a typed pod: the tolerations
-// lifespan.Tolerations wants that the pod lacks (compared on key, operator,
-// with "" as Equal, value and effect), appended.
-func lifespanSlow(t *testing.T, pod *corev1.Pod) {
-	var requested *string
-	if v, ok := pod.Labels[lifespan.LabelRequested]; ok {
-		requested = &v
-	}
-	want, err := lifespan.Tolerations(requested, lifespan.DefaultConfig().Max)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, w := range want {
-		found := false
-		for _, h := range pod.Spec.Tolerations {
-			op := h.Operator
-			if op == "" {
-				op = corev1.TolerationOpEqual
-			}
-			found = found || h.Key == w.Key && op == w.Operator && h.Value == w.Value && h.Effect == w.Effect
 		}
-		if !found {
-			pod.Spec.Tolerations = append(pod.Spec.Tolerations, w)
+		if len(r.Requests) > 0 || len(r.Limits) > 0 {
+			if want.Containers == nil {
+				want.Containers = map[string]extendedContainerSpec{}
+			}
+			want.Containers[c.Name] = r
 		}
 	}
+	cur, has := pod.Annotations[AnnotationExtendedResourceSpec]
+	b, _ := json.Marshal(want)
+	if !has && want.Containers == nil {
+		return
+	}
+	if has {
+		var got extendedResourceSpec
+		_ = json.Unmarshal([]byte(cur), &got)
+		if g, _ := json.Marshal(got); string(g) == string(b) {
+			return
+		}
+	}
+	if pod.Annotations == nil {
+		pod.Annotations = map[string]string{}
+	}
+	pod.Annotations[AnnotationExtendedResourceSpec] = string(b)
 }

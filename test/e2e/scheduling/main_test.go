@@ -84,14 +84,18 @@ policies:
   elasticQuota: {enabled: true, quotaAdmission: true}
   colocation:
     enabled: true
+    recordProfiles: true
     profiles:
-    - name: batch
+    - &batch
+      name: batch
       namespaceSelector: {matchLabels: {colocation: "on"}}
       selector: {matchLabels: {qos: be}}
       labels: {koordinator.sh/qosClass: BE}
+      priorityClassName: koord-batch
       schedulerName: koord-scheduler
       tolerations: [{key: colocation, operator: Exists, effect: NoSchedule}]
       nodeSelector: {node-pool: mixed}
+  reservation: {enabled: true, recordProfiles: true, checkAllocations: true, profiles: [*batch]}
   kadmitConfig: {enabled: true, namespace: %[2]s, name: kadmit}
 `, e.jobs, e.config)
 }
@@ -106,7 +110,7 @@ func (e *env) setup(ctx context.Context, base *e2eenv.Env) error {
 	}
 
 	// CRDs first: kadmit discovers them once at start.
-	for _, f := range []string{"kueue-crds.yaml", "koordinator-crds.yaml"} {
+	for _, f := range []string{"kueue-crds.yaml", "koordinator-crds.yaml", "koordinator-reservation-crd.yaml"} {
 		if err := e.installCRDs(ctx, filepath.Join("testdata", f)); err != nil {
 			return err
 		}
@@ -122,6 +126,10 @@ func (e *env) setup(ctx context.Context, base *e2eenv.Env) error {
 		if _, err := e.Client.CoreV1().Namespaces().Create(ctx, obj, metav1.CreateOptions{}); err != nil {
 			return fmt.Errorf("create namespace %s: %w", ns, err)
 		}
+	}
+
+	if err := e.koordinatorSetup(ctx); err != nil {
+		return err
 	}
 
 	cfgFile := filepath.Join(e.Tmp, "kadmit.yaml")
