@@ -517,11 +517,11 @@ func newParamStores(params []*unstructured.Unstructured) paramStores {
 // is taken as namespaced.
 var clusterScopedKinds = map[schema.GroupKind]bool{
 	{Kind: "Namespace"}: true, {Kind: "Node"}: true, {Kind: "PersistentVolume"}: true,
-	{Group: "rbac.authorization.k8s.io", Kind: "ClusterRole"}:            true,
-	{Group: "rbac.authorization.k8s.io", Kind: "ClusterRoleBinding"}:     true,
-	{Group: "storage.k8s.io", Kind: "StorageClass"}:                      true,
-	{Group: "scheduling.k8s.io", Kind: "PriorityClass"}:                  true,
-	{Group: "apiextensions.k8s.io", Kind: "CustomResourceDefinition"}:    true,
+	{Group: "rbac.authorization.k8s.io", Kind: "ClusterRole"}:                  true,
+	{Group: "rbac.authorization.k8s.io", Kind: "ClusterRoleBinding"}:           true,
+	{Group: "storage.k8s.io", Kind: "StorageClass"}:                            true,
+	{Group: "scheduling.k8s.io", Kind: "PriorityClass"}:                        true,
+	{Group: "apiextensions.k8s.io", Kind: "CustomResourceDefinition"}:          true,
 	{Group: "admissionregistration.k8s.io", Kind: "ValidatingAdmissionPolicy"}: true,
 }
 
@@ -556,7 +556,7 @@ type staticInformer struct {
 }
 
 func (s staticInformer) Informer() cache.SharedIndexInformer { return syncedInformer{} }
-func (s staticInformer) Lister() cache.GenericLister      { return cache.NewGenericLister(s.indexer, s.gr) }
+func (s staticInformer) Lister() cache.GenericLister         { return cache.NewGenericLister(s.indexer, s.gr) }
 
 type syncedInformer struct{ cache.SharedIndexInformer }
 
