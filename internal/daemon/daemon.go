@@ -51,7 +51,12 @@ type Options struct {
 	// followed live: a valid edit is applied without a restart.
 	ConfigMap string
 	// ConfigKey is the ConfigMap data key; default config.yaml.
-	ConfigKey       string
+	ConfigKey string
+	// PolicyPaths are ValidatingAdmissionPolicy / MutatingAdmissionPolicy
+	// files or directories (with bindings and params) served next to the
+	// built-in policies (package celpolicy); read at start and with every
+	// configuration build.
+	PolicyPaths     []string
 	Addr            string
 	MetricsAddr     string
 	ShutdownGrace   time.Duration

@@ -74,6 +74,11 @@ type reloader struct {
 func (r *reloader) build(ctx context.Context, cfg *config.Configuration) ([]admission.Hook, error) {
 	cluster, stop := r.cluster, context.CancelFunc(nil)
 	resources := builtin.Caches(cfg)
+	if len(r.opts.PolicyPaths) > 0 {
+		// Declared policies' namespaceSelector and namespaceObject read
+		// namespaces, as the API server's plugins do from its informer.
+		resources = append(resources, clustercache.Namespaces)
+	}
 	key := clustercache.Key(resources)
 	if key != r.clusterKey {
 		cluster = nil
@@ -94,6 +99,12 @@ func (r *reloader) build(ctx context.Context, cfg *config.Configuration) ([]admi
 		}
 	}
 	hooks, err := builtin.Hooks(cfg, policy.Env{Cluster: cluster, Log: r.log})
+	if err == nil && len(r.opts.PolicyPaths) > 0 {
+		var declared []admission.Hook
+		if declared, err = declaredHooks(r.opts.PolicyPaths, cluster); err == nil {
+			hooks = append(hooks, declared...)
+		}
+	}
 	if err != nil {
 		if stop != nil {
 			stop()
