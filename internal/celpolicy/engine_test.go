@@ -110,3 +110,21 @@ func TestMutateApplyConfiguration(t *testing.T) {
 		t.Errorf("second run changed: %v %+v", err, d)
 	}
 }
+
+// The runtime CEL cost budget is the API server's: an expression whose
+// cost grows with the object stops at the budget and, under failurePolicy
+// Fail, denies, in bounded time.
+func TestRuntimeCostBudget(t *testing.T) {
+	e := mustEngine(t, "testdata/costly.yaml")
+	pod := []byte(`{"apiVersion":"v1","kind":"Pod","metadata":{"name":"p","namespace":"d","annotations":{"x":"` + strings.Repeat("a", 3000) + `"}},"spec":{}}`)
+	d, err := e.Validate(context.Background(), &Request{
+		Kind: schema.GroupVersionKind{Version: "v1", Kind: "Pod"}, Resource: schema.GroupVersionResource{Version: "v1", Resource: "pods"},
+		Name: "p", Namespace: "d", Operation: admission.Create, Object: pod,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d.Allowed || !strings.Contains(d.Status.Message, "operation cancelled: actual cost limit exceeded") {
+		t.Fatalf("decision: %+v %v", d, d.Status)
+	}
+}
