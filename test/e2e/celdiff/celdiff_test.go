@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -19,6 +20,7 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/util/uuid"
 	apiserveradmission "k8s.io/apiserver/pkg/admission"
 	"k8s.io/client-go/dynamic"
 	"sigs.k8s.io/yaml"
@@ -38,6 +40,10 @@ type outcome struct {
 	Message  string
 	Warnings []string
 	Object   map[string]any // the object after admission (allowed only)
+	// Audit holds the policies' audit annotations: the engine's, or those
+	// of the request's event in the API server's audit log.
+	Audit   map[string]string `json:",omitempty"`
+	auditID string
 }
 
 func (o outcome) String() string {
@@ -155,7 +161,7 @@ func diffSuite(ctx context.Context, t *testing.T, file string, s *celtest.Suite)
 		if err != nil {
 			t.Fatalf("%s: engine: %v", r.test.Name, err)
 		}
-		want[i] = outcome{Allowed: d.Allowed, Warnings: nonNil(d.Warnings)}
+		want[i] = outcome{Allowed: d.Allowed, Warnings: nonNil(d.Warnings), Audit: d.AuditAnnotations}
 		if !d.Allowed {
 			want[i].Code, want[i].Message = d.Status.Code, d.Status.Message
 		} else if d.Changed {
@@ -189,6 +195,13 @@ func diffSuite(ctx context.Context, t *testing.T, file string, s *celtest.Suite)
 			t.Fatalf("%s: in tree: %v", r.test.Name, err)
 		}
 	}
+	events, err := auditAnnotations()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range got {
+		got[i].Audit = policyAnnotations(events[got[i].auditID], set)
+	}
 	removePolicies()
 	cleanup = cleanup[:len(cleanup)-1]
 	waitFor(ctx, t, "policies gone", func() bool {
@@ -220,11 +233,15 @@ func diffSuite(ctx context.Context, t *testing.T, file string, s *celtest.Suite)
 		if !g.Allowed {
 			g.Object = nil
 		}
+		if len(w.Audit) == 0 {
+			w.Audit = nil
+		}
 		if w.Allowed != g.Allowed || w.Code != g.Code || w.Message != g.Message || !reflect.DeepEqual(w.Warnings, g.Warnings) ||
+			!reflect.DeepEqual(w.Audit, g.Audit) ||
 			(w.Allowed && !sameObject(w.Object, g.Object)) {
 			t.Errorf("%s: kadmit and the API server differ:\n kadmit:     %s\n API server: %s", r.test.Name, strip(w), strip(g))
 		} else {
-			t.Logf("%s: identical: allowed=%v code=%d warnings=%d", r.test.Name, g.Allowed, g.Code, len(g.Warnings))
+			t.Logf("%s: identical: allowed=%v code=%d warnings=%d auditAnnotations=%d", r.test.Name, g.Allowed, g.Code, len(g.Warnings), len(g.Audit))
 		}
 	}
 }
@@ -359,6 +376,9 @@ func buildRequest(ctx context.Context, t *testing.T, dir string, tc *celtest.Tes
 func send(ctx context.Context, r *request) (outcome, error) {
 	c := world.dyn.Resource(r.gvr).Namespace(r.obj.GetNamespace())
 	world.warnings.reset()
+	id := string(uuid.NewUUID())
+	world.auditID.Store(id)
+	defer world.auditID.Store("")
 	var res *unstructured.Unstructured
 	var err error
 	obj := r.obj.DeepCopy()
@@ -367,7 +387,7 @@ func send(ctx context.Context, r *request) (outcome, error) {
 	} else {
 		res, err = c.Create(ctx, obj, metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
 	}
-	o := outcome{Warnings: world.warnings.take()}
+	o := outcome{Warnings: world.warnings.take(), auditID: id}
 	if err != nil {
 		var se apierrors.APIStatus
 		if !errors.As(err, &se) {
@@ -521,4 +541,50 @@ func (w *warningCollector) take() []string {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	return append([]string{}, w.list...)
+}
+
+// auditAnnotations reads the audit log: each event's annotations by audit
+// ID (the ResponseComplete stage carries the admission annotations).
+func auditAnnotations() (map[string]map[string]string, error) {
+	data, err := os.ReadFile(world.auditLog)
+	if err != nil {
+		return nil, err
+	}
+	out := map[string]map[string]string{}
+	for _, line := range bytes.Split(data, []byte("\n")) {
+		if len(bytes.TrimSpace(line)) == 0 {
+			continue
+		}
+		var ev struct {
+			AuditID     string            `json:"auditID"`
+			Stage       string            `json:"stage"`
+			Annotations map[string]string `json:"annotations"`
+		}
+		if err := json.Unmarshal(line, &ev); err != nil {
+			return nil, fmt.Errorf("audit log: %w", err)
+		}
+		if ev.Stage == "ResponseComplete" {
+			out[ev.AuditID] = ev.Annotations
+		}
+	}
+	return out, nil
+}
+
+// policyAnnotations keeps the annotations the set's policies publish:
+// "<validating policy>/<key>" and the validation_failure key.
+func policyAnnotations(all map[string]string, set *celpolicy.Set) map[string]string {
+	var out map[string]string
+	for k, v := range all {
+		keep := k == "validation.policy.admission.k8s.io/validation_failure"
+		for _, p := range set.Validating {
+			keep = keep || strings.HasPrefix(k, p.Name+"/")
+		}
+		if keep {
+			if out == nil {
+				out = map[string]string{}
+			}
+			out[k] = v
+		}
+	}
+	return out
 }

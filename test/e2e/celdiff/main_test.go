@@ -20,11 +20,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"regexp"
 	"strconv"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -47,6 +49,22 @@ var world struct {
 	// MutatingAdmissionPolicy in: v1 from 1.36, v1beta1 on 1.35.
 	mapVersion string
 	skip       string
+	// auditLog is the API server's audit log; auditID the Audit-ID header
+	// the next request carries (requests are sequential).
+	auditLog string
+	auditID  atomic.Value
+}
+
+// auditIDTransport sends world.auditID as the Audit-ID header, which the
+// API server adopts as the audit event's ID.
+type auditIDTransport struct{ next http.RoundTripper }
+
+func (t auditIDTransport) RoundTrip(req *http.Request) (*http.Response, error) {
+	if id, _ := world.auditID.Load().(string); id != "" {
+		req = req.Clone(req.Context())
+		req.Header.Set("Audit-ID", id)
+	}
+	return t.next.RoundTrip(req)
 }
 
 func TestMain(m *testing.M) {
@@ -83,6 +101,24 @@ func run(m *testing.M) int {
 		fmt.Fprintln(os.Stderr, "celdiff:", err)
 		return 1
 	}
+	// Audit annotations are observable only in the audit log: every
+	// request at level Metadata, written synchronously (blocking mode).
+	auditDir, err := os.MkdirTemp("", "kadmit-celdiff-audit-")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "celdiff:", err)
+		return 1
+	}
+	defer os.RemoveAll(auditDir)
+	auditPolicy := filepath.Join(auditDir, "policy.yaml")
+	if err := os.WriteFile(auditPolicy, []byte("apiVersion: audit.k8s.io/v1\nkind: Policy\nrules:\n- level: Metadata\n"), 0o600); err != nil {
+		fmt.Fprintln(os.Stderr, "celdiff:", err)
+		return 1
+	}
+	world.auditLog = filepath.Join(auditDir, "audit.log")
+	flags["audit-policy-file"] = auditPolicy
+	flags["audit-log-path"] = world.auditLog
+	flags["audit-log-format"] = "json"
+	flags["audit-log-mode"] = "blocking"
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	cp, err := controlplane.Start(ctx, controlplane.Options{Dir: dir, Output: log, APIServerFlags: flags})
 	cancel()
@@ -104,6 +140,7 @@ func run(m *testing.M) int {
 	world.warnings = &warningCollector{}
 	cfg.WarningHandler = world.warnings
 	cfg.QPS, cfg.Burst = 100, 200
+	cfg.Wrap(func(rt http.RoundTripper) http.RoundTripper { return auditIDTransport{rt} })
 	if world.dyn, err = dynamic.NewForConfig(cfg); err != nil {
 		fmt.Fprintln(os.Stderr, "celdiff:", err)
 		return 1
