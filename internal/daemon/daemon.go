@@ -22,6 +22,7 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/kadmit/kadmit/internal/admission"
+	"github.com/kadmit/kadmit/internal/celpolicy"
 	"github.com/kadmit/kadmit/internal/certs"
 	"github.com/kadmit/kadmit/internal/kubeconfig"
 	"github.com/kadmit/kadmit/internal/lifecycle"
@@ -358,6 +359,9 @@ func (d *daemon) start(ctx context.Context) error {
 			return err
 		}
 		go d.registrar.Run(ctx)
+	}
+	if len(d.opts.PolicyPaths) > 0 {
+		go celpolicy.Watch(ctx, d.opts.PolicyPaths, 0, d.reloads.rebuild)
 	}
 	if d.opts.ConfigMap != "" {
 		ns, name, _ := strings.Cut(d.opts.ConfigMap, "/")

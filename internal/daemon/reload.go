@@ -145,6 +145,30 @@ func (r *reloader) reload(cfg *config.Configuration) {
 	r.log.Error("configuration not applied; keeping the running one", "configMap", r.opts.ConfigMap, "error", err)
 }
 
+// rebuild rebuilds the running configuration's hooks after the declared
+// policy files (--policies) changed: the new policies are swapped in as a
+// ConfigMap edit is, and an invalid edit is refused, keeping the running
+// ones.
+func (r *reloader) rebuild() {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	hooks, err := r.build(r.ctx, r.cfg)
+	if err == nil {
+		var webhooks []*admission.Webhook
+		if webhooks, err = admission.NewWebhooks(hooks); err == nil {
+			r.serve(webhooks)
+			if r.register != nil {
+				r.register(hooks)
+			}
+			r.metrics.Reloaded(true)
+			r.log.Info("declared policies reloaded", "policies", r.opts.PolicyPaths, "paths", paths(webhooks))
+			return
+		}
+	}
+	r.metrics.Reloaded(false)
+	r.log.Error("declared policies not applied; keeping the running ones", "policies", r.opts.PolicyPaths, "error", err)
+}
+
 // invalid reports a ConfigMap edit that does not validate.
 func (r *reloader) invalid(err error) {
 	r.metrics.Reloaded(false)

@@ -29,6 +29,18 @@ func TestServed(t *testing.T) {
 		t.Fatal(err)
 	}
 	tmp := t.TempDir()
+	// A copy kadmit follows live, edited below.
+	policyDir := filepath.Join(tmp, "policies")
+	if err := os.Mkdir(policyDir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	basic, err := os.ReadFile(filepath.Join(root, "examples", "cel", "docs-basic", "policy.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(policyDir, "basic.yaml"), basic, 0o644); err != nil {
+		t.Fatal(err)
+	}
 	bin := filepath.Join(tmp, "kadmit")
 	if err := kadmitproc.Build(ctx, root, bin); err != nil {
 		t.Fatal(err)
@@ -53,7 +65,7 @@ func TestServed(t *testing.T) {
 	p, err := kadmitproc.Start(kadmitproc.Options{
 		Binary: bin, Addr: addr, MetricsAddr: metricsAddr, CAFile: filepath.Join(tmp, "ca.crt"), Kubeconfig: kubeconfig, Log: logFile,
 		ExtraArgs: []string{
-			"--policies", filepath.Join(root, "examples", "cel", "docs-basic", "policy.yaml"),
+			"--policies", policyDir,
 			"--policies", filepath.Join(root, "examples", "cel", "docs-map-jsonpatch", "policy.yaml"),
 		},
 	})
@@ -93,6 +105,27 @@ func TestServed(t *testing.T) {
 		}
 		t.Logf("deployment: %v", err)
 		return false
+	})
+
+	// An edit of the policy files is swapped in live; an invalid one is
+	// refused and the running policies kept.
+	if err := os.WriteFile(filepath.Join(policyDir, "broken.yaml"), []byte("kind: ValidatingAdmissionPolicyBinding\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	relaxed := strings.Replace(string(basic), "object.spec.replicas <= 5", "object.spec.replicas <= 7", 1)
+	if err := os.WriteFile(filepath.Join(policyDir, "basic.yaml"), []byte(relaxed), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(3 * time.Second)
+	if _, err := cs.AppsV1().Deployments("cel-served").Create(ctx, dep, metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}}); err == nil || !strings.Contains(err.Error(), want) {
+		t.Fatalf("after an invalid edit: %v, want the running policy's denial", err)
+	}
+	if err := os.Remove(filepath.Join(policyDir, "broken.yaml")); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(ctx, t, "the edited policy in effect", func() bool {
+		_, err := cs.AppsV1().Deployments("cel-served").Create(ctx, dep, metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
+		return err == nil
 	})
 
 	pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "p", Namespace: "cel-served"}, Spec: corev1.PodSpec{
