@@ -3,6 +3,8 @@ package celpolicy
 import (
 	"context"
 	"encoding/json"
+	"fmt"
+	"sync"
 	"strings"
 	"testing"
 
@@ -126,5 +128,40 @@ func TestRuntimeCostBudget(t *testing.T) {
 	}
 	if d.Allowed || !strings.Contains(d.Status.Message, "operation cancelled: actual cost limit exceeded") {
 		t.Fatalf("decision: %+v %v", d, d.Status)
+	}
+}
+
+// One engine serves concurrent requests (the server calls it from every
+// connection's goroutine).
+func TestConcurrentUse(t *testing.T) {
+	e := mustEngine(t, "testdata/basic.yaml")
+	pod := []byte(`{"apiVersion":"v1","kind":"Pod","metadata":{"name":"p","namespace":"default"},"spec":{"initContainers":[{"name":"init","image":"busybox"}],"containers":[{"name":"c","image":"nginx"}]}}`)
+	var wg sync.WaitGroup
+	errs := make(chan error, 8)
+	for g := 0; g < 8; g++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := 0; i < 10; i++ {
+				d, err := e.Validate(context.Background(), deployReq(6))
+				if err != nil || d.Allowed {
+					errs <- fmt.Errorf("validate: %v %+v", err, d)
+					return
+				}
+				m, err := e.Mutate(context.Background(), &Request{
+					Kind: schema.GroupVersionKind{Version: "v1", Kind: "Pod"}, Resource: schema.GroupVersionResource{Version: "v1", Resource: "pods"},
+					Name: "p", Namespace: "default", Operation: admission.Create, Object: pod,
+				})
+				if err != nil || !m.Changed {
+					errs <- fmt.Errorf("mutate: %v %+v", err, m)
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Error(err)
 	}
 }
