@@ -12,6 +12,7 @@ import (
 	admissionv1 "k8s.io/api/admission/v1"
 
 	"github.com/kadmit/kadmit/internal/admission"
+	"github.com/kadmit/kadmit/internal/celpolicy"
 	"github.com/kadmit/kadmit/internal/policy"
 	"github.com/kadmit/kadmit/internal/policy/builtin"
 	"github.com/kadmit/kadmit/internal/review"
@@ -19,6 +20,7 @@ import (
 
 func newReviewCmd() *cobra.Command {
 	var file, configFile, operation, oldFile, subresource, output, state string
+	var policyPaths []string
 	cmd := &cobra.Command{
 		Use:   "review -f FILE|DIR|-",
 		Short: "Run manifests through kadmit's policies offline",
@@ -59,6 +61,13 @@ or input errors.`,
 			if err != nil {
 				return cmdexit.New(2, err)
 			}
+			if len(policyPaths) > 0 {
+				declared, _, err := celpolicy.LoadWebhooks(celpolicy.Options{}, policyPaths...)
+				if err != nil {
+					return cmdexit.New(2, err)
+				}
+				webhooks = append(webhooks, declared...)
+			}
 			docs, err := review.Read(file, cmd.InOrStdin())
 			if err != nil {
 				return cmdexit.New(2, err)
@@ -83,6 +92,7 @@ or input errors.`,
 	f.StringVar(&operation, "operation", "CREATE", "operation to review as: CREATE, UPDATE, DELETE or CONNECT")
 	f.StringVar(&oldFile, "old", "", "old objects for UPDATE/DELETE, matched by kind, namespace and name")
 	f.StringVar(&subresource, "subresource", "", `subresource to review as, e.g. "status"`)
+	f.StringArrayVar(&policyPaths, "policies", nil, "ValidatingAdmissionPolicy / MutatingAdmissionPolicy files or directories (with bindings and params) to run next to the built-in policies; repeatable")
 	f.StringVarP(&output, "output", "o", "text", "output: text or json (one JSON object per line)")
 	f.StringVar(&state, "state", "", "cluster state (file or directory of manifests: LocalQueues, ElasticQuotas, pods, namespaces ...) that stateful checks read")
 	return cmd

@@ -22,6 +22,7 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/kadmit/kadmit/internal/admission"
+	"github.com/kadmit/kadmit/internal/celpolicy"
 	"github.com/kadmit/kadmit/internal/certs"
 	"github.com/kadmit/kadmit/internal/kubeconfig"
 	"github.com/kadmit/kadmit/internal/lifecycle"
@@ -51,7 +52,12 @@ type Options struct {
 	// followed live: a valid edit is applied without a restart.
 	ConfigMap string
 	// ConfigKey is the ConfigMap data key; default config.yaml.
-	ConfigKey       string
+	ConfigKey string
+	// PolicyPaths are ValidatingAdmissionPolicy / MutatingAdmissionPolicy
+	// files or directories (with bindings and params) served next to the
+	// built-in policies (package celpolicy); read at start and with every
+	// configuration build.
+	PolicyPaths     []string
 	Addr            string
 	MetricsAddr     string
 	ShutdownGrace   time.Duration
@@ -353,6 +359,9 @@ func (d *daemon) start(ctx context.Context) error {
 			return err
 		}
 		go d.registrar.Run(ctx)
+	}
+	if len(d.opts.PolicyPaths) > 0 {
+		go celpolicy.Watch(ctx, d.opts.PolicyPaths, 0, d.reloads.rebuild)
 	}
 	if d.opts.ConfigMap != "" {
 		ns, name, _ := strings.Cut(d.opts.ConfigMap, "/")

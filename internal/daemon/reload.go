@@ -74,6 +74,11 @@ type reloader struct {
 func (r *reloader) build(ctx context.Context, cfg *config.Configuration) ([]admission.Hook, error) {
 	cluster, stop := r.cluster, context.CancelFunc(nil)
 	resources := builtin.Caches(cfg)
+	if len(r.opts.PolicyPaths) > 0 {
+		// Declared policies' namespaceSelector and namespaceObject read
+		// namespaces, as the API server's plugins do from its informer.
+		resources = append(resources, clustercache.Namespaces)
+	}
 	key := clustercache.Key(resources)
 	if key != r.clusterKey {
 		cluster = nil
@@ -94,6 +99,12 @@ func (r *reloader) build(ctx context.Context, cfg *config.Configuration) ([]admi
 		}
 	}
 	hooks, err := builtin.Hooks(cfg, policy.Env{Cluster: cluster, Log: r.log})
+	if err == nil && len(r.opts.PolicyPaths) > 0 {
+		var declared []admission.Hook
+		if declared, err = declaredHooks(r.opts.PolicyPaths, cluster); err == nil {
+			hooks = append(hooks, declared...)
+		}
+	}
 	if err != nil {
 		if stop != nil {
 			stop()
@@ -132,6 +143,30 @@ func (r *reloader) reload(cfg *config.Configuration) {
 	}
 	r.metrics.Reloaded(false)
 	r.log.Error("configuration not applied; keeping the running one", "configMap", r.opts.ConfigMap, "error", err)
+}
+
+// rebuild rebuilds the running configuration's hooks after the declared
+// policy files (--policies) changed: the new policies are swapped in as a
+// ConfigMap edit is, and an invalid edit is refused, keeping the running
+// ones.
+func (r *reloader) rebuild() {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	hooks, err := r.build(r.ctx, r.cfg)
+	if err == nil {
+		var webhooks []*admission.Webhook
+		if webhooks, err = admission.NewWebhooks(hooks); err == nil {
+			r.serve(webhooks)
+			if r.register != nil {
+				r.register(hooks)
+			}
+			r.metrics.Reloaded(true)
+			r.log.Info("declared policies reloaded", "policies", r.opts.PolicyPaths, "paths", paths(webhooks))
+			return
+		}
+	}
+	r.metrics.Reloaded(false)
+	r.log.Error("declared policies not applied; keeping the running ones", "policies", r.opts.PolicyPaths, "error", err)
 }
 
 // invalid reports a ConfigMap edit that does not validate.

@@ -1,0 +1,192 @@
+package celpolicy
+
+import (
+	"context"
+	"fmt"
+	"strings"
+
+	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	apiserveradmission "k8s.io/apiserver/pkg/admission"
+
+	"github.com/kadmit/kadmit/internal/admission"
+	"github.com/kadmit/kadmit/internal/jsonedit"
+)
+
+// The paths kadmit serves declared policies on. Every ValidatingAdmission-
+// Policy is one hook on ValidatePath, every MutatingAdmissionPolicy one hook
+// on MutatePath, in the order they were loaded.
+const (
+	ValidatePath = "/validate-policies"
+	MutatePath   = "/mutate-policies"
+)
+
+// HookName is the admission.Hook Policy name of a declared policy, so its
+// webhook registers as "<HookName>.kadmit.io": "vap-<name>" or "map-<name>".
+func HookName(kind admission.Type, policy string) string {
+	if kind == admission.Mutating {
+		return "map-" + policy
+	}
+	return "vap-" + policy
+}
+
+// Hooks returns one admission.Hook per policy of the engine. A hook's Rules
+// are its policy's matchConstraints.resourceRules (operations, groups,
+// versions, resources, scope; resourceNames, excludeResourceRules,
+// selectors and matchPolicy are applied by the engine, which the API
+// server's matcher decides exactly); its FailurePolicy is the policy's,
+// the webhook's answer when kadmit cannot be reached. Each hook evaluates
+// its own policy only: the chain's first denial ends it, as in-tree the
+// first denial's message is the one returned.
+func (e *Engine) Hooks() []admission.Hook {
+	var out []admission.Hook
+	for _, h := range e.mutating {
+		p := h.Policy
+		name := p.Name
+		out = append(out, admission.Hook{
+			Policy:        HookName(admission.Mutating, name),
+			Path:          MutatePath,
+			Type:          admission.Mutating,
+			Rules:         webhookRules(p.Spec.MatchConstraints, true),
+			FailurePolicy: *p.Spec.FailurePolicy,
+			Mutator: admission.MutatorFunc(func(ctx context.Context, req *admission.Request) ([]jsonedit.Op, admission.Verdict) {
+				return e.serveMutate(ctx, name, req)
+			}),
+		})
+	}
+	for _, h := range e.validating {
+		p := h.Policy
+		name := p.Name
+		out = append(out, admission.Hook{
+			Policy:        HookName(admission.Validating, name),
+			Path:          ValidatePath,
+			Type:          admission.Validating,
+			Rules:         webhookRules(p.Spec.MatchConstraints, false),
+			FailurePolicy: *p.Spec.FailurePolicy,
+			Validator: admission.ValidatorFunc(func(ctx context.Context, req *admission.Request) admission.Verdict {
+				return e.serveValidate(ctx, name, req)
+			}),
+		})
+	}
+	return out
+}
+
+// webhookRules turns matchConstraints.resourceRules into webhook rules.
+// A mutating policy never sees DELETE (mutating/plugin.go NewPlugin), so
+// that operation is dropped from its rules; a rule left with none is
+// dropped.
+func webhookRules(m *admissionregistrationv1.MatchResources, mutating bool) []admissionregistrationv1.RuleWithOperations {
+	if m == nil {
+		return nil
+	}
+	var out []admissionregistrationv1.RuleWithOperations
+	for _, r := range m.ResourceRules {
+		rule := r.RuleWithOperations
+		if mutating {
+			var ops []admissionregistrationv1.OperationType
+			for _, op := range rule.Operations {
+				switch op {
+				case admissionregistrationv1.Delete:
+				case admissionregistrationv1.OperationAll:
+					ops = append(ops, admissionregistrationv1.Create, admissionregistrationv1.Update, admissionregistrationv1.Connect)
+				default:
+					ops = append(ops, op)
+				}
+			}
+			if len(ops) == 0 {
+				continue
+			}
+			rule.Operations = ops
+		}
+		out = append(out, rule)
+	}
+	return out
+}
+
+// FromAdmission turns an AdmissionRequest into the engine's Request.
+func FromAdmission(req *admission.Request) *Request {
+	r := &Request{
+		Kind:        schema.GroupVersionKind{Group: req.Kind.Group, Version: req.Kind.Version, Kind: req.Kind.Kind},
+		Resource:    schema.GroupVersionResource{Group: req.Resource.Group, Version: req.Resource.Version, Resource: req.Resource.Resource},
+		SubResource: req.SubResource,
+		Name:        req.Name,
+		Namespace:   req.Namespace,
+		Operation:   apiserveradmission.Operation(req.Operation),
+		Object:      req.Object.Raw,
+		OldObject:   req.OldObject.Raw,
+		Options:     req.Options.Raw,
+		UserInfo:    req.UserInfo,
+	}
+	if req.DryRun != nil {
+		r.DryRun = *req.DryRun
+	}
+	if len(r.Object) == 0 {
+		r.Object = nil
+	}
+	if len(r.OldObject) == 0 {
+		r.OldObject = nil
+	}
+	return r
+}
+
+func (e *Engine) serveValidate(ctx context.Context, policy string, req *admission.Request) admission.Verdict {
+	d, err := e.ValidatePolicy(ctx, policy, FromAdmission(req))
+	if err != nil {
+		return admission.Invalid("ValidatingAdmissionPolicy '%s': %v", policy, err)
+	}
+	return verdict(d)
+}
+
+func (e *Engine) serveMutate(ctx context.Context, policy string, req *admission.Request) ([]jsonedit.Op, admission.Verdict) {
+	d, err := e.MutatePolicy(ctx, policy, FromAdmission(req))
+	if err != nil {
+		return nil, admission.Invalid("MutatingAdmissionPolicy '%s': %v", policy, err)
+	}
+	v := verdict(d)
+	if !d.Allowed || !d.Changed {
+		return nil, v
+	}
+	ops, err := Ops(req.Object.Raw, d.Object)
+	if err != nil {
+		return nil, admission.Errored(500, fmt.Errorf("MutatingAdmissionPolicy '%s': %w", policy, err))
+	}
+	return ops, v
+}
+
+// verdict states a Decision as a webhook answers. Audit annotation keys
+// lose their "<policy>/" prefix (the API server prefixes a webhook's keys
+// with the webhook's name, which already names the policy, and a key with
+// two slashes is refused); the validation_failure key loses its
+// "validation.policy.admission.k8s.io/" prefix for the same reason.
+func verdict(d *Decision) admission.Verdict {
+	v := admission.Verdict{Allowed: d.Allowed, Warnings: d.Warnings}
+	for k, val := range d.AuditAnnotations {
+		if i := strings.LastIndexByte(k, '/'); i >= 0 {
+			k = k[i+1:]
+		}
+		v = v.WithAuditAnnotation(k, val)
+	}
+	if !d.Allowed {
+		v.Code, v.Reason, v.Message = d.Status.Code, d.Status.Reason, d.Message()
+	}
+	return v
+}
+
+// LoadWebhooks loads the policies at paths (see Load), compiles them (see
+// New) and returns their webhooks (see Hooks): what `kadmit review
+// --policies` and `kadmit serve --policies` add to the built-in ones.
+func LoadWebhooks(opts Options, paths ...string) ([]*admission.Webhook, *Engine, error) {
+	set, err := Load(paths...)
+	if err != nil {
+		return nil, nil, err
+	}
+	e, err := New(set, opts)
+	if err != nil {
+		return nil, nil, err
+	}
+	whs, err := admission.NewWebhooks(e.Hooks())
+	if err != nil {
+		return nil, nil, err
+	}
+	return whs, e, nil
+}

@@ -1,0 +1,504 @@
+// Package celtest runs test suites for declared admission policies
+// (`kadmit test DIR`): each suite names policy files (policies, bindings,
+// params), and its tests give an object, an operation and what the API
+// server must decide — allowed or denied, code, message, warnings, audit
+// annotations and the mutated object's fields — evaluated with package
+// celpolicy exactly as the API server's in-tree plugins do: every
+// MutatingAdmissionPolicy first, then every ValidatingAdmissionPolicy on
+// the mutated object. The format is documented in docs/policies-cel.md.
+package celtest
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+
+	authenticationv1 "k8s.io/api/authentication/v1"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apiserver/pkg/admission"
+	"sigs.k8s.io/yaml"
+
+	"github.com/kadmit/kadmit/internal/celpolicy"
+	"github.com/kadmit/kadmit/internal/jsonedit"
+)
+
+// Kind and APIVersion identify a suite file.
+const (
+	APIVersion = "kadmit.io/v1alpha1"
+	Kind       = "PolicyTest"
+)
+
+// Bounds on suites: clear errors, bounded cost.
+const (
+	MaxSuiteBytes = 4 << 20
+	MaxTests      = 10000
+	MaxSuites     = 1000
+)
+
+// ErrInput is wrapped by errors about the suite files themselves.
+var ErrInput = errors.New("invalid test suite")
+
+// Suite is one suite file.
+type Suite struct {
+	APIVersion string `json:"apiVersion"`
+	Kind       string `json:"kind"`
+	Metadata   struct {
+		Name string `json:"name"`
+	} `json:"metadata"`
+	// Policies are files or directories (relative to the suite file) of
+	// policies, bindings and params, loaded as `kadmit review --policies`.
+	Policies []string `json:"policies"`
+	// Namespaces are namespace objects the tests' requests may be in (for
+	// namespaceSelector and namespaceObject); a namespace not listed has
+	// only the label kubernetes.io/metadata.name.
+	Namespaces []corev1.Namespace `json:"namespaces,omitempty"`
+	Tests      []Test             `json:"tests"`
+
+	file string
+}
+
+// Test is one request and its expected outcome.
+type Test struct {
+	Name string `json:"name"`
+	// Operation: CREATE (default), UPDATE, DELETE or CONNECT.
+	Operation string `json:"operation,omitempty"`
+	// Object and OldObject are the request's objects (OldObject for UPDATE
+	// and DELETE); ObjectFile / OldObjectFile read them from a file
+	// relative to the suite instead.
+	Object        json.RawMessage `json:"object,omitempty"`
+	ObjectFile    string          `json:"objectFile,omitempty"`
+	OldObject     json.RawMessage `json:"oldObject,omitempty"`
+	OldObjectFile string          `json:"oldObjectFile,omitempty"`
+	// Resource overrides the resource guessed from the kind ("pods"),
+	// e.g. for irregular plurals; SubResource, e.g. "status".
+	Resource    string `json:"resource,omitempty"`
+	SubResource string `json:"subResource,omitempty"`
+	// UserInfo is the requesting user (default: username "kadmit-test").
+	UserInfo *authenticationv1.UserInfo `json:"userInfo,omitempty"`
+	Expect   Expect                     `json:"expect"`
+}
+
+// Expect is what a test requires; fields left out are not checked.
+type Expect struct {
+	// Allowed is required.
+	Allowed *bool `json:"allowed"`
+	// Code is the HTTP status of the denial (403, 422, ...).
+	Code *int32 `json:"code,omitempty"`
+	// Message is the whole error the API server returns, exactly;
+	// MessageContains a part of it.
+	Message         *string `json:"message,omitempty"`
+	MessageContains string  `json:"messageContains,omitempty"`
+	// Warnings is the exact list (an empty list: none).
+	Warnings *[]string `json:"warnings,omitempty"`
+	// AuditAnnotations each key must have exactly this value.
+	AuditAnnotations map[string]string `json:"auditAnnotations,omitempty"`
+	// Patched maps a JSON pointer into the object after mutation to its
+	// expected JSON value; null requires that nothing is there.
+	Patched map[string]json.RawMessage `json:"patched,omitempty"`
+	// Object is the whole object expected after mutation.
+	Object json.RawMessage `json:"object,omitempty"`
+}
+
+// Result is one test's outcome.
+type Result struct {
+	Suite, Test string
+	// Failures say what differed; empty when the test passed.
+	Failures []string
+}
+
+// Find returns the suite files under path (a file, or a directory
+// searched recursively for *.yaml, *.yml and *.json files whose kind is
+// PolicyTest), in lexical order.
+func Find(path string) ([]string, error) {
+	info, err := os.Stat(path)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrInput, err)
+	}
+	if !info.IsDir() {
+		return []string{path}, nil
+	}
+	var out []string
+	err = filepath.WalkDir(path, func(p string, d fs.DirEntry, err error) error {
+		if err != nil || d.IsDir() {
+			return err
+		}
+		switch strings.ToLower(filepath.Ext(p)) {
+		case ".yaml", ".yml", ".json":
+		default:
+			return nil
+		}
+		ok, err := isSuite(p)
+		if err != nil {
+			return err
+		}
+		if ok {
+			if len(out) >= MaxSuites {
+				return fmt.Errorf("more than %d test suites under %s", MaxSuites, path)
+			}
+			out = append(out, p)
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrInput, err)
+	}
+	sort.Strings(out)
+	return out, nil
+}
+
+func isSuite(path string) (bool, error) {
+	data, err := readBounded(path)
+	if err != nil {
+		return false, err
+	}
+	var head struct {
+		APIVersion string `json:"apiVersion"`
+		Kind       string `json:"kind"`
+	}
+	// A file that is not one YAML document with these two fields (a
+	// multi-document policy file, say) is not a suite.
+	if err := yaml.Unmarshal(data, &head); err != nil {
+		return false, nil
+	}
+	return head.APIVersion == APIVersion && head.Kind == Kind, nil
+}
+
+func readBounded(path string) ([]byte, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	data, err := io.ReadAll(io.LimitReader(f, MaxSuiteBytes+1))
+	if err != nil {
+		return nil, err
+	}
+	if len(data) > MaxSuiteBytes {
+		return nil, fmt.Errorf("%s: larger than %d bytes", path, MaxSuiteBytes)
+	}
+	return data, nil
+}
+
+// ReadSuite parses one suite file, refusing unknown fields.
+func ReadSuite(path string) (*Suite, error) {
+	data, err := readBounded(path)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrInput, err)
+	}
+	var s Suite
+	if err := yaml.UnmarshalStrict(data, &s); err != nil {
+		return nil, fmt.Errorf("%w: %s: %w", ErrInput, path, err)
+	}
+	s.file = path
+	switch {
+	case s.APIVersion != APIVersion || s.Kind != Kind:
+		return nil, fmt.Errorf("%w: %s: apiVersion/kind must be %s/%s", ErrInput, path, APIVersion, Kind)
+	case len(s.Policies) == 0:
+		return nil, fmt.Errorf("%w: %s: policies: at least one file or directory is required", ErrInput, path)
+	case len(s.Tests) == 0:
+		return nil, fmt.Errorf("%w: %s: tests: at least one test is required", ErrInput, path)
+	case len(s.Tests) > MaxTests:
+		return nil, fmt.Errorf("%w: %s: more than %d tests", ErrInput, path, MaxTests)
+	}
+	if s.Metadata.Name == "" {
+		s.Metadata.Name = path
+	}
+	for i, t := range s.Tests {
+		where := fmt.Sprintf("%s: tests[%d] (%s)", path, i, t.Name)
+		if t.Name == "" {
+			return nil, fmt.Errorf("%w: %s: name is required", ErrInput, where)
+		}
+		if t.Expect.Allowed == nil {
+			return nil, fmt.Errorf("%w: %s: expect.allowed is required", ErrInput, where)
+		}
+		if (len(t.Object) > 0) == (t.ObjectFile != "") && t.Operation != "DELETE" {
+			return nil, fmt.Errorf("%w: %s: exactly one of object and objectFile is required", ErrInput, where)
+		}
+		for p := range t.Expect.Patched {
+			if _, err := jsonedit.ParsePointer(p); err != nil || p == "" {
+				return nil, fmt.Errorf("%w: %s: expect.patched: %q is not a JSON pointer", ErrInput, where, p)
+			}
+		}
+	}
+	return &s, nil
+}
+
+func (s *Suite) rel(p string) string {
+	if filepath.IsAbs(p) {
+		return p
+	}
+	return filepath.Join(filepath.Dir(s.file), p)
+}
+
+// Run runs one suite. It returns an error wrapping ErrInput when the
+// suite's policies or objects cannot be loaded; mismatches are Results.
+func Run(ctx context.Context, s *Suite) ([]Result, error) {
+	paths := make([]string, len(s.Policies))
+	for i, p := range s.Policies {
+		paths[i] = s.rel(p)
+	}
+	set, err := celpolicy.Load(paths...)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %s: %w", ErrInput, s.file, err)
+	}
+	e, err := celpolicy.New(set, celpolicy.Options{})
+	if err != nil {
+		return nil, fmt.Errorf("%w: %s: %w", ErrInput, s.file, err)
+	}
+	var out []Result
+	for i := range s.Tests {
+		t := &s.Tests[i]
+		req, err := s.request(t)
+		if err != nil {
+			return nil, fmt.Errorf("%w: %s: tests[%d] (%s): %w", ErrInput, s.file, i, t.Name, err)
+		}
+		d, err := Evaluate(ctx, e, req)
+		if err != nil {
+			return nil, fmt.Errorf("%s: tests[%d] (%s): %w", s.file, i, t.Name, err)
+		}
+		out = append(out, Result{Suite: s.Metadata.Name, Test: t.Name, Failures: compare(t, req, d)})
+	}
+	return out, nil
+}
+
+// Evaluate runs req through the engine's mutating policies, then its
+// validating policies on the result, and returns the combined decision:
+// the API server's order (mutating admission, then validating admission
+// on the final object).
+func Evaluate(ctx context.Context, e *celpolicy.Engine, req *celpolicy.Request) (*celpolicy.Decision, error) {
+	m, err := e.Mutate(ctx, req)
+	if err != nil {
+		return nil, err
+	}
+	if !m.Allowed {
+		return m, nil
+	}
+	vreq := *req
+	vreq.Object = m.Object
+	v, err := e.Validate(ctx, &vreq)
+	if err != nil {
+		return nil, err
+	}
+	v.Warnings = append(m.Warnings, v.Warnings...)
+	for k, val := range m.AuditAnnotations {
+		if v.AuditAnnotations == nil {
+			v.AuditAnnotations = map[string]string{}
+		}
+		v.AuditAnnotations[k] = val
+	}
+	v.Object, v.Changed = m.Object, m.Changed
+	return v, nil
+}
+
+func (s *Suite) request(t *Test) (*celpolicy.Request, error) {
+	obj, err := s.objectJSON(t.Object, t.ObjectFile)
+	if err != nil {
+		return nil, fmt.Errorf("object: %w", err)
+	}
+	old, err := s.objectJSON(t.OldObject, t.OldObjectFile)
+	if err != nil {
+		return nil, fmt.Errorf("oldObject: %w", err)
+	}
+	op := admission.Operation(strings.ToUpper(t.Operation))
+	if op == "" {
+		op = admission.Create
+	}
+	switch op {
+	case admission.Create, admission.Connect:
+	case admission.Update:
+		if old == nil {
+			return nil, errors.New("UPDATE needs oldObject or oldObjectFile")
+		}
+	case admission.Delete:
+		if old == nil {
+			old, obj = obj, nil
+		}
+		if old == nil {
+			return nil, errors.New("DELETE needs oldObject or oldObjectFile")
+		}
+	default:
+		return nil, fmt.Errorf("operation %q: must be CREATE, UPDATE, DELETE or CONNECT", t.Operation)
+	}
+	ref := obj
+	if ref == nil {
+		ref = old
+	}
+	var u unstructured.Unstructured
+	if err := u.UnmarshalJSON(ref); err != nil {
+		return nil, err
+	}
+	gvk := u.GroupVersionKind()
+	if gvk.Kind == "" || gvk.Version == "" {
+		return nil, errors.New("apiVersion and kind are required")
+	}
+	gvr, _ := meta.UnsafeGuessKindToResource(gvk)
+	if t.Resource != "" {
+		gvr = schema.GroupVersionResource{Group: gvk.Group, Version: gvk.Version, Resource: t.Resource}
+	}
+	ui := authenticationv1.UserInfo{Username: "kadmit-test"}
+	if t.UserInfo != nil {
+		ui = *t.UserInfo
+	}
+	req := &celpolicy.Request{
+		Kind: gvk, Resource: gvr, SubResource: t.SubResource, Name: u.GetName(), Namespace: u.GetNamespace(),
+		Operation: op, Object: obj, OldObject: old, UserInfo: ui,
+	}
+	for i := range s.Namespaces {
+		if s.Namespaces[i].Name == req.Namespace {
+			ns := s.Namespaces[i].DeepCopy()
+			if ns.Labels == nil {
+				ns.Labels = map[string]string{}
+			}
+			if _, ok := ns.Labels[corev1.LabelMetadataName]; !ok {
+				ns.Labels[corev1.LabelMetadataName] = ns.Name
+			}
+			req.NamespaceObject = ns
+		}
+	}
+	return req, nil
+}
+
+func (s *Suite) objectJSON(inline json.RawMessage, file string) ([]byte, error) {
+	if file != "" {
+		data, err := readBounded(s.rel(file))
+		if err != nil {
+			return nil, err
+		}
+		return yaml.YAMLToJSON(data)
+	}
+	if len(bytes.TrimSpace(inline)) == 0 || string(bytes.TrimSpace(inline)) == "null" {
+		return nil, nil
+	}
+	return inline, nil
+}
+
+func compare(t *Test, req *celpolicy.Request, d *celpolicy.Decision) []string {
+	var f []string
+	msg, code := "", int32(200)
+	if d.Status != nil {
+		msg, code = d.Status.Message, d.Status.Code
+	}
+	if *t.Expect.Allowed != d.Allowed {
+		if d.Allowed {
+			f = append(f, "allowed: got true, want false")
+		} else {
+			f = append(f, fmt.Sprintf("allowed: got false (%d %s), want true", code, msg))
+		}
+	}
+	if c := t.Expect.Code; c != nil && *c != code {
+		f = append(f, fmt.Sprintf("code: got %d, want %d", code, *c))
+	}
+	if m := t.Expect.Message; m != nil && *m != msg {
+		f = append(f, fmt.Sprintf("message: got %q, want %q", msg, *m))
+	}
+	if m := t.Expect.MessageContains; m != "" && !strings.Contains(msg, m) {
+		f = append(f, fmt.Sprintf("message: got %q, want it to contain %q", msg, m))
+	}
+	if w := t.Expect.Warnings; w != nil {
+		got := d.Warnings
+		if len(got) != len(*w) || !equalStrings(got, *w) {
+			f = append(f, fmt.Sprintf("warnings: got %q, want %q", got, *w))
+		}
+	}
+	keys := make([]string, 0, len(t.Expect.AuditAnnotations))
+	for k := range t.Expect.AuditAnnotations {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	for _, k := range keys {
+		want := t.Expect.AuditAnnotations[k]
+		if got, ok := d.AuditAnnotations[k]; !ok || got != want {
+			f = append(f, fmt.Sprintf("auditAnnotations[%s]: got %q (present %v), want %q", k, got, ok, want))
+		}
+	}
+	obj := d.Object
+	if obj == nil {
+		obj = req.Object
+	}
+	if len(t.Expect.Object) > 0 {
+		if !sameJSON(obj, t.Expect.Object) {
+			f = append(f, fmt.Sprintf("object: got %s, want %s", obj, t.Expect.Object))
+		}
+	}
+	pointers := make([]string, 0, len(t.Expect.Patched))
+	for p := range t.Expect.Patched {
+		pointers = append(pointers, p)
+	}
+	sort.Strings(pointers)
+	for _, p := range pointers {
+		want := t.Expect.Patched[p]
+		segs, _ := jsonedit.ParsePointer(p)
+		got, err := jsonedit.NewDoc(obj).Get(segs...)
+		if err != nil {
+			f = append(f, fmt.Sprintf("patched %s: %v", p, err))
+			continue
+		}
+		if string(bytes.TrimSpace(want)) == "null" {
+			if got != nil && string(got) != "null" {
+				f = append(f, fmt.Sprintf("patched %s: got %s, want nothing there", p, got))
+			}
+			continue
+		}
+		if got == nil || !sameJSON(got, want) {
+			f = append(f, fmt.Sprintf("patched %s: got %s, want %s", p, orNothing(got), want))
+		}
+	}
+	return f
+}
+
+func orNothing(b []byte) string {
+	if b == nil {
+		return "nothing"
+	}
+	return string(b)
+}
+
+func equalStrings(a, b []string) bool {
+	for i := range a {
+		if a[i] != b[i] {
+			return false
+		}
+	}
+	return true
+}
+
+func sameJSON(a, b []byte) bool {
+	var x, y any
+	if json.Unmarshal(a, &x) != nil || json.Unmarshal(b, &y) != nil {
+		return false
+	}
+	xa, _ := json.Marshal(x)
+	ya, _ := json.Marshal(y)
+	return bytes.Equal(xa, ya)
+}
+
+// Print writes results as text: one line per test ("PASS" or "FAIL"),
+// each failure indented below, and a summary line. It returns the number
+// of failed tests.
+func Print(w io.Writer, results []Result) int {
+	failed := 0
+	for _, r := range results {
+		if len(r.Failures) == 0 {
+			fmt.Fprintf(w, "PASS  %s / %s\n", r.Suite, r.Test)
+			continue
+		}
+		failed++
+		fmt.Fprintf(w, "FAIL  %s / %s\n", r.Suite, r.Test)
+		for _, f := range r.Failures {
+			fmt.Fprintf(w, "      %s\n", f)
+		}
+	}
+	fmt.Fprintf(w, "%d tests, %d passed, %d failed\n", len(results), len(results)-failed, failed)
+	return failed
+}
