@@ -47,7 +47,8 @@ func (r *APIServerReport) WriteText(w io.Writer) error {
 	fmt.Fprintf(&b, "  creates     %d of %d planned sent (%s), %d answered: %d created, %d failed\n",
 		r.Sent, r.Planned, exact, r.Answered, r.Created, r.ErrorCount())
 	if r.Late > 0 {
-		fmt.Fprintf(&b, "  late        %d creates sent more than one period late (in-flight bound reached), up to %s: the rate was not held\n", r.Late, fmtDur(r.MaxLag))
+		fmt.Fprintf(&b, "  late        %d creates sent more than one period (%s) after their slot, up to %s late; %d waited for an in-flight slot: the rate was not held\n",
+			r.Late, fmtDur(time.Second/time.Duration(r.Rate)), fmtDur(r.MaxLag), r.Held)
 	} else {
 		fmt.Fprintf(&b, "  late        0 (every create sent on schedule)\n")
 	}
@@ -194,6 +195,7 @@ type APIServerJSON struct {
 	Errors          map[string]int64  `json:"errors"`
 	ErrorSamples    map[string]string `json:"error_samples"`
 	Late            int64             `json:"late"`
+	Held            int64             `json:"held_by_in_flight_bound"`
 	MaxLagMS        float64           `json:"max_lag_ms"`
 	ElapsedSeconds  float64           `json:"elapsed_seconds"`
 	StoppedBy       string            `json:"stopped_by"`
@@ -245,7 +247,7 @@ func (r *APIServerReport) JSON() APIServerJSON {
 		Server: r.Server, Kind: r.Kind, Resource: r.Resource, Namespace: r.Namespace, BodyBytes: r.BodyBytes,
 		Rate: r.Rate, DurationSeconds: r.Asked.Seconds(), MaxInFlight: r.MaxInFlight, PeakInFlight: r.PeakInFlight,
 		Planned: r.Planned, Sent: r.Sent, Answered: r.Answered, Created: r.Created,
-		Errors: r.Errors, ErrorSamples: r.ErrorSamples, Late: r.Late, MaxLagMS: ms(r.MaxLag),
+		Errors: r.Errors, ErrorSamples: r.ErrorSamples, Late: r.Late, Held: r.Held, MaxLagMS: ms(r.MaxLag),
 		ElapsedSeconds: r.Elapsed.Seconds(), StoppedBy: r.StoppedBy, Complete: r.Complete(),
 		Webhooks: []WebhookJSON{},
 	}

@@ -247,10 +247,13 @@ type APIServerReport struct {
 	// ErrorSamples holds the first message seen per error class, cut to
 	// 300 bytes.
 	ErrorSamples map[string]string
-	// Late counts creates sent more than one period after their slot
-	// because MaxInFlight creates were awaiting answers; MaxLag is the
-	// largest delay. A late create means the rate was not held.
+	// Late counts creates sent more than one period after their slot,
+	// because MaxInFlight creates were awaiting answers or because the
+	// client itself was starved of CPU; MaxLag is the largest delay. Held
+	// counts the creates that had to wait for an in-flight slot. Late
+	// creates mean the rate was not held.
 	Late         int64
+	Held         int64
 	MaxLag       time.Duration
 	PeakInFlight int64
 	Elapsed      time.Duration // first create sent to last answer
@@ -380,7 +383,7 @@ func RunAPIServer(ctx context.Context, opts APIServerOptions) (*APIServerReport,
 		Rate: o.Rate, Asked: o.Duration, MaxInFlight: o.MaxInFlight, Planned: o.planned(),
 		Sent: l.sent.Load(), Answered: l.answered.Load(), Created: l.created.Load(),
 		Errors: map[string]int64{}, ErrorSamples: map[string]string{},
-		Late: l.late, MaxLag: l.maxLag, PeakInFlight: l.peak.Load(), Elapsed: l.elapsed,
+		Late: l.late, Held: l.held, MaxLag: l.maxLag, PeakInFlight: l.peak.Load(), Elapsed: l.elapsed,
 		StoppedBy: l.stoppedBy, client: l.hist,
 	}
 	l.mu.Lock()
@@ -621,6 +624,7 @@ type apiLoad struct {
 
 	// Written by run's goroutine only.
 	late      int64
+	held      int64
 	maxLag    time.Duration
 	elapsed   time.Duration
 	stoppedBy string
@@ -661,12 +665,17 @@ send:
 		}
 		select {
 		case slots <- struct{}{}:
-		case <-ctx.Done():
-			l.stoppedBy = "interrupted"
-			break send
-		case <-deadline.C:
-			l.stoppedBy = "send deadline"
-			break send
+		default:
+			l.held++
+			select {
+			case slots <- struct{}{}:
+			case <-ctx.Done():
+				l.stoppedBy = "interrupted"
+				break send
+			case <-deadline.C:
+				l.stoppedBy = "send deadline"
+				break send
+			}
 		}
 		if lag := time.Since(due); lag > period {
 			l.late++

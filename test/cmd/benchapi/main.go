@@ -414,11 +414,11 @@ func loadAvg() string {
 
 func printTable(w io.Writer, o options, rs []result) {
 	fmt.Fprintf(w, "\nThrough the API server: %d dry-run pod creates/s for %s per server (after a %s warm-up), at most %d in flight\n\n", o.rate, o.duration, o.warmup, o.maxInFlight)
-	fmt.Fprintln(w, "| server | creates sent / planned | errors | late | client p50 ms | client p99 ms | load avg (1 min) |")
+	fmt.Fprintln(w, "| server | creates sent / planned | errors | late / held by in-flight bound | client p50 ms | client p99 ms | load avg (1 min) |")
 	fmt.Fprintln(w, "| --- | --- | --- | --- | --- | --- | --- |")
 	for _, r := range rs {
 		j := r.report
-		fmt.Fprintf(w, "| %s | %d / %d | %d | %d | %.1f | %.1f | %s–%s |\n", r.server, j.Sent, j.Planned, errCount(j.Errors), j.Late, j.ClientMS.P50, j.ClientMS.P99, r.loadBefore, r.load)
+		fmt.Fprintf(w, "| %s | %d / %d | %d | %d / %d | %.1f | %.1f | %s–%s |\n", r.server, j.Sent, j.Planned, errCount(j.Errors), j.Late, j.Held, j.ClientMS.P50, j.ClientMS.P99, r.loadBefore, r.load)
 	}
 	fmt.Fprintln(w)
 	fmt.Fprintln(w, "| server | webhook | type | calls | p50 ms (bucket-interp.) | p99 ms (bucket-interp.) | mean ms | calls <= 5 ms | share of client mean / p50 / p99 | target: p99 <= 5 ms |")

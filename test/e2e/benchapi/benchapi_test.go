@@ -250,3 +250,37 @@ func TestMissingNamespace(t *testing.T) {
 		t.Errorf("exit %d, stderr %q", code, stderr)
 	}
 }
+
+// TestManifestFile creates another kind from -f: the resource is found
+// through discovery, the object lands in --namespace, and with no webhook
+// on ConfigMaps the report says no webhook was called.
+func TestManifestFile(t *testing.T) {
+	e := suite.Env(t)
+	path := filepath.Join(t.TempDir(), "cm.yaml")
+	manifest := "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  generateName: bench-\n  namespace: elsewhere\ndata:\n  k: v\n"
+	if err := os.WriteFile(path, []byte(manifest), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	stdout, stderr, code := runBench(t, e, "--through-apiserver", "--kubeconfig", e.Kubeconfig,
+		"--namespace", namespace, "-f", path, "--rate", "20", "-d", "1s", "-o", "json")
+	if code != 0 {
+		t.Fatalf("exit %d\n%s\n%s", code, stdout, stderr)
+	}
+	var rep bench.APIServerJSON
+	if err := json.Unmarshal([]byte(stdout), &rep); err != nil {
+		t.Fatal(err)
+	}
+	if rep.Kind != "ConfigMap" || rep.Resource != "configmaps" || rep.Namespace != namespace || rep.Created != 20 || len(rep.Webhooks) != 0 {
+		t.Errorf("kind %s resource %s namespace %s created %d webhooks %v", rep.Kind, rep.Resource, rep.Namespace, rep.Created, rep.Webhooks)
+	}
+	// Nothing was stored: dryRun=All.
+	cms, err := e.Client.CoreV1().ConfigMaps(namespace).List(e2eenv.TestCtx(t, 30*time.Second), metav1.ListOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, cm := range cms.Items {
+		if strings.HasPrefix(cm.Name, "bench-") {
+			t.Errorf("dry-run stored %s", cm.Name)
+		}
+	}
+}
