@@ -778,7 +778,8 @@ func (l *apiLoad) fail(kind, msg string) {
 // 2xx. The API server's message tells a webhook's denial (`admission webhook
 // "x" denied the request`) and a failed call (`failed calling webhook "x"`)
 // from other refusals; see k8s.io/apiserver v0.37.1
-// pkg/admission/plugin/webhook/errors/statuserror.go.
+// pkg/admission/plugin/webhook/errors/statuserror.go:29 and
+// pkg/util/webhook/error.go:36.
 func classifyCreate(code int, body []byte) string {
 	if code >= 200 && code <= 299 {
 		return ""

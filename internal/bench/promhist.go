@@ -18,7 +18,7 @@ import (
 
 // The API server's admission webhook metrics that --through-apiserver reads,
 // as k8s.io/apiserver v0.37.1 pkg/admission/metrics/metrics.go defines them
-// (lines 180-203): a histogram with labels name, type, operation, rejected and
+// (lines 179-203): a histogram with labels name, type, operation, rejected and
 // buckets 5ms, 25ms, 100ms, 500ms, 1s, 2.5s, 10s, 25s, and a counter of
 // rejections with labels name, type, operation, error_type, rejection_code.
 const (
