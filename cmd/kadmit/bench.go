@@ -140,7 +140,7 @@ Exit status: 0 when every request was answered correctly (with
 	f.IntVarP(&opts.Concurrency, "concurrency", "c", bench.DefaultConcurrency, fmt.Sprintf("requests in flight, 1..%d", bench.MaxConcurrency))
 	f.DurationVarP(&opts.Duration, "duration", "d", 0, fmt.Sprintf("stop issuing requests after this long, %s..%s (default %s, or %s with -n)", bench.MinDuration, bench.MaxDuration, bench.DefaultDuration, bench.MaxDuration))
 	f.Int64VarP(&opts.Requests, "requests", "n", 0, fmt.Sprintf("stop after this many requests, 1..%d", bench.MaxRequests))
-	f.DurationVar(&opts.Timeout, "timeout", bench.DefaultTimeout, fmt.Sprintf("per-request timeout, up to %s", bench.MaxTimeout))
+	f.DurationVar(&opts.Timeout, "timeout", bench.DefaultTimeout, fmt.Sprintf("per-request timeout, up to %s (with --through-apiserver: 1s..%s, default %s)", bench.MaxTimeout, bench.MaxTimeout, bench.DefaultAPITimeout))
 	f.BoolVar(&opts.HTTP2, "http2", false, "use HTTP/2 (ALPN h2) instead of HTTP/1.1 (kadmit serve offers it only with --http2)")
 	f.BoolVar(&opts.AllowRemote, "allow-remote", false, "allow a host that resolves to non-loopback addresses")
 	f.StringVarP(&output, "output", "o", "text", "report format: text or json")
