@@ -106,3 +106,18 @@ image-build-stage: ## run the Dockerfile's build stage here (no container engine
 
 test-deploy: controlplane ## chart lint/render, manifest drift, Dockerfile build stage, install on the real API server with the chart's RBAC
 	cd test/deploy && KADMIT_E2E_REQUIRED=1 KADMIT_CONTROLPLANE_DIR=$(CONTROLPLANE_DIR) $(GO) test -count=1 -timeout 15m ./...
+
+# make bench-apiserver: what the API server sees. A real kube-apiserver and
+# etcd (test/controlplane), kadmit registered with the seed webhooks, then the
+# controller-runtime reference registered with a copy of kadmit's
+# configurations; `kadmit bench --through-apiserver` sends server-side dry-run
+# pod creates at BENCH_APISERVER_RATE per second for BENCH_APISERVER_DURATION
+# against each and reads the API server's webhook histogram
+# (test/cmd/benchapi, docs/performance.md "Through the API server").
+BENCH_APISERVER_RATE ?= 100
+BENCH_APISERVER_DURATION ?= 60s
+BENCH_APISERVER_WORK ?= $(BIN)/bench-apiserver
+.PHONY: bench-apiserver
+bench-apiserver: build controlplane ## webhook latency as the API server measures it, kadmit and controller-runtime; BENCH_APISERVER_RATE/DURATION
+	cd bench/reference && $(GO) build -o $(abspath $(BIN))/bench-reference .
+	cd test && KADMIT_CONTROLPLANE_DIR=$(CONTROLPLANE_DIR) $(GO) run ./cmd/benchapi -kadmit $(abspath $(BIN))/kadmit -reference $(abspath $(BIN))/bench-reference -rate $(BENCH_APISERVER_RATE) -duration $(BENCH_APISERVER_DURATION) -work $(abspath $(BENCH_APISERVER_WORK))

@@ -20,9 +20,11 @@ func newBenchCmd() *cobra.Command {
 	var (
 		opts                                     bench.Options
 		caFile, manifest, operation, output, svg string
+		api                                      bench.APIServerOptions
+		throughAPIServer                         bool
 	)
 	cmd := &cobra.Command{
-		Use:   "bench --url https://HOST:PORT/PATH",
+		Use:   "bench --url https://HOST:PORT/PATH | --through-apiserver",
 		Short: "Load-test an admission webhook with AdmissionReview requests",
 		Long: `Send AdmissionReview requests to a webhook as the API server does (HTTPS POST,
 keep-alive connections, a fresh uid per request) and check every answer: HTTP
@@ -38,18 +40,40 @@ The run stops after -n requests or -d, whichever comes first (default -d 10s;
 at most 10m and 10000000 requests). Only loopback targets are accepted unless
 --allow-remote: every address the host resolves to must be loopback.
 
-Exit status: 0 when every request was answered correctly, 1 when any failed,
+With --through-apiserver, kadmit bench instead creates the object through the
+API server of the kubeconfig with server-side dry-run (dryRun=All: the whole
+admission chain runs, webhooks included, nothing is stored), open loop at
+--rate creates per second for -d (exactly rate × duration creates, at most
+--max-in-flight awaiting an answer), and reports the latency the client saw
+next to each webhook's latency from the API server's own
+apiserver_admission_webhook_admission_duration_seconds histogram (read from
+/metrics before and after; p50/p99 bucket-interpolated as PromQL's
+histogram_quantile). The default object is the same pod labelled
+acme.com/lifespan-requested: "3". The user needs "create" on the resource and
+"get" on the nonResourceURL /metrics.
+
+Exit status: 0 when every request was answered correctly (with
+--through-apiserver: every planned create sent and created), 1 when any failed,
 2 on usage errors or when the run cannot start.`,
 		Example: `  kadmit bench --url https://127.0.0.1:9443/mutate-pod --cacert ca.crt -d 30s -c 64
   kadmit bench --url https://localhost:9443/validate-pod --insecure -n 100000 --http2 -o json
-  kadmit bench --url https://127.0.0.1:9443/mutate-pod --insecure -f pod.yaml --histogram lat.svg`,
+  kadmit bench --url https://127.0.0.1:9443/mutate-pod --insecure -f pod.yaml --histogram lat.svg
+  kadmit bench --through-apiserver --kubeconfig kind.kubeconfig --rate 100 -d 60s --namespace shop`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			if opts.URL == "" {
-				return cmdexit.New(2, errors.New("--url is required"))
-			}
 			if output != "text" && output != "json" {
 				return cmdexit.New(2, fmt.Errorf("-o %q: must be text or json", output))
+			}
+			if throughAPIServer {
+				return runThroughAPIServer(cmd, api, opts, manifest, output)
+			}
+			for _, name := range apiServerOnlyFlags {
+				if cmd.Flags().Changed(name) {
+					return cmdexit.New(2, fmt.Errorf("--%s needs --through-apiserver", name))
+				}
+			}
+			if opts.URL == "" {
+				return cmdexit.New(2, errors.New("--url is required (or --through-apiserver)"))
 			}
 			if cmd.Flags().Changed("requests") && opts.Requests < 1 {
 				return cmdexit.New(2, fmt.Errorf("-n %d: must be 1..%d", opts.Requests, bench.MaxRequests))
@@ -71,20 +95,9 @@ Exit status: 0 when every request was answered correctly, 1 when any failed,
 					return cmdexit.New(2, fmt.Errorf("--cacert %s: no PEM certificate found", caFile))
 				}
 			}
-			switch manifest {
-			case "":
-			case "-":
-				b, err := io.ReadAll(cmd.InOrStdin())
-				if err != nil {
-					return cmdexit.New(2, fmt.Errorf("read manifest from stdin: %w", err))
-				}
-				opts.Manifest = b
-			default:
-				b, err := os.ReadFile(manifest)
-				if err != nil {
-					return cmdexit.New(2, fmt.Errorf("-f: %w", err))
-				}
-				opts.Manifest = b
+			var err error
+			if opts.Manifest, err = readManifest(cmd, manifest); err != nil {
+				return err
 			}
 			stderr := cmd.ErrOrStderr()
 			pl := &progressLine{w: stderr}
@@ -127,12 +140,101 @@ Exit status: 0 when every request was answered correctly, 1 when any failed,
 	f.IntVarP(&opts.Concurrency, "concurrency", "c", bench.DefaultConcurrency, fmt.Sprintf("requests in flight, 1..%d", bench.MaxConcurrency))
 	f.DurationVarP(&opts.Duration, "duration", "d", 0, fmt.Sprintf("stop issuing requests after this long, %s..%s (default %s, or %s with -n)", bench.MinDuration, bench.MaxDuration, bench.DefaultDuration, bench.MaxDuration))
 	f.Int64VarP(&opts.Requests, "requests", "n", 0, fmt.Sprintf("stop after this many requests, 1..%d", bench.MaxRequests))
-	f.DurationVar(&opts.Timeout, "timeout", bench.DefaultTimeout, fmt.Sprintf("per-request timeout, up to %s", bench.MaxTimeout))
+	f.DurationVar(&opts.Timeout, "timeout", bench.DefaultTimeout, fmt.Sprintf("per-request timeout, up to %s (with --through-apiserver: 1s..%s, default %s)", bench.MaxTimeout, bench.MaxTimeout, bench.DefaultAPITimeout))
 	f.BoolVar(&opts.HTTP2, "http2", false, "use HTTP/2 (ALPN h2) instead of HTTP/1.1 (kadmit serve offers it only with --http2)")
 	f.BoolVar(&opts.AllowRemote, "allow-remote", false, "allow a host that resolves to non-loopback addresses")
 	f.StringVarP(&output, "output", "o", "text", "report format: text or json")
 	f.StringVar(&svg, "histogram", "", "also write the latency histogram to this SVG file")
+	f.BoolVar(&throughAPIServer, "through-apiserver", false, "create the object through the kubeconfig's API server with server-side dry-run and report the webhooks' latency from the API server's metrics")
+	f.StringVar(&api.Kubeconfig, "kubeconfig", "", "with --through-apiserver: kubeconfig file (default: $KUBECONFIG or ~/.kube/config)")
+	f.StringVar(&api.Context, "context", "", "with --through-apiserver: kubeconfig context (default: the current context)")
+	f.StringVar(&api.Namespace, "namespace", "", "with --through-apiserver: namespace to create in (default: the object's, else default)")
+	f.IntVar(&api.Rate, "rate", bench.DefaultRate, fmt.Sprintf("with --through-apiserver: creates per second, 1..%d", bench.MaxRate))
+	f.IntVar(&api.MaxInFlight, "max-in-flight", bench.DefaultMaxInFlight, fmt.Sprintf("with --through-apiserver: creates awaiting an answer at most, 1..%d", bench.MaxInFlight))
 	return cmd
+}
+
+// apiServerOnlyFlags take effect only with --through-apiserver;
+// urlOnlyFlags only without it.
+var (
+	apiServerOnlyFlags = []string{"kubeconfig", "context", "namespace", "rate", "max-in-flight"}
+	urlOnlyFlags       = []string{"url", "cacert", "insecure", "operation", "api-version", "concurrency", "requests", "http2", "histogram"}
+)
+
+// readManifest reads -f: nothing, "-" for stdin, or a file.
+func readManifest(cmd *cobra.Command, manifest string) ([]byte, error) {
+	switch manifest {
+	case "":
+		return nil, nil
+	case "-":
+		b, err := io.ReadAll(io.LimitReader(cmd.InOrStdin(), maxManifestBytes+1))
+		if err != nil {
+			return nil, cmdexit.New(2, fmt.Errorf("read manifest from stdin: %w", err))
+		}
+		if len(b) > maxManifestBytes {
+			return nil, cmdexit.New(2, fmt.Errorf("-f -: manifest longer than %d bytes", maxManifestBytes))
+		}
+		return b, nil
+	default:
+		b, err := os.ReadFile(manifest)
+		if err != nil {
+			return nil, cmdexit.New(2, fmt.Errorf("-f: %w", err))
+		}
+		return b, nil
+	}
+}
+
+// maxManifestBytes bounds a manifest read from stdin: the API server's
+// request limit is 3 MiB.
+const maxManifestBytes = 16 << 20
+
+// runThroughAPIServer wires `kadmit bench --through-apiserver`.
+func runThroughAPIServer(cmd *cobra.Command, api bench.APIServerOptions, opts bench.Options, manifest, output string) error {
+	for _, name := range urlOnlyFlags {
+		if cmd.Flags().Changed(name) {
+			return cmdexit.New(2, fmt.Errorf("--%s does not apply with --through-apiserver (the load is --rate, bounded by --max-in-flight)", name))
+		}
+	}
+	api.Duration, api.Timeout, api.AllowRemote = opts.Duration, 0, opts.AllowRemote
+	if cmd.Flags().Changed("timeout") {
+		api.Timeout = opts.Timeout
+	}
+	if cmd.Flags().Changed("duration") && opts.Duration <= 0 {
+		return cmdexit.New(2, fmt.Errorf("-d %s: must be %s..%s", opts.Duration, bench.MinAPIDuration, bench.MaxDuration))
+	}
+	if cmd.Flags().Changed("rate") && api.Rate < 1 {
+		return cmdexit.New(2, fmt.Errorf("--rate %d: must be 1..%d creates per second", api.Rate, bench.MaxRate))
+	}
+	if cmd.Flags().Changed("max-in-flight") && api.MaxInFlight < 1 {
+		return cmdexit.New(2, fmt.Errorf("--max-in-flight %d: must be 1..%d", api.MaxInFlight, bench.MaxInFlight))
+	}
+	var err error
+	if api.Manifest, err = readManifest(cmd, manifest); err != nil {
+		return err
+	}
+	stderr := cmd.ErrOrStderr()
+	pl := &progressLine{w: stderr}
+	if isTerminal(stderr) {
+		api.Progress = pl.update
+	}
+	rep, err := bench.RunAPIServer(cmd.Context(), api)
+	pl.clear()
+	if err != nil {
+		return cmdexit.New(2, err)
+	}
+	out := cmd.OutOrStdout()
+	if output == "json" {
+		err = rep.WriteJSON(out)
+	} else {
+		err = rep.WriteText(out)
+	}
+	if err != nil {
+		return cmdexit.New(2, err)
+	}
+	if !rep.Complete() {
+		return cmdexit.New(1, fmt.Errorf("%d of %d planned creates sent, %d failed", rep.Sent, rep.Planned, rep.ErrorCount()))
+	}
+	return nil
 }
 
 func writeSVGFile(path string, rep *bench.Report) error {
