@@ -18,6 +18,22 @@ build: ## build bin/kadmit
 controlplane: ## build the pinned kube-apiserver and etcd into the cache (skips what is built)
 	bash hack/controlplane.sh
 
+# The older supported minors: the wire contract (v1 and v1beta1 reviews,
+# registration by server-side apply) and the declared-policy differential
+# run on each, next to the full e2e on the pinned version above.
+OLDER_KUBE_VERSIONS ?= v1.36.3 v1.35.4
+.PHONY: controlplane-minors e2e-minors
+controlplane-minors: ## build kube-apiserver for each of OLDER_KUBE_VERSIONS (skips what is built)
+	for v in $(OLDER_KUBE_VERSIONS); do KUBE_VERSION=$$v bash hack/controlplane.sh || exit 1; done
+
+e2e-minors: controlplane-minors ## the wire-contract e2e and the CEL differential on each older minor
+	for v in $(OLDER_KUBE_VERSIONS); do \
+	  dir=$$(KUBE_VERSION=$$v bash hack/controlplane.sh --print-dir); \
+	  echo "== kube-apiserver $$v"; \
+	  (cd test && KADMIT_E2E_REQUIRED=1 KADMIT_CONTROLPLANE_DIR=$$dir $(GO) test -p 1 -count=1 -timeout 15m \
+	    -run 'TestSeedScenarios|TestAdmissionReviewV1beta1|TestCorpus' ./e2e/ ./e2e/celdiff/) || exit 1; \
+	done
+
 # The test infrastructure (control plane, network namespace, seed scenarios,
 # demo, e2e suites) is the nested module test/, so that envtest and
 # controller-runtime are dependencies of the tests only, never of kadmit.
@@ -58,7 +74,7 @@ fuzz: ## a short run of each fuzz target
 	bash hack/fuzz.sh ./internal/policy/builtin FuzzResourceFlavor $(FUZZTIME)
 	bash hack/fuzz.sh ./internal/policy/builtin FuzzKadmitConfig $(FUZZTIME)
 
-test: vet unit e2e fuzz test-deploy ## everything CI runs
+test: vet unit e2e e2e-minors fuzz test-deploy ## everything CI runs
 
 clean:
 	rm -rf $(BIN)
