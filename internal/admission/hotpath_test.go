@@ -1,9 +1,13 @@
 package admission
 
 import (
+	"bytes"
+	"encoding/json"
 	"fmt"
 	"net/http/httptest"
 	"testing"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	admissionv1 "k8s.io/api/admission/v1"
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
@@ -64,5 +68,38 @@ func TestQueryTimeoutAgreesWithQuery(t *testing.T) {
 		if got, want := queryTimeout(r), r.URL.Query().Get("timeout"); got != want {
 			t.Errorf("%q: %q, want %q", q, got, want)
 		}
+	}
+}
+
+// appendResponse must write what encoding/json writes.
+func TestAppendResponseMatchesEncodingJSON(t *testing.T) {
+	pt := admissionv1.PatchTypeJSONPatch
+	for i, resp := range []*admissionv1.AdmissionResponse{
+		{UID: "705ab4f5-6393-11e8-b7cc-42010a800002", Allowed: true},
+		{UID: "u", Allowed: true, Patch: []byte(`[{"op":"add","path":"/spec/tolerations/-","value":{"key":"a<b>&c"}}]`), PatchType: &pt},
+		{UID: "u\"\\<>&\u2028é\x00\x1f", Allowed: true, Warnings: []string{"w1", "<b>&\u2029", "tab\there"},
+			AuditAnnotations: map[string]string{"z": "1", "a": "x\"y", "m/k": "é"}},
+		{UID: "u", Allowed: false},
+		{UID: "u", Allowed: true, Patch: []byte("x"), Warnings: []string{}, AuditAnnotations: map[string]string{}},
+		{UID: "bad\xffutf8", Allowed: true, Warnings: []string{"\xfe"}},
+	} {
+		for _, v := range []string{APIVersionV1, APIVersionV1beta1} {
+			got, ok := appendResponse(nil, v, resp)
+			if !ok {
+				t.Fatalf("case %d: not handled", i)
+			}
+			var buf bytes.Buffer
+			enc := json.NewEncoder(&buf)
+			enc.SetEscapeHTML(false)
+			if err := enc.Encode(Review{APIVersion: v, Kind: ReviewKind, Response: resp}); err != nil {
+				t.Fatal(err)
+			}
+			if !bytes.Equal(got, buf.Bytes()) {
+				t.Errorf("case %d:\n got %s\nwant %s", i, got, buf.Bytes())
+			}
+		}
+	}
+	if _, ok := appendResponse(nil, APIVersionV1, &admissionv1.AdmissionResponse{UID: "u", Result: &metav1.Status{Code: 403}}); ok {
+		t.Error("a response with a Status must be left to encoding/json")
 	}
 }

@@ -258,6 +258,27 @@ func (d *Doc) Append(path []string, values ...any) error {
 		}
 		raws[i] = raw
 	}
+	return d.appendRaw(path, raws)
+}
+
+// AppendJSON is Append for values already encoded: each must be valid JSON
+// (checked) and is used byte for byte. It saves a mutator that writes its
+// values itself the boxing and encoding Append does.
+func (d *Doc) AppendJSON(path []string, values ...json.RawMessage) error {
+	if len(values) == 0 {
+		return nil
+	}
+	raws := make([][]byte, len(values))
+	for i, v := range values {
+		if !Valid(v) {
+			return fmt.Errorf("append to %s: %w: raw value", display(path), ErrSyntax)
+		}
+		raws[i] = v
+	}
+	return d.appendRaw(path, raws)
+}
+
+func (d *Doc) appendRaw(path []string, raws [][]byte) error {
 	k, err := d.kind(path)
 	if err != nil {
 		return fmt.Errorf("append to %s: %w", display(path), err)
