@@ -191,7 +191,7 @@ func EncodeResponse(apiVersion string, resp *admissionv1.AdmissionResponse) ([]b
 	if apiVersion == "" {
 		apiVersion = APIVersionV1
 	}
-	if b, ok := appendResponse(make([]byte, 0, 256+len(resp.Patch)*4/3), apiVersion, resp); ok {
+	if b, ok := appendResponse(nil, apiVersion, resp); ok {
 		return b, nil
 	}
 	var buf bytes.Buffer
@@ -244,13 +244,16 @@ func oneLine(s string) string {
 // encoding/json with SetEscapeHTML(false) writes it (field order, omitempty,
 // sorted audit annotation keys, base64 patch, trailing newline), without
 // reflection, for a response without a Status: every allowed answer. ok is
-// false for a denial (metav1.Status has many fields; encoding/json writes
+// false for no response or a denial (metav1.Status has many fields; encoding/json writes
 // it). Strings are escaped by jsonedit.AppendString, which writes \b and \f
 // as \u0008 and \u000c where encoding/json writes \b and \f: the same
 // JSON string.
 func appendResponse(b []byte, apiVersion string, resp *admissionv1.AdmissionResponse) ([]byte, bool) {
-	if resp.Result != nil {
+	if resp == nil || resp.Result != nil {
 		return nil, false
+	}
+	if b == nil {
+		b = make([]byte, 0, 256+len(resp.Patch)*4/3)
 	}
 	b = append(b, `{"apiVersion":`...)
 	b = jsonedit.AppendString(b, apiVersion)
