@@ -358,7 +358,7 @@ func (c *call) recycle() {
 // call).
 func (c *call) run(ctx context.Context, req *Request) (out Outcome, abandoned bool, err error) {
 	c.ctx, c.req = ctx, req
-	go c.review()
+	c.start()
 	select {
 	case <-c.done:
 		return c.out, false, c.err
@@ -370,6 +370,42 @@ func (c *call) run(ctx context.Context, req *Request) (out Outcome, abandoned bo
 		// The policy returned just as the deadline passed: use its answer.
 		<-c.done
 		return c.out, false, c.err
+	}
+}
+
+// maxIdleReviewers bounds the review goroutines kept parked between
+// requests. A review goroutine's stack grows past its initial 8 KiB on
+// every request (the envelope and the policies' decoders are deep), so a
+// fresh goroutine per request pays for the growth each time; a reused one
+// keeps its stack until the garbage collector shrinks it. Busy reviewers
+// are bounded by Limits (MaxInFlight); idle ones by this.
+const maxIdleReviewers = 32
+
+// idleReviewers holds the job channels of parked review goroutines.
+var idleReviewers = make(chan chan *call, maxIdleReviewers)
+
+// start runs c.review on an idle review goroutine, or a new one.
+func (c *call) start() {
+	select {
+	case jobs := <-idleReviewers:
+		jobs <- c // buffered: never blocks
+	default:
+		go reviewer(c)
+	}
+}
+
+// reviewer runs reviews until there are maxIdleReviewers idle ones
+// already when it finishes one: then it exits.
+func reviewer(c *call) {
+	jobs := make(chan *call, 1)
+	for {
+		c.review()
+		select {
+		case idleReviewers <- jobs:
+		default:
+			return
+		}
+		c = <-jobs
 	}
 }
 
