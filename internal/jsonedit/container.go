@@ -20,17 +20,18 @@ type container struct {
 // escapes is read from the document's bytes when needed, so locating the
 // members of an object allocates no string per key.
 type item struct {
-	key     string // unescaped key when it has escapes; "" otherwise
-	escaped bool
-	ks, ke  int // the key's bytes, quotes included (objects only)
-	vs, ve  int // the value's bytes
+	// key is the unescaped key when it has escapes, else "" (an escaped
+	// key is never empty: every escape stands for a character).
+	key    string
+	ks, ke int // the key's bytes, quotes included (objects only)
+	vs, ve int // the value's bytes
 }
 
 // keyOf returns the unescaped key of member i (a new string when the key
 // has no escapes).
 func (c *container) keyOf(i int) string {
 	it := &c.items[i]
-	if it.escaped {
+	if it.key != "" {
 		return it.key
 	}
 	return string(c.data[it.ks+1 : it.ke-1])
@@ -39,7 +40,7 @@ func (c *container) keyOf(i int) string {
 // keyIs reports whether member i's unescaped key is key, without allocating.
 func (c *container) keyIs(i int, key string) bool {
 	it := &c.items[i]
-	if it.escaped {
+	if it.key != "" {
 		return it.key == key
 	}
 	return string(c.data[it.ks+1:it.ke-1]) == key
@@ -77,7 +78,7 @@ func parseContainer(d []byte, i, depth int) (*container, error) {
 				if err != nil {
 					return nil, err
 				}
-				it.key, it.escaped = key, true
+				it.key = key
 			}
 			i = SkipSpace(d, ke)
 			if i >= len(d) || d[i] != ':' {

@@ -217,8 +217,7 @@ func tolerationsOf(doc *jsonedit.Doc) ([]corev1.Toleration, error) {
 	if err != nil || raw == nil || raw[0] == 'n' {
 		return nil, err
 	}
-	var buf [16]corev1.Toleration
-	if have, ok := readTolerations(raw, buf[:0]); ok {
+	if have, ok := readTolerations(raw, make([]corev1.Toleration, 0, 4)); ok {
 		return have, nil
 	}
 	var have []corev1.Toleration
