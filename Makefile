@@ -83,11 +83,12 @@ clean:
 # a controller-runtime webhook and a bare TLS server (bench/, docs/performance.md).
 BENCH_DURATION ?= 10s
 BENCH_WORK ?= $(BIN)/bench
+BENCH_PROFILE ?= 5s
 .PHONY: bench
 bench: build ## compare kadmit with controller-runtime and a bare TLS server; BENCH_DURATION per run
 	$(GO) test -run '^$$' -bench . -benchmem -benchtime 2s ./internal/admission
 	cd bench/reference && $(GO) build -o $(abspath $(BIN))/bench-reference . && $(GO) build -o $(abspath $(BIN))/bench-run ./cmd/benchrun
-	$(BIN)/bench-run -kadmit $(BIN)/kadmit -reference $(BIN)/bench-reference -node internal/admission/testdata/node.json -duration $(BENCH_DURATION) -work $(BENCH_WORK)
+	$(BIN)/bench-run -kadmit $(BIN)/kadmit -reference $(BIN)/bench-reference -node internal/admission/testdata/node.json -duration $(BENCH_DURATION) -profile $(BENCH_PROFILE) -work $(BENCH_WORK)
 
 # make bench-sweep: how cost grows with object size, concurrency and the
 # number of colocation profiles; tables on stdout, results.json and SVG plots

@@ -37,10 +37,14 @@ install) once it is ready to answer, and repairs them whenever they change,
 whatever the --tls mode.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			log, err := newLogger(logFormat, logLevel)
+			// One line per decision, buffered: written out at least every
+			// 100 ms and flushed once the server has drained.
+			log, logw, err := logging.NewBufferedLogger(os.Stderr, logFormat, logLevel)
 			if err != nil {
 				return cmdexit.New(2, err)
 			}
+			defer logw.Close(logging.DefaultCloseTimeout)
+			o.Collectors = append(o.Collectors, logw.Collector())
 			if !cmd.Flags().Changed("tls") {
 				switch {
 				case selfSignedFlag:

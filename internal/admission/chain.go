@@ -4,10 +4,13 @@ import (
 	"context"
 	"fmt"
 	"runtime/debug"
+	"sync"
+	"sync/atomic"
 
 	admissionv1 "k8s.io/api/admission/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+	apiserveradmission "k8s.io/apiserver/pkg/admission"
 
 	"github.com/kadmit/kadmit/internal/jsonedit"
 )
@@ -31,6 +34,10 @@ type Webhook struct {
 	Path  string
 	Type  Type
 	Hooks []Hook
+
+	// matched caches which hooks match requests with given rule
+	// attributes (see hookMatches); a Webhook must not be copied.
+	matched atomic.Pointer[matchCache]
 }
 
 // Outcome is what a webhook decided about one request.
@@ -98,7 +105,7 @@ func (w *Webhook) Review(ctx context.Context, req *Request) (out Outcome, err er
 func (w *Webhook) review(ctx context.Context, req *Request, withObject bool) (Outcome, error) {
 	resp := &admissionv1.AdmissionResponse{UID: req.UID, Allowed: true}
 	out := Outcome{Response: resp}
-	attrs := RuleAttributes(req)
+	matched := w.matcher(req)
 	cur := req                // the request as the next hook sees it
 	var pending []jsonedit.Op // the last mutator's operations, not yet in cur
 	var pendingPolicy string
@@ -114,7 +121,7 @@ func (w *Webhook) review(ctx context.Context, req *Request, withObject bool) (Ou
 	}
 	for i := range w.Hooks {
 		h := &w.Hooks[i]
-		if !MatchRules(h.Rules, attrs) {
+		if !matched.match(w, i) {
 			continue
 		}
 		out.Matched++
@@ -205,4 +212,79 @@ func callPolicy(policy string, f func()) (err error) {
 	}()
 	f()
 	return nil
+}
+
+// Rule matching reads five attributes of a request: resource (group,
+// version, name), subresource, operation, and whether it has a namespace.
+// The API server sends a webhook a handful of distinct combinations, so
+// each Webhook remembers, per combination, which of its hooks MatchRules
+// selects: a request with a known combination costs a map lookup instead of
+// building apiserver admission.Attributes and splitting every rule's
+// resources. The cache holds at most maxMatchCache combinations (more are
+// matched without caching, so hostile attribute values cannot grow it) and
+// is copied on write, so lookups take no lock.
+const maxMatchCache = 64
+
+type ruleKey struct {
+	group, version, resource, subresource, operation string
+	namespaced                                       bool
+}
+
+type matchCache struct {
+	hooks *Hook // &Hooks[0] when built: a changed Hooks slice starts over
+	n     int
+	m     map[ruleKey]uint64 // bit i: Hooks[i] matches
+}
+
+var matchCacheMu sync.Mutex // serializes cache writers of every Webhook; writes are rare
+
+// hookMatcher tells which hooks of a Webhook match one request.
+type hookMatcher struct {
+	bits  uint64                        // bit i: Hooks[i] matches (at most 64 hooks)
+	attrs apiserveradmission.Attributes // set instead for a webhook with more hooks
+}
+
+func (m hookMatcher) match(w *Webhook, i int) bool {
+	if m.attrs != nil {
+		return MatchRules(w.Hooks[i].Rules, m.attrs)
+	}
+	return m.bits&(1<<i) != 0
+}
+
+// matcher returns which of Hooks match req, as MatchRules with
+// RuleAttributes(req) decides it.
+func (w *Webhook) matcher(req *Request) hookMatcher {
+	if len(w.Hooks) == 0 || len(w.Hooks) > 64 {
+		return hookMatcher{attrs: RuleAttributes(req)}
+	}
+	r := req.Resource
+	k := ruleKey{r.Group, r.Version, r.Resource, req.SubResource, string(req.Operation), req.Namespace != ""}
+	c := w.matched.Load()
+	if c != nil && c.hooks == &w.Hooks[0] && c.n == len(w.Hooks) {
+		if bits, ok := c.m[k]; ok {
+			return hookMatcher{bits: bits}
+		}
+	}
+	attrs := RuleAttributes(req)
+	var bits uint64
+	for i := range w.Hooks {
+		if MatchRules(w.Hooks[i].Rules, attrs) {
+			bits |= 1 << i
+		}
+	}
+	matchCacheMu.Lock()
+	defer matchCacheMu.Unlock()
+	c = w.matched.Load()
+	if c == nil || c.hooks != &w.Hooks[0] || c.n != len(w.Hooks) {
+		c = &matchCache{hooks: &w.Hooks[0], n: len(w.Hooks)}
+	}
+	if len(c.m) < maxMatchCache {
+		next := &matchCache{hooks: c.hooks, n: c.n, m: make(map[ruleKey]uint64, len(c.m)+1)}
+		for kk, v := range c.m {
+			next.m[kk] = v
+		}
+		next.m[k] = bits
+		w.matched.Store(next)
+	}
+	return hookMatcher{bits: bits}
 }

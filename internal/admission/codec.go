@@ -2,9 +2,12 @@ package admission
 
 import (
 	"bytes"
+	"encoding/base64"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
+	"slices"
 	"strings"
 
 	admissionv1 "k8s.io/api/admission/v1"
@@ -188,6 +191,9 @@ func EncodeResponse(apiVersion string, resp *admissionv1.AdmissionResponse) ([]b
 	if apiVersion == "" {
 		apiVersion = APIVersionV1
 	}
+	if b, ok := appendResponse(nil, apiVersion, resp); ok {
+		return b, nil
+	}
 	var buf bytes.Buffer
 	enc := json.NewEncoder(&buf)
 	enc.SetEscapeHTML(false)
@@ -232,4 +238,61 @@ func oneLine(s string) string {
 		}
 	}
 	return string(bytes.TrimSpace(b))
+}
+
+// appendResponse appends the AdmissionReview EncodeResponse writes, as
+// encoding/json with SetEscapeHTML(false) writes it (field order, omitempty,
+// sorted audit annotation keys, base64 patch, trailing newline), without
+// reflection, for a response without a Status: every allowed answer. ok is
+// false for no response or a denial (metav1.Status has many fields; encoding/json writes
+// it). Strings are escaped by jsonedit.AppendString, which writes \b and \f
+// as \u0008 and \u000c where encoding/json writes \b and \f: the same
+// JSON string.
+func appendResponse(b []byte, apiVersion string, resp *admissionv1.AdmissionResponse) ([]byte, bool) {
+	if resp == nil || resp.Result != nil {
+		return nil, false
+	}
+	if b == nil {
+		b = make([]byte, 0, 256+len(resp.Patch)*4/3)
+	}
+	b = append(b, `{"apiVersion":`...)
+	b = jsonedit.AppendString(b, apiVersion)
+	b = append(b, `,"kind":"`+ReviewKind+`","response":{"uid":`...)
+	b = jsonedit.AppendString(b, string(resp.UID))
+	if resp.Allowed {
+		b = append(b, `,"allowed":true`...)
+	} else {
+		b = append(b, `,"allowed":false`...)
+	}
+	if len(resp.Patch) > 0 {
+		b = append(b, `,"patch":"`...)
+		b = base64.StdEncoding.AppendEncode(b, resp.Patch)
+		b = append(b, '"')
+	}
+	if resp.PatchType != nil {
+		b = append(b, `,"patchType":`...)
+		b = jsonedit.AppendString(b, string(*resp.PatchType))
+	}
+	if len(resp.AuditAnnotations) > 0 {
+		b = append(b, `,"auditAnnotations":{`...)
+		for i, k := range slices.Sorted(maps.Keys(resp.AuditAnnotations)) {
+			if i > 0 {
+				b = append(b, ',')
+			}
+			b = append(jsonedit.AppendString(b, k), ':')
+			b = jsonedit.AppendString(b, resp.AuditAnnotations[k])
+		}
+		b = append(b, '}')
+	}
+	if len(resp.Warnings) > 0 {
+		b = append(b, `,"warnings":[`...)
+		for i, w := range resp.Warnings {
+			if i > 0 {
+				b = append(b, ',')
+			}
+			b = jsonedit.AppendString(b, w)
+		}
+		b = append(b, ']')
+	}
+	return append(b, "}}\n"...), true
 }

@@ -27,6 +27,7 @@ import (
 
 	"github.com/kadmit/kadmit/internal/admission"
 	"github.com/kadmit/kadmit/internal/bench"
+	"github.com/kadmit/kadmit/internal/jsonedit"
 	"github.com/kadmit/kadmit/internal/policy/colocation"
 	"github.com/kadmit/kadmit/internal/policy/lifespan"
 	"github.com/kadmit/kadmit/internal/policy/nodeovercommit"
@@ -191,6 +192,29 @@ func BenchmarkServeHTTP_ValidatePod(b *testing.B) {
 
 func BenchmarkServeHTTP_MutatePod(b *testing.B) {
 	serve(b, []benchCase{{lifespan.Path, reviewFor(b, "Pod", "pods", benchPodJSON(b))}})
+}
+
+// realisticPodJSON is the bench pod with the lifespan label "3", as `make
+// bench` sends it by default (issue 14): lifespan adds twelve tolerations
+// after the two DefaultTolerationSeconds ones the pod has.
+func realisticPodJSON(tb testing.TB) []byte {
+	tb.Helper()
+	pod := benchPodJSON(tb)
+	doc := jsonedit.NewDoc(pod)
+	if err := doc.Set("3", "metadata", "labels", lifespan.LabelRequested); err != nil {
+		tb.Fatal(err)
+	}
+	out, err := jsonedit.Apply(pod, doc.Ops())
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return out
+}
+
+// BenchmarkServeHTTP_MutatePodRealistic is /mutate-pod on the realistic
+// pod: a patch of twelve operations.
+func BenchmarkServeHTTP_MutatePodRealistic(b *testing.B) {
+	serve(b, []benchCase{{lifespan.Path, reviewFor(b, "Pod", "pods", realisticPodJSON(b))}})
 }
 
 func BenchmarkServeHTTP_MutateNodeStatus(b *testing.B) {

@@ -9,6 +9,7 @@ import (
 	"mime"
 	"net/http"
 	"os"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -141,9 +142,11 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		fail(http.StatusMethodNotAllowed, fmt.Errorf("method %s not allowed: AdmissionReview is sent with POST", r.Method))
 		return
 	}
-	if mt, _, err := mime.ParseMediaType(r.Header.Get("Content-Type")); err != nil || mt != "application/json" {
-		fail(http.StatusUnsupportedMediaType, fmt.Errorf("Content-Type %q is not application/json", r.Header.Get("Content-Type")))
-		return
+	if ct := r.Header.Get("Content-Type"); ct != "application/json" { // the API server's spelling, checked without parsing
+		if mt, _, err := mime.ParseMediaType(ct); err != nil || mt != "application/json" {
+			fail(http.StatusUnsupportedMediaType, fmt.Errorf("Content-Type %q is not application/json", ct))
+			return
+		}
 	}
 	// A declared length may refuse a request early; it never sizes anything.
 	if r.ContentLength > h.opts.MaxRequestBytes {
@@ -154,16 +157,19 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		fail(http.StatusServiceUnavailable, err)
 		return
 	}
-	ls := &lease{lim: h.opts.Limits}
-	owned := true // false once an abandoned review goroutine owns the lease
+	c := callPool.Get().(*call)
+	c.h, c.ls = h, lease{lim: h.opts.Limits}
+	ls := &c.ls
+	owned := true // false once an abandoned review goroutine owns the call and its lease
 	defer func() {
 		if owned {
 			ls.release()
+			c.recycle()
 		}
 	}()
 
 	timeout := DefaultTimeout
-	if t := r.URL.Query().Get("timeout"); t != "" {
+	if t := queryTimeout(r); t != "" {
 		if pt, err := time.ParseDuration(t); err == nil && pt > 0 {
 			timeout = min(pt, MaxTimeout)
 		}
@@ -203,7 +209,7 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	req := &Request{AdmissionRequest: *review.Request}
 	d.UID, d.Kind, d.Namespace, d.Name, d.Operation = string(req.UID), req.Kind.Kind, req.Namespace, req.Name, string(req.Operation)
 
-	out, abandoned, err := h.review(ctx, req, ls)
+	out, abandoned, err := c.run(ctx, req)
 	owned = !abandoned
 	if err != nil {
 		var pe *PanicError
@@ -293,6 +299,25 @@ func readBody(r io.Reader, ls *lease, max int64) (*[]byte, error) {
 	}
 }
 
+// queryTimeout returns the first ?timeout= value, as
+// r.URL.Query().Get("timeout") does, without building the map for the one
+// query the API server sends ("timeout=10s"); a query with escapes or
+// semicolons goes through url.ParseQuery.
+func queryTimeout(r *http.Request) string {
+	q := r.URL.RawQuery
+	if strings.ContainsAny(q, "%+;") {
+		return r.URL.Query().Get("timeout")
+	}
+	for q != "" {
+		var kv string
+		kv, q, _ = strings.Cut(q, "&")
+		if k, v, _ := strings.Cut(kv, "="); k == "timeout" {
+			return v
+		}
+	}
+	return ""
+}
+
 // Review goroutine states.
 const (
 	reviewRunning int32 = iota
@@ -300,37 +325,97 @@ const (
 	reviewAbandoned
 )
 
-// review runs the webhook on its own goroutine so that a policy that ignores
+// call is one request's review: its lease and the goroutine that runs the
+// policies. Calls are pooled: a call goes back to the pool once both the
+// handler and the review goroutine are done with it, which is after the
+// handler has read the result, or, for an abandoned review, when the
+// policy finally returns.
+type call struct {
+	h     *handler
+	ls    lease
+	ctx   context.Context
+	req   *Request
+	state atomic.Int32
+	done  chan struct{} // one token when the review finished first
+	out   Outcome
+	err   error
+}
+
+var callPool = sync.Pool{New: func() any { return &call{done: make(chan struct{}, 1)} }}
+
+func (c *call) recycle() {
+	c.h, c.ls, c.ctx, c.req, c.out, c.err = nil, lease{}, nil, nil, Outcome{}, nil
+	c.state.Store(reviewRunning)
+	callPool.Put(c)
+}
+
+// run runs the webhook on its own goroutine so that a policy that ignores
 // ctx still cannot hold the answer past the deadline. When the deadline
 // passes first, the review is abandoned: the answer is a 500, ctx is
 // cancelled (a policy that honours it stops), and the goroutine keeps the
-// request's lease until the policy returns, so Limits counts it
-// (abandoned=true: the caller must not release the lease).
-func (h *handler) review(ctx context.Context, req *Request, ls *lease) (out Outcome, abandoned bool, err error) {
-	type result struct {
-		out Outcome
-		err error
-	}
-	ch := make(chan result, 1)
-	var state atomic.Int32
-	go func() {
-		out, err := h.wh.review(ctx, req, false)
-		ch <- result{out, err}
-		if !state.CompareAndSwap(reviewRunning, reviewDone) {
-			h.opts.Limits.abandoned.Add(-1)
-			ls.release()
-		}
-	}()
+// call and its lease until the policy returns, so Limits counts it
+// (abandoned=true: the caller must neither release the lease nor reuse the
+// call).
+func (c *call) run(ctx context.Context, req *Request) (out Outcome, abandoned bool, err error) {
+	c.ctx, c.req = ctx, req
+	c.start()
 	select {
-	case res := <-ch:
-		return res.out, false, res.err
+	case <-c.done:
+		return c.out, false, c.err
 	case <-ctx.Done():
-		if state.CompareAndSwap(reviewRunning, reviewAbandoned) {
-			h.opts.Limits.abandoned.Add(1)
+		if c.state.CompareAndSwap(reviewRunning, reviewAbandoned) {
+			c.h.opts.Limits.abandoned.Add(1)
 			return Outcome{}, true, fmt.Errorf("no decision before the deadline: %w", ctx.Err())
 		}
 		// The policy returned just as the deadline passed: use its answer.
-		res := <-ch
-		return res.out, false, res.err
+		<-c.done
+		return c.out, false, c.err
 	}
+}
+
+// maxIdleReviewers bounds the review goroutines kept parked between
+// requests. A review goroutine's stack grows past its initial 8 KiB on
+// every request (the envelope and the policies' decoders are deep), so a
+// fresh goroutine per request pays for the growth each time; a reused one
+// keeps its stack until the garbage collector shrinks it. Busy reviewers
+// are bounded by Limits (MaxInFlight); idle ones by this.
+const maxIdleReviewers = 32
+
+// idleReviewers holds the job channels of parked review goroutines.
+var idleReviewers = make(chan chan *call, maxIdleReviewers)
+
+// start runs c.review on an idle review goroutine, or a new one.
+func (c *call) start() {
+	select {
+	case jobs := <-idleReviewers:
+		jobs <- c // buffered: never blocks
+	default:
+		go reviewer(c)
+	}
+}
+
+// reviewer runs reviews until there are maxIdleReviewers idle ones
+// already when it finishes one: then it exits.
+func reviewer(c *call) {
+	jobs := make(chan *call, 1)
+	for {
+		c.review()
+		select {
+		case idleReviewers <- jobs:
+		default:
+			return
+		}
+		c = <-jobs
+	}
+}
+
+func (c *call) review() {
+	c.out, c.err = c.h.wh.review(c.ctx, c.req, false)
+	if c.state.CompareAndSwap(reviewRunning, reviewDone) {
+		c.done <- struct{}{}
+		return
+	}
+	c.h.opts.Limits.abandoned.Add(-1)
+	c.ls.release()
+	c.recycle()
 }

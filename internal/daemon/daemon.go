@@ -109,6 +109,10 @@ type Options struct {
 	CABundleFile string
 	Kubeconfig   string
 	KubeContext  string
+
+	// Collectors are registered with kadmit's metrics (the buffered log
+	// writer's kadmit_log_lines_dropped_total).
+	Collectors []prometheus.Collector
 }
 
 // ErrUsage is wrapped by errors in Options themselves (exit code 2).
@@ -220,6 +224,9 @@ func (d *daemon) loadPolicies(ctx context.Context) error {
 func (d *daemon) newMetrics(context.Context) error {
 	d.promReg = prometheus.NewRegistry()
 	d.promReg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	if err := registerAll(d.promReg, d.opts.Collectors); err != nil {
+		return err
+	}
 	var err error
 	if d.certs, err = metrics.NewCertificates(d.promReg); err != nil {
 		return err
@@ -388,4 +395,13 @@ func waitServing(ctx context.Context, srv *server.Server, timeout time.Duration)
 		case <-tick.C:
 		}
 	}
+}
+
+func registerAll(reg prometheus.Registerer, cs []prometheus.Collector) error {
+	for _, c := range cs {
+		if err := reg.Register(c); err != nil {
+			return fmt.Errorf("register metrics: %w", err)
+		}
+	}
+	return nil
 }

@@ -110,7 +110,9 @@ func applyRun(doc []byte, parent []string, ops []Op, paths [][]string) ([]byte, 
 	if err != nil || SkipSpace(doc, rc.end) != len(doc) {
 		return nil, errSplice
 	}
-	s, e, err := walk(doc, root, parent, map[int]*container{root: rc})
+	m := &memo{}
+	m.put(rc)
+	s, e, err := walk(doc, root, parent, m)
 	if err != nil || s < 0 || (doc[s] != '{' && doc[s] != '[') {
 		return nil, errSplice
 	}
@@ -122,9 +124,9 @@ func applyRun(doc []byte, parent []string, ops []Op, paths [][]string) ([]byte, 
 	}
 	entries := make([]entry, len(c.items), len(c.items)+len(ops))
 	for i, it := range c.items {
-		entries[i] = entry{key: it.key, value: doc[it.vs:it.ve]}
+		entries[i] = entry{value: doc[it.vs:it.ve]}
 		if c.object {
-			entries[i].rawKey = doc[it.ks:it.ke]
+			entries[i].key, entries[i].rawKey = c.keyOf(i), doc[it.ks:it.ke]
 		}
 	}
 	for k, op := range ops {

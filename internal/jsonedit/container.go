@@ -11,15 +11,39 @@ import (
 // (or elements) located in the document's bytes.
 type container struct {
 	object     bool
-	start, end int // the value's bytes: d[start] is '{' or '['
+	start, end int    // the value's bytes: d[start] is '{' or '['
+	data       []byte // the document the offsets are in
 	items      []item
 }
 
-// item is one member of an object or element of an array.
+// item is one member of an object or element of an array. A key without
+// escapes is read from the document's bytes when needed, so locating the
+// members of an object allocates no string per key.
 type item struct {
-	key    string // unescaped key; "" for array elements
-	ks, ke int    // the key's bytes, quotes included (objects only)
-	vs, ve int    // the value's bytes
+	// key is the unescaped key when it has escapes, else "" (an escaped
+	// key is never empty: every escape stands for a character).
+	key    string
+	ks, ke int // the key's bytes, quotes included (objects only)
+	vs, ve int // the value's bytes
+}
+
+// keyOf returns the unescaped key of member i (a new string when the key
+// has no escapes).
+func (c *container) keyOf(i int) string {
+	it := &c.items[i]
+	if it.key != "" {
+		return it.key
+	}
+	return string(c.data[it.ks+1 : it.ke-1])
+}
+
+// keyIs reports whether member i's unescaped key is key, without allocating.
+func (c *container) keyIs(i int, key string) bool {
+	it := &c.items[i]
+	if it.key != "" {
+		return it.key == key
+	}
+	return string(c.data[it.ks+1:it.ke-1]) == key
 }
 
 // parseContainer locates the members of the object or array at d[i]; depth
@@ -28,7 +52,7 @@ func parseContainer(d []byte, i, depth int) (*container, error) {
 	if depth >= MaxDepth {
 		return nil, ErrSyntax
 	}
-	c := &container{object: d[i] == '{', start: i, items: make([]item, 0, 8)}
+	c := &container{object: d[i] == '{', start: i, data: d, items: make([]item, 0, 8)}
 	close := byte(']')
 	if c.object {
 		close = '}'
@@ -49,11 +73,13 @@ func parseContainer(d []byte, i, depth int) (*container, error) {
 				return nil, ErrSyntax
 			}
 			it.ks, it.ke = i, ke
-			key, err := unquote(d[i:ke])
-			if err != nil {
-				return nil, err
+			if bytes.IndexByte(d[i:ke], '\\') >= 0 {
+				key, err := unquote(d[i:ke])
+				if err != nil {
+					return nil, err
+				}
+				it.key = key
 			}
-			it.key = key
 			i = SkipSpace(d, ke)
 			if i >= len(d) || d[i] != ':' {
 				return nil, ErrSyntax
@@ -98,7 +124,7 @@ func unquote(q []byte) (string, error) {
 // library read it), or -1.
 func (c *container) member(key string) int {
 	for i := len(c.items) - 1; i >= 0; i-- {
-		if c.items[i].key == key {
+		if c.keyIs(i, key) {
 			return i
 		}
 	}

@@ -28,7 +28,7 @@ type Doc struct {
 	parsed      bool
 	root, rootE int // the root value's bytes
 	err         error
-	memo        map[int]*container
+	memo        memo
 	ops         []Op
 	// written holds the value of each path an operation wrote (nil for
 	// removed), latest last: what later edits see there.
@@ -105,7 +105,7 @@ func decodeFast(raw []byte, v any) bool {
 			return false
 		}
 		m := make(map[string]string, len(c.items))
-		for _, it := range c.items {
+		for i, it := range c.items {
 			if raw[it.vs] != '"' {
 				return false
 			}
@@ -113,7 +113,7 @@ func decodeFast(raw []byte, v any) bool {
 			if err != nil {
 				return false
 			}
-			m[it.key] = s
+			m[c.keyOf(i)] = s
 		}
 		*v = m
 		return true
@@ -211,12 +211,12 @@ func (d *Doc) setFast(raw []byte, path []string) (op string, ok bool) {
 	if err != nil || s < 0 || d.raw[s] != '{' {
 		return "", false
 	}
-	c := d.memo[s]
+	c := d.memo.get(s)
 	if c == nil {
 		if c, err = parseContainer(d.raw, s, len(path)-1); err != nil {
 			return "", false
 		}
-		d.memo[s] = c
+		d.memo.put(c)
 	}
 	if c.member(path[len(path)-1]) >= 0 {
 		return "replace", true
@@ -258,6 +258,27 @@ func (d *Doc) Append(path []string, values ...any) error {
 		}
 		raws[i] = raw
 	}
+	return d.appendRaw(path, raws)
+}
+
+// AppendJSON is Append for values already encoded: each must be valid JSON
+// (checked) and is used byte for byte. It saves a mutator that writes its
+// values itself the boxing and encoding Append does.
+func (d *Doc) AppendJSON(path []string, values ...json.RawMessage) error {
+	if len(values) == 0 {
+		return nil
+	}
+	raws := make([][]byte, len(values))
+	for i, v := range values {
+		if !Valid(v) {
+			return fmt.Errorf("append to %s: %w: raw value", display(path), ErrSyntax)
+		}
+		raws[i] = v
+	}
+	return d.appendRaw(path, raws)
+}
+
+func (d *Doc) appendRaw(path []string, raws [][]byte) error {
 	k, err := d.kind(path)
 	if err != nil {
 		return fmt.Errorf("append to %s: %w", display(path), err)
@@ -317,13 +338,13 @@ func (d *Doc) kind(path []string) (byte, error) {
 func (d *Doc) locate(path []string) (int, int, error) {
 	if !d.parsed {
 		d.parsed = true
-		d.memo = map[int]*container{}
 		d.root = SkipSpace(d.raw, 0)
 		d.rootE = -1
 		if d.root < len(d.raw) && (d.raw[d.root] == '{' || d.raw[d.root] == '[') {
 			// Locating the root's members scans, and so checks, it all.
 			if c, err := parseContainer(d.raw, d.root, 0); err == nil {
-				d.memo[d.root], d.rootE = c, c.end
+				d.memo.put(c)
+				d.rootE = c.end
 			}
 		} else {
 			d.rootE = ScanValue(d.raw, d.root, 0)
@@ -338,7 +359,48 @@ func (d *Doc) locate(path []string) (int, int, error) {
 	if len(path) == 0 {
 		return d.root, d.rootE, nil
 	}
-	return walk(d.raw, d.root, path, d.memo)
+	return walk(d.raw, d.root, path, &d.memo)
+}
+
+// memo caches the containers of a document by their start. A request
+// reads a handful of containers (root, metadata, spec, a list or two), so a
+// short list searched linearly beats a map, and its first entries need no
+// allocation beyond the Doc's own.
+type memo struct {
+	first [6]*container
+	n     int
+	more  []*container
+}
+
+// get returns the container starting at s, or nil; m may be nil.
+func (m *memo) get(s int) *container {
+	if m == nil {
+		return nil
+	}
+	for _, c := range m.first[:min(m.n, len(m.first))] {
+		if c.start == s {
+			return c
+		}
+	}
+	for _, c := range m.more {
+		if c.start == s {
+			return c
+		}
+	}
+	return nil
+}
+
+// put records c; m may be nil (nothing is cached).
+func (m *memo) put(c *container) {
+	if m == nil {
+		return
+	}
+	if m.n < len(m.first) {
+		m.first[m.n] = c
+		m.n++
+		return
+	}
+	m.more = append(m.more, c)
 }
 
 // locateIn is locate in a value an edit wrote (valid JSON).
@@ -348,7 +410,7 @@ func locateIn(raw []byte, path []string) (int, int, error) {
 
 // walk follows path from the valid JSON value at d[s]; memo, when not nil,
 // caches the containers it parses by start.
-func walk(d []byte, s int, path []string, memo map[int]*container) (int, int, error) {
+func walk(d []byte, s int, path []string, memo *memo) (int, int, error) {
 	e := -1
 	for i, seg := range path {
 		switch d[s] {
@@ -358,15 +420,13 @@ func walk(d []byte, s int, path []string, memo map[int]*container) (int, int, er
 		default:
 			return -1, -1, fmt.Errorf("%s is %s, not an object or array", display(path[:i]), kindName(d[s]))
 		}
-		c := memo[s]
+		c := memo.get(s)
 		if c == nil {
 			var err error
 			if c, err = parseContainer(d, s, i); err != nil {
 				return -1, -1, err
 			}
-			if memo != nil {
-				memo[s] = c
-			}
+			memo.put(c)
 		}
 		var at int
 		if c.object {

@@ -6,6 +6,8 @@
 package logging
 
 import (
+	"bytes"
+	"context"
 	"fmt"
 	"io"
 	"log/slog"
@@ -40,6 +42,31 @@ func New(w io.Writer, format, level string) (*slog.Logger, error) {
 	default:
 		return nil, fmt.Errorf("--log-format %q: must be json or text", format)
 	}
+}
+
+// NewBufferedLogger is New writing through a Buffered writer on w (default
+// options, drop notices in the logger's format): the logger `kadmit serve`
+// uses, whose one line per admission decision must cost a copy rather than
+// a system call. The caller must Close the writer at shutdown, after the
+// server has drained, so that the last lines are written.
+func NewBufferedLogger(w io.Writer, format, level string) (*slog.Logger, *Buffered, error) {
+	if _, err := New(io.Discard, format, level); err != nil {
+		return nil, nil, err
+	}
+	notice := func(n uint64) []byte {
+		var buf bytes.Buffer
+		l, _ := New(&buf, format, level)
+		l.LogAttrs(context.Background(), slog.LevelError, "log lines dropped: the log output did not drain",
+			slog.Uint64("dropped", n))
+		return buf.Bytes()
+	}
+	b := NewBuffered(w, BufferedOptions{DropNotice: notice})
+	l, err := New(b, format, level)
+	if err != nil {
+		b.Close(0)
+		return nil, nil, err
+	}
+	return l, b, nil
 }
 
 // ReplaceAttr is a slog.HandlerOptions.ReplaceAttr that caps and escapes

@@ -7,6 +7,7 @@ package lifespan
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"strconv"
@@ -177,11 +178,11 @@ func parseRequested(v string, maxDays int) (int, error) {
 func (p *Policy) Mutate(_ context.Context, req *admission.Request) ([]jsonedit.Op, admission.Verdict) {
 	doc := jsonedit.NewDoc(req.Object.Raw)
 	var labels map[string]string
-	var have []corev1.Toleration
 	if _, err := doc.Decode(&labels, "metadata", "labels"); err != nil {
 		return nil, admission.Invalid("%s: cannot parse the pod: %v", Name, err)
 	}
-	if _, err := doc.Decode(&have, "spec", "tolerations"); err != nil {
+	have, err := tolerationsOf(doc)
+	if err != nil {
 		return nil, admission.Invalid("%s: cannot parse the pod: %v", Name, err)
 	}
 	var requested *string
@@ -192,16 +193,36 @@ func (p *Policy) Mutate(_ context.Context, req *admission.Request) ([]jsonedit.O
 	if err != nil {
 		return nil, admission.Invalid("%s", err.Error())
 	}
-	var missing []any
+	// The tolerations to add, each encoded once into one buffer.
+	var missing []json.RawMessage
+	buf := make([]byte, 0, 96*len(want))
 	for _, t := range want {
 		if !hasToleration(have, t) {
-			missing = append(missing, t)
+			start := len(buf)
+			buf = appendToleration(buf, t)
+			missing = append(missing, buf[start:len(buf):len(buf)])
 		}
 	}
-	if err := doc.Append([]string{"spec", "tolerations"}, missing...); err != nil {
+	if err := doc.AppendJSON([]string{"spec", "tolerations"}, missing...); err != nil {
 		return nil, admission.Invalid("%s: cannot edit the pod: %v", Name, err)
 	}
 	return doc.Ops(), admission.Allow()
+}
+
+// tolerationsOf reads the pod's spec.tolerations as the decoder reads them
+// into []corev1.Toleration: with readTolerations when it can, else with
+// doc.Decode (whose error the caller reports).
+func tolerationsOf(doc *jsonedit.Doc) ([]corev1.Toleration, error) {
+	raw, err := doc.Get("spec", "tolerations")
+	if err != nil || raw == nil || raw[0] == 'n' {
+		return nil, err
+	}
+	if have, ok := readTolerations(raw, make([]corev1.Toleration, 0, 4)); ok {
+		return have, nil
+	}
+	var have []corev1.Toleration
+	_, err = doc.Decode(&have, "spec", "tolerations")
+	return have, err
 }
 
 // hasToleration reports whether have holds t, comparing the fields that decide

@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"maps"
-	"strings"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
@@ -149,19 +148,14 @@ type mutation struct {
 // the final verdict when nothing changes or the node is refused.
 func (p *Policy) plan(doc *jsonedit.Doc) (*mutation, admission.Verdict) {
 	var node nodeFields
+	if _, err := doc.Decode(&node.annotations, "metadata", "annotations"); err != nil {
+		return nil, admission.Invalid("%s: cannot parse the node: %v", Name, err)
+	}
 	for _, f := range []struct {
-		v    any
-		path []string
-	}{
-		{&node.annotations, []string{"metadata", "annotations"}},
-		{&node.capacity, []string{"status", "capacity"}},
-		{&node.allocatable, []string{"status", "allocatable"}},
-	} {
-		if _, err := doc.Decode(f.v, f.path...); err != nil {
-			var fe *quantity.FieldError
-			if errors.As(err, &fe) {
-				err = quantity.Prefix(strings.Join(f.path, "."), fe)
-			}
+		l     *quantity.List
+		field string
+	}{{&node.capacity, "capacity"}, {&node.allocatable, "allocatable"}} {
+		if err := decodeStatusList(doc, f.field, f.l); err != nil {
 			return nil, admission.Invalid("%s: cannot parse the node: %v", Name, err)
 		}
 	}
@@ -276,7 +270,12 @@ type nodeFields struct {
 	capacity, allocatable quantity.List
 }
 
+// encodeRawValues renders r as json.Marshal renders RawValues (keys sorted,
+// HTML-escaped), by hand when no name or value needs escaping.
 func encodeRawValues(r rawQuantities) (string, error) {
+	if s, ok := appendRawValues(r); ok {
+		return s, nil
+	}
 	v := RawValues{Allocatable: map[corev1.ResourceName]string{}, Capacity: map[corev1.ResourceName]string{}}
 	for name, q := range r.allocatable {
 		v.Allocatable[name] = q.String()
@@ -289,4 +288,65 @@ func encodeRawValues(r rawQuantities) (string, error) {
 		return "", fmt.Errorf("encode %s: %w", AnnotationRaw, err)
 	}
 	return string(b), nil
+}
+
+// decodeStatusList decodes status.<field> into l as doc.Decode would (l
+// untouched when missing or null), through decodeList; a bad quantity's error
+// names it from the root ("status.allocatable.cpu: ...").
+func decodeStatusList(doc *jsonedit.Doc, field string, l *quantity.List) error {
+	raw, err := doc.Get("status", field)
+	if err != nil || raw == nil || raw[0] == 'n' {
+		return err
+	}
+	v, err := decodeList(raw)
+	if err != nil {
+		var fe *quantity.FieldError
+		if errors.As(err, &fe) {
+			return quantity.Prefix("status."+field, fe)
+		}
+		return fmt.Errorf("/status/%s: %w", field, err)
+	}
+	*l = v
+	return nil
+}
+
+// appendRawValues is encodeRawValues without encoding/json; ok is false when
+// a string needs escaping (then encoding/json decides how).
+func appendRawValues(r rawQuantities) (string, bool) {
+	b := make([]byte, 0, 128)
+	for i, f := range []struct {
+		name string
+		m    map[corev1.ResourceName]resource.Quantity
+	}{{"allocatable", r.allocatable}, {"capacity", r.capacity}} {
+		if i > 0 {
+			b = append(b, ',')
+		} else {
+			b = append(b, '{')
+		}
+		b = append(append(append(b, '"'), f.name...), `":{`...)
+		for j, name := range sortedKeys(f.m) {
+			q := f.m[name]
+			v := q.String()
+			if !plainJSON(string(name)) || !plainJSON(v) {
+				return "", false
+			}
+			if j > 0 {
+				b = append(b, ',')
+			}
+			b = append(append(append(append(append(b, '"'), name...), `":"`...), v...), '"')
+		}
+		b = append(b, '}')
+	}
+	return string(append(b, '}')), true
+}
+
+// plainJSON reports whether s is printable ASCII that encoding/json writes
+// as it is (no quote, backslash or HTML character).
+func plainJSON(s string) bool {
+	for i := 0; i < len(s); i++ {
+		if c := s[i]; c < 0x20 || c > 0x7e || c == '"' || c == '\\' || c == '<' || c == '>' || c == '&' {
+			return false
+		}
+	}
+	return true
 }

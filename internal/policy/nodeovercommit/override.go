@@ -141,8 +141,7 @@ func (n *nodeAnnotations) quantityError() error {
 		if len(f.raw) == 0 {
 			continue
 		}
-		var l quantity.List
-		if err := json.Unmarshal(f.raw, &l); err != nil {
+		if _, err := decodeList(f.raw); err != nil {
 			return quantity.Prefix(f.name, err)
 		}
 	}

@@ -3,16 +3,25 @@
 // pinned to CPU 0 (taskset, when there are two CPUs or more), loads each
 // with `kadmit bench` pinned to CPU 1 (HTTP/1.1 keep-alive, -c concurrency,
 // -d duration) and prints one table with throughput, latency percentiles and
-// the ratios to controller-runtime and to the bare server. Every server it
-// started is stopped when it returns, fails or is interrupted.
+// the ratios to controller-runtime and to the bare server, then every
+// target of issue 14 next to its ratio with PASS or MISS. The default object
+// is the realistic pod (realistic-pod.yaml: a Deployment's pod with the
+// lifespan label "3" and the two DefaultTolerationSeconds tolerations); the
+// no-label pod (kadmit bench's built-in one) is a second row. After the
+// measured runs it takes a CPU profile of kadmit on /mutate-pod (a separate,
+// unmeasured run, since profiling costs CPU) and prints its top entries.
+// Every server it started is stopped when it returns, fails or is
+// interrupted.
 package main
 
 import (
 	"context"
+	_ "embed"
 	"encoding/json"
 	"flag"
 	"fmt"
 	"io"
+	"net/http"
 	"os"
 	"os/exec"
 	"os/signal"
@@ -27,11 +36,16 @@ import (
 	"kadmit.local/bench/reference/internal/harness"
 )
 
+//go:embed realistic-pod.yaml
+var realisticPod []byte
+
 type config struct {
 	kadmit, reference, node, work string
+	pod                           string // the realistic pod's manifest, written into work
 	duration                      time.Duration
 	concurrency                   int
 	pin                           bool
+	profile                       time.Duration
 }
 
 func main() {
@@ -42,6 +56,7 @@ func main() {
 	flag.StringVar(&c.work, "work", "bin/bench", "directory for certificates, logs and results.json")
 	flag.DurationVar(&c.duration, "duration", 10*time.Second, "length of each measured run (1s..2m)")
 	flag.IntVar(&c.concurrency, "c", 64, "requests in flight per run")
+	flag.DurationVar(&c.profile, "profile", 5*time.Second, "length of the CPU profile of kadmit on /mutate-pod after the measured runs (0: none)")
 	flag.Parse()
 	if c.duration < time.Second || c.duration > 2*time.Minute {
 		fmt.Fprintln(os.Stderr, "benchrun: -duration must be 1s..2m")
@@ -90,32 +105,49 @@ func runAll(ctx context.Context, c config) error {
 	}
 	kadmitCA := filepath.Join(c.work, "kadmit-ca.crt")
 	_ = os.Remove(kadmitCA)
+	c.pod = filepath.Join(c.work, "realistic-pod.yaml")
+	if err := os.WriteFile(c.pod, realisticPod, 0o644); err != nil {
+		return err
+	}
+	colocationCfg := filepath.Join(c.work, "colocation-10.yaml")
+	if err := os.WriteFile(colocationCfg, []byte(colocationConfig(10)), 0o644); err != nil {
+		return err
+	}
+	kadmitArgs := func(extra ...string) []string {
+		return append([]string{c.kadmit, "serve", "--self-signed", "--dns-name", "127.0.0.1", "--ca-file", kadmitCA,
+			"--addr", "127.0.0.1:19443", "--metrics-addr", "127.0.0.1:18080"}, extra...)
+	}
 	servers := []server{
 		{
-			name: "kadmit", port: 19443, caFile: kadmitCA,
-			args: []string{c.kadmit, "serve", "--self-signed", "--dns-name", "127.0.0.1", "--ca-file", kadmitCA,
-				"--addr", "127.0.0.1:19443", "--metrics-addr", "127.0.0.1:18080"},
+			name: "kadmit", port: 19443, caFile: kadmitCA, args: kadmitArgs(),
 			runs: []run{
-				{"validating (pod-name)", "/validate-pod", ""},
-				{"mutating (lifespan)", "/mutate-pod", ""},
+				{pathValidate, "/validate-pod", c.pod},
+				{pathMutate, "/mutate-pod", c.pod},
+				{pathMutateNoLabel, "/mutate-pod", ""},
 				{"node-status (node-overcommit)", "/mutate-node-status", c.node},
-				{"seed profile, 3 paths at once", "", ""},
+				{pathMixed, "", ""},
 			},
+		},
+		{
+			name: serverColocation, port: 19443, caFile: kadmitCA, args: kadmitArgs("--config", colocationCfg),
+			runs: []run{{pathMutate, "/mutate-pod", c.pod}},
 		},
 		{
 			name: "controller-runtime", port: 19444, caFile: filepath.Join(refCerts, "tls.crt"),
 			args: []string{c.reference, "controller-runtime", "-port", "19444", "-cert-dir", refCerts},
 			runs: []run{
-				{"validating (pod-name)", "/validate-pod", ""},
-				{"mutating (lifespan)", "/mutate-pod", ""},
+				{pathValidate, "/validate-pod", c.pod},
+				{pathMutate, "/mutate-pod", c.pod},
+				{pathMutateNoLabel, "/mutate-pod", ""},
 			},
 		},
 		{
 			name: "bare", port: 19445, caFile: filepath.Join(refCerts, "tls.crt"),
 			args: []string{c.reference, "bare", "-port", "19445", "-cert-dir", refCerts},
 			runs: []run{
-				{"pod (uid only)", "/", ""},
-				{"node (uid only)", "/", c.node},
+				{barePod, "/", c.pod},
+				{barePodNoLabel, "/", ""},
+				{bareNode, "/", c.node},
 			},
 		},
 	}
@@ -130,8 +162,49 @@ func runAll(ctx context.Context, c config) error {
 	}
 	fmt.Printf("load average at end: %s\n\n", harness.Loadavg())
 	printTable(os.Stdout, results)
+	fmt.Println()
+	printTargets(os.Stdout, results)
 	b, _ := json.MarshalIndent(results, "", "  ")
-	return os.WriteFile(filepath.Join(c.work, "results.json"), b, 0o644)
+	if err := os.WriteFile(filepath.Join(c.work, "results.json"), b, 0o644); err != nil {
+		return err
+	}
+	if c.profile > 0 {
+		if err := profileMutate(ctx, c, servers[0]); err != nil {
+			return fmt.Errorf("CPU profile: %w", err)
+		}
+	}
+	return nil
+}
+
+// Row labels.
+const (
+	pathValidate      = "validate (pod-name)"
+	pathMutate        = "mutate (lifespan)"
+	pathMutateNoLabel = "mutate (lifespan), no-label pod"
+	pathMixed         = "seed profile, 3 paths at once"
+	serverColocation  = "kadmit +10 colocation"
+	barePod           = "pod (uid only)"
+	barePodNoLabel    = "no-label pod (uid only)"
+	bareNode          = "node (uid only)"
+)
+
+// colocationConfig is the seed profile plus colocation with n profiles,
+// each setting a label and a toleration of its own; the first selects the
+// bench pod (team=payments), the others teams no pod has: a cluster where
+// each pod belongs to one of n classes.
+func colocationConfig(n int) string {
+	var b strings.Builder
+	b.WriteString("apiVersion: kadmit.io/v1alpha1\nkind: Configuration\npolicies:\n  colocation:\n    enabled: true\n    profiles:\n")
+	for i := range n {
+		team := "payments"
+		if i > 0 {
+			team = fmt.Sprintf("nobody-%d", i)
+		}
+		fmt.Fprintf(&b, "    - name: p%d\n      selector: {matchLabels: {team: %s}}\n", i, team)
+		fmt.Fprintf(&b, "      labels: {colocation.kadmit.io/p%d: \"true\"}\n", i)
+		fmt.Fprintf(&b, "      tolerations: [{key: colocation-p%d, operator: Exists, effect: NoSchedule}]\n", i)
+	}
+	return b.String()
 }
 
 // measure starts s pinned to CPU 0, waits until it accepts TLS, warms it up
@@ -144,6 +217,9 @@ func measure(ctx context.Context, c config, s server) ([]result, error) {
 	defer logf.Close()
 	// One log line per decision goes to a file, not the terminal, so
 	// terminal I/O does not distort the measurement.
+	if strings.HasPrefix(s.name, "kadmit") {
+		_ = os.Remove(s.caFile) // WaitTLS must read the CA this start writes
+	}
 	proc, err := harness.Start(harness.Pinned(c.pin, 0, s.args), logf)
 	if err != nil {
 		return nil, err
@@ -185,7 +261,7 @@ func measure(ctx context.Context, c config, s server) ([]result, error) {
 // loadMixed loads the seed profile's three busy paths at once, splitting the
 // concurrency between them; throughput is the sum, percentiles the worst.
 func loadMixed(ctx context.Context, c config, s server, sample func()) (result, error) {
-	runs := []run{{path: "/validate-pod"}, {path: "/mutate-pod"}, {path: "/mutate-node-status", manifest: c.node}}
+	runs := []run{{path: "/validate-pod", manifest: c.pod}, {path: "/mutate-pod", manifest: c.pod}, {path: "/mutate-node-status", manifest: c.node}}
 	var (
 		mu    sync.Mutex
 		total result
@@ -251,16 +327,170 @@ func printTable(w io.Writer, rs []result) {
 			}
 		}
 		if r.Server != "bare" {
-			bare := find("bare", "pod (uid only)")
-			if strings.HasPrefix(r.Path, "node") {
-				bare = find("bare", "node (uid only)")
-			}
-			if bare > 0 {
-				vsBare = fmt.Sprintf("%.0f%%", 100*r.RPS/bare)
+			if bare := find("bare", bareRow(r.Path)); bare > 0 {
+				vsBare = fmt.Sprintf("%.2fx", r.RPS/bare)
 			}
 		}
 		fmt.Fprintf(tw, "%s\t%s\t%.0f\t%.2f\t%.2f\t%.2f\t%s\t%s\t%.0f/%.0f\t\n", r.Server, r.Path, r.RPS, r.P50, r.P99, r.P999,
 			vsCR, vsBare, float64(r.RSSIdleKB)/1024, float64(r.RSSLoadKB)/1024)
 	}
 	_ = tw.Flush()
+}
+
+// bareRow is the bare server's row for the object a row sends.
+func bareRow(path string) string {
+	switch {
+	case strings.HasPrefix(path, "node"):
+		return bareNode
+	case strings.Contains(path, "no-label"):
+		return barePodNoLabel
+	}
+	return barePod
+}
+
+// target is one of issue 14's targets: got compared with want.
+type target struct {
+	name      string
+	got, want float64
+	atMost    bool // got must be <= want (p99), else >= want
+	format    string
+}
+
+// printTargets prints every target of issue 14 that these runs measure,
+// with its figure and PASS or MISS. The mixed seed-profile run is compared
+// with the harmonic mean of the three single-path figures: what one core
+// serving an equal mix of those requests would reach if mixing cost nothing.
+func printTargets(w io.Writer, rs []result) {
+	get := func(server, path string) (result, bool) {
+		for _, r := range rs {
+			if r.Server == server && r.Path == path {
+				return r, true
+			}
+		}
+		return result{}, false
+	}
+	var ts []target
+	ratio := func(name string, a, b result, want float64) {
+		if b.RPS > 0 {
+			ts = append(ts, target{name: name, got: a.RPS / b.RPS, want: want, format: "%.2fx"})
+		}
+	}
+	kv, _ := get("kadmit", pathValidate)
+	km, _ := get("kadmit", pathMutate)
+	cv, _ := get("controller-runtime", pathValidate)
+	cm, _ := get("controller-runtime", pathMutate)
+	bp, _ := get("bare", barePod)
+	ratio("mutate (lifespan) vs bare", km, bp, 0.7)
+	ratio("mutate (lifespan) vs controller-runtime", km, cm, 7)
+	ratio("validate (pod-name) vs bare", kv, bp, 1.0)
+	ratio("validate (pod-name) vs controller-runtime", kv, cv, 4)
+	if cv.P99 > 0 {
+		ts = append(ts, target{name: "validate p99 / controller-runtime's (c=64)", got: kv.P99 / cv.P99, want: 1.0 / 3, atMost: true, format: "%.3f"})
+	}
+	if cm.P99 > 0 {
+		ts = append(ts, target{name: "mutate p99 / controller-runtime's (c=64)", got: km.P99 / cm.P99, want: 1.0 / 3, atMost: true, format: "%.3f"})
+	}
+	if co, ok := get(serverColocation, pathMutate); ok {
+		ratio("mutate, lifespan + 10 colocation profiles vs lifespan alone", co, km, 0.8)
+	}
+	kn, _ := get("kadmit", "node-status (node-overcommit)")
+	if mixed, ok := get("kadmit", pathMixed); ok && kv.RPS > 0 && km.RPS > 0 && kn.RPS > 0 {
+		hm := result{RPS: 3 / (1/kv.RPS + 1/km.RPS + 1/kn.RPS)}
+		ratio(fmt.Sprintf("seed profile, 3 paths at once vs single paths (harmonic mean %.0f req/s)", hm.RPS), mixed, hm, 0.8)
+	}
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "target (issue 14)\tresult\ttarget\t")
+	for _, t := range ts {
+		verdict, op := "PASS", ">="
+		if t.atMost {
+			op = "<="
+		}
+		if (t.atMost && t.got > t.want) || (!t.atMost && t.got < t.want) {
+			verdict = "MISS"
+		}
+		fmt.Fprintf(tw, "%s\t"+t.format+"\t%s "+t.format+"\t%s\n", t.name, t.got, op, t.want, verdict)
+	}
+	_ = tw.Flush()
+}
+
+// profileMutate starts kadmit (seed profile) with --pprof, loads
+// /mutate-pod with the realistic pod and takes a CPU profile of the server
+// meanwhile, saved as kadmit-mutate.cpu.pb.gz in work; it prints the top
+// of it when `go` is on PATH.
+func profileMutate(ctx context.Context, c config, s server) error {
+	s.args = append(append([]string(nil), s.args...), "--pprof")
+	logf, err := os.Create(filepath.Join(c.work, "kadmit-profile.log"))
+	if err != nil {
+		return err
+	}
+	defer logf.Close()
+	_ = os.Remove(s.caFile)
+	proc, err := harness.Start(harness.Pinned(c.pin, 0, s.args), logf)
+	if err != nil {
+		return err
+	}
+	defer proc.Stop()
+	if err := proc.WaitTLS(ctx, s.caFile, s.port); err != nil {
+		return err
+	}
+	if _, err := load(ctx, c, s, run{path: "/mutate-pod", manifest: c.pod}, 2*time.Second, c.concurrency, nil); err != nil {
+		return fmt.Errorf("warm-up: %w", err)
+	}
+	secs := int(c.profile / time.Second)
+	file := filepath.Join(c.work, "kadmit-mutate.cpu.pb.gz")
+	// The load runs a second longer on each side of the profile.
+	loaded := make(chan error, 1)
+	go func() {
+		_, err := load(ctx, c, s, run{path: "/mutate-pod", manifest: c.pod}, c.profile+2*time.Second, c.concurrency, nil)
+		loaded <- err
+	}()
+	select {
+	case <-time.After(time.Second):
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+	err = fetch(ctx, fmt.Sprintf("http://127.0.0.1:18080/debug/pprof/profile?seconds=%d", secs), file, c.profile+30*time.Second)
+	if lerr := <-loaded; err == nil {
+		err = lerr
+	}
+	if err != nil {
+		return err
+	}
+	fmt.Printf("\nCPU profile of kadmit on /mutate-pod (realistic pod, c=%d, %ds): %s\n", c.concurrency, secs, file)
+	if _, err := exec.LookPath("go"); err != nil {
+		return nil
+	}
+	top, err := exec.CommandContext(ctx, "go", "tool", "pprof", "-top", "-nodecount=30", file).Output()
+	if err != nil {
+		return fmt.Errorf("go tool pprof: %w", err)
+	}
+	_, err = os.Stdout.Write(top)
+	return err
+}
+
+// fetch saves the body of a GET of url (loopback) to file, bounded by timeout.
+func fetch(ctx context.Context, url, file string, timeout time.Duration) error {
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	if err != nil {
+		return err
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return fmt.Errorf("GET %s: %s", url, resp.Status)
+	}
+	f, err := os.Create(file)
+	if err != nil {
+		return err
+	}
+	if _, err := io.Copy(f, io.LimitReader(resp.Body, 64<<20)); err != nil {
+		f.Close()
+		return err
+	}
+	return f.Close()
 }
