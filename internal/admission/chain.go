@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"runtime/debug"
+	"strings"
 	"sync"
 	"sync/atomic"
 
@@ -225,9 +226,26 @@ func callPolicy(policy string, f func()) (err error) {
 // is copied on write, so lookups take no lock.
 const maxMatchCache = 64
 
+// maxMatchKeyBytes bounds the attribute bytes one cached combination keeps:
+// the API server sends names of at most a few hundred bytes, a client that
+// sends megabytes of resource name is matched without caching, so 64
+// entries never pin more than 64 × 1 KiB.
+const maxMatchKeyBytes = 1 << 10
+
 type ruleKey struct {
 	group, version, resource, subresource, operation string
 	namespaced                                       bool
+}
+
+func (k ruleKey) size() int {
+	return len(k.group) + len(k.version) + len(k.resource) + len(k.subresource) + len(k.operation)
+}
+
+// clone copies the strings, so a cached key never keeps a request's buffer
+// alive.
+func (k ruleKey) clone() ruleKey {
+	return ruleKey{strings.Clone(k.group), strings.Clone(k.version), strings.Clone(k.resource),
+		strings.Clone(k.subresource), strings.Clone(k.operation), k.namespaced}
 }
 
 type matchCache struct {
@@ -278,12 +296,12 @@ func (w *Webhook) matcher(req *Request) hookMatcher {
 	if c == nil || c.hooks != &w.Hooks[0] || c.n != len(w.Hooks) {
 		c = &matchCache{hooks: &w.Hooks[0], n: len(w.Hooks)}
 	}
-	if len(c.m) < maxMatchCache {
+	if len(c.m) < maxMatchCache && k.size() <= maxMatchKeyBytes {
 		next := &matchCache{hooks: c.hooks, n: c.n, m: make(map[ruleKey]uint64, len(c.m)+1)}
 		for kk, v := range c.m {
 			next.m[kk] = v
 		}
-		next.m[k] = bits
+		next.m[k.clone()] = bits
 		w.matched.Store(next)
 	}
 	return hookMatcher{bits: bits}

@@ -61,6 +61,32 @@ func TestWebhookMatcherAgreesWithMatchRules(t *testing.T) {
 	check(w)
 }
 
+// A client-controlled resource name of any size is matched correctly but
+// never kept by the match cache: 64 entries must not pin 64 huge strings.
+func TestWebhookMatcherKeepsNoHugeKeys(t *testing.T) {
+	w := &Webhook{Path: "/x", Type: Validating, Hooks: []Hook{{Rules: []admissionregistrationv1.RuleWithOperations{{
+		Operations: []admissionregistrationv1.OperationType{admissionregistrationv1.OperationAll},
+		Rule:       admissionregistrationv1.Rule{APIGroups: []string{"*"}, APIVersions: []string{"*"}, Resources: []string{"*"}}}}}}}
+	for i := range maxMatchCache {
+		req := &Request{}
+		req.Resource.Version = "v1"
+		req.Resource.Resource = fmt.Sprintf("r%d", i) + string(bytes.Repeat([]byte("x"), maxMatchKeyBytes))
+		req.Operation = admissionv1.Create
+		if m := w.matcher(req); !m.match(w, 0) {
+			t.Fatalf("request %d: the catch-all hook does not match", i)
+		}
+	}
+	if c := w.matched.Load(); c != nil && len(c.m) != 0 {
+		t.Fatalf("cache kept %d oversized keys", len(c.m))
+	}
+	req := &Request{}
+	req.Resource.Version, req.Resource.Resource, req.Operation = "v1", "pods", admissionv1.Create
+	w.matcher(req)
+	if c := w.matched.Load(); c == nil || len(c.m) != 1 {
+		t.Fatalf("a normal key was not cached: %v", c)
+	}
+}
+
 func TestQueryTimeoutAgreesWithQuery(t *testing.T) {
 	for _, q := range []string{"", "timeout=10s", "timeout=", "a=b&timeout=3s", "timeout=1s&timeout=2s", "timeoutx=1s",
 		"x&timeout=5s", "timeout", "time%6Fut=7s", "timeout=1%73", "a=1;timeout=2s", "timeout=+1s", "&&timeout=4s&"} {
