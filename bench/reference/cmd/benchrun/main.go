@@ -7,7 +7,13 @@
 // target of issue 14 next to its ratio with PASS or MISS. The default object
 // is the realistic pod (realistic-pod.yaml: a Deployment's pod with the
 // lifespan label "3" and the two DefaultTolerationSeconds tolerations); the
-// no-label pod (kadmit bench's built-in one) is a second row. After the
+// no-label pod (kadmit bench's built-in one) is a second row. A second
+// kadmit serves pod-name declared as a ValidatingAdmissionPolicy
+// (examples/cel/pod-name, `serve --policies`, built-in pod-name disabled)
+// on /validate-policies, next to a kube-apiserver and etcd from
+// -controlplane that the --policies namespace cache needs. Every answer is
+// checked: a well-formed AdmissionReview (kadmit bench) with the decision
+// the row expects (every object of every row is allowed). After the
 // measured runs it takes a CPU profile of kadmit on /mutate-pod (a separate,
 // unmeasured run, since profiling costs CPU) and prints its top entries.
 // Every server it started is stopped when it returns, fails or is
@@ -18,6 +24,7 @@ import (
 	"context"
 	_ "embed"
 	"encoding/json"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -41,6 +48,7 @@ var realisticPod []byte
 
 type config struct {
 	kadmit, reference, node, work string
+	policies, controlPlane        string // the declared pod-name policy; kube-apiserver and etcd binaries
 	pod                           string // the realistic pod's manifest, written into work
 	duration                      time.Duration
 	concurrency                   int
@@ -53,6 +61,8 @@ func main() {
 	flag.StringVar(&c.kadmit, "kadmit", "bin/kadmit", "kadmit binary")
 	flag.StringVar(&c.reference, "reference", "bin/bench-reference", "reference binary (bench/reference)")
 	flag.StringVar(&c.node, "node", "internal/admission/testdata/node.json", "node manifest for the node-status path")
+	flag.StringVar(&c.policies, "policies", "examples/cel/pod-name", "directory of the declared pod-name ValidatingAdmissionPolicy and its binding")
+	flag.StringVar(&c.controlPlane, "controlplane", defaultControlPlaneDir(), "directory with kube-apiserver and etcd (make controlplane) for the declared-policy row; without them that row is skipped")
 	flag.StringVar(&c.work, "work", "bin/bench", "directory for certificates, logs and results.json")
 	flag.DurationVar(&c.duration, "duration", 10*time.Second, "length of each measured run (1s..2m)")
 	flag.IntVar(&c.concurrency, "c", 64, "requests in flight per run")
@@ -89,11 +99,18 @@ type server struct {
 	caFile string
 	port   int
 	runs   []run // paths to load
+	// cluster: start a control plane first and pass its kubeconfig.
+	cluster bool
 }
 
 type run struct {
 	label, path, manifest string
 }
+
+// podNameOff is a kadmit configuration with the built-in pod-name policy
+// disabled and every other policy as in the seed profile, so that only
+// the declared one decides pod names.
+const podNameOff = "apiVersion: kadmit.io/v1alpha1\nkind: Configuration\npolicies:\n  podName: {enabled: false}\n"
 
 func runAll(ctx context.Context, c config) error {
 	if err := os.MkdirAll(c.work, 0o755); err != nil {
@@ -111,6 +128,10 @@ func runAll(ctx context.Context, c config) error {
 	}
 	colocationCfg := filepath.Join(c.work, "colocation-10.yaml")
 	if err := os.WriteFile(colocationCfg, []byte(colocationConfig(10)), 0o644); err != nil {
+		return err
+	}
+	podNameOffCfg := filepath.Join(c.work, "podname-off.yaml")
+	if err := os.WriteFile(podNameOffCfg, []byte(podNameOff), 0o644); err != nil {
 		return err
 	}
 	kadmitArgs := func(extra ...string) []string {
@@ -131,6 +152,11 @@ func runAll(ctx context.Context, c config) error {
 		{
 			name: serverColocation, port: 19443, caFile: kadmitCA, args: kadmitArgs("--config", colocationCfg),
 			runs: []run{{pathMutate, "/mutate-pod", c.pod}},
+		},
+		{
+			name: serverDeclared, port: 19443, caFile: kadmitCA, cluster: true,
+			args: kadmitArgs("--config", podNameOffCfg, "--policies", c.policies),
+			runs: []run{{pathValidate, "/validate-policies", c.pod}},
 		},
 		{
 			name: "controller-runtime", port: 19444, caFile: filepath.Join(refCerts, "tls.crt"),
@@ -155,6 +181,10 @@ func runAll(ctx context.Context, c config) error {
 	var results []result
 	for _, s := range servers {
 		rs, err := measure(ctx, c, s)
+		if errors.Is(err, errNoControlPlane) {
+			fmt.Printf("  %-20s skipped: %v (make controlplane, or -controlplane DIR)\n", s.name, err)
+			continue
+		}
 		if err != nil {
 			return fmt.Errorf("%s: %w", s.name, err)
 		}
@@ -183,6 +213,7 @@ const (
 	pathMutateNoLabel = "mutate (lifespan), no-label pod"
 	pathMixed         = "seed profile, 3 paths at once"
 	serverColocation  = "kadmit +10 colocation"
+	serverDeclared    = "kadmit declared VAP"
 	barePod           = "pod (uid only)"
 	barePodNoLabel    = "no-label pod (uid only)"
 	bareNode          = "node (uid only)"
@@ -219,6 +250,20 @@ func measure(ctx context.Context, c config, s server) ([]result, error) {
 	// terminal I/O does not distort the measurement.
 	if strings.HasPrefix(s.name, "kadmit") {
 		_ = os.Remove(s.caFile) // WaitTLS must read the CA this start writes
+	}
+	if s.cluster {
+		kubeconfig := filepath.Join(c.work, "controlplane.kubeconfig")
+		cpLog, err := os.Create(filepath.Join(c.work, "controlplane.log"))
+		if err != nil {
+			return nil, err
+		}
+		defer cpLog.Close()
+		stopCP, err := startControlPlane(ctx, c.controlPlane, kubeconfig, cpLog)
+		if err != nil {
+			return nil, fmt.Errorf("control plane: %w", err)
+		}
+		defer stopCP()
+		s.args = append(append([]string(nil), s.args...), "--kubeconfig", kubeconfig)
 	}
 	proc, err := harness.Start(harness.Pinned(c.pin, 0, s.args), logf)
 	if err != nil {
@@ -302,6 +347,12 @@ func loadMixed(ctx context.Context, c config, s server, sample func()) (result, 
 func load(ctx context.Context, c config, s server, r run, d time.Duration, conc int, sample func()) (result, error) {
 	res, err := harness.Load{Kadmit: c.kadmit, URL: fmt.Sprintf("https://127.0.0.1:%d%s", s.port, r.path), CAFile: s.caFile,
 		Manifest: r.manifest, Conc: conc, Duration: d, Pin: c.pin, Sample: sample}.Run(ctx)
+	if err == nil && (res.Denied > 0 || res.Allowed != res.Requests) {
+		// Every object here is one each server allows: a denial means the
+		// row measured something else (a policy that did not load, a
+		// different decision), not the path it names.
+		err = fmt.Errorf("%s: %d of %d answers allowed, %d denied; want every one allowed", r.path, res.Allowed, res.Requests, res.Denied)
+	}
 	return result{RPS: res.RPS, P50: res.P50, P99: res.P99, P999: res.P999, Errors: res.Errors}, err
 }
 
@@ -384,6 +435,9 @@ func printTargets(w io.Writer, rs []result) {
 	ratio("mutate (lifespan) vs controller-runtime", km, cm, 7)
 	ratio("validate (pod-name) vs bare", kv, bp, 1.0)
 	ratio("validate (pod-name) vs controller-runtime", kv, cv, 4)
+	if kd, ok := get(serverDeclared, pathValidate); ok {
+		ratio("declared CEL policy (pod-name VAP, /validate-policies) vs bare", kd, bp, 0.6)
+	}
 	if cv.P99 > 0 {
 		ts = append(ts, target{name: "validate p99 / controller-runtime's (c=64)", got: kv.P99 / cv.P99, want: 1.0 / 3, atMost: true, format: "%.3f"})
 	}

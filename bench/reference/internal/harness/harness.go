@@ -122,12 +122,17 @@ type Result struct {
 	P999       float64
 	Errors     int64
 	ErrorKinds map[string]int64 `json:",omitempty"`
+	// Allowed and Denied count the correct answers by response.allowed,
+	// so a caller can check each answer's decision, not only its form.
+	Allowed, Denied int64
 }
 
 // benchJSON is the part of `kadmit bench -o json` read here.
 type benchJSON struct {
 	Requests   int64            `json:"requests"`
 	Errors     map[string]int64 `json:"errors"`
+	Allowed    int64            `json:"allowed"`
+	Denied     int64            `json:"denied"`
 	Throughput float64          `json:"throughput_rps"`
 	Latency    struct {
 		P50  float64 `json:"p50"`
@@ -179,7 +184,8 @@ func (l Load) Run(ctx context.Context) (Result, error) {
 	if jerr := json.Unmarshal(stdout.Bytes(), &b); jerr != nil {
 		return Result{}, fmt.Errorf("kadmit bench: %v: %s", err, strings.TrimSpace(stderr.String()))
 	}
-	res := Result{Requests: b.Requests, RPS: b.Throughput, P50: b.Latency.P50, P99: b.Latency.P99, P999: b.Latency.P999}
+	res := Result{Requests: b.Requests, RPS: b.Throughput, P50: b.Latency.P50, P99: b.Latency.P99, P999: b.Latency.P999,
+		Allowed: b.Allowed, Denied: b.Denied}
 	for _, n := range b.Errors {
 		res.Errors += n
 	}
