@@ -79,6 +79,15 @@ type Hook struct {
 	// and kadmit.io/ignore=true": for a policy that guards objects in
 	// kadmit's own namespace, such as its configuration ConfigMap.
 	Namespaces []string
+	// ReinvocationPolicy of a Mutating hook: whether the API server calls
+	// the hook's path once more when a later mutating webhook or policy
+	// changed the object. Nil means IfNeeded (kadmit's built-in mutators
+	// are idempotent and want to see the object other mutators made);
+	// Never is a declared MutatingAdmissionPolicy's default. Registration
+	// writes one reinvocationPolicy per path: IfNeeded when any hook on the
+	// path asks for it (or leaves it nil), Never only when every hook says
+	// Never. Ignored for Validating hooks.
+	ReinvocationPolicy *admissionregistrationv1.ReinvocationPolicyType
 
 	Validator Validator
 	Mutator   Mutator

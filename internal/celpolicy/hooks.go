@@ -37,18 +37,26 @@ func HookName(kind admission.Type, policy string) string {
 // server's matcher decides exactly); its FailurePolicy is the policy's,
 // the webhook's answer when kadmit cannot be reached. Each hook evaluates
 // its own policy only: the chain's first denial ends it, as in-tree the
-// first denial's message is the one returned.
+// first denial's message is the one returned. A mutating hook carries its
+// policy's reinvocationPolicy (Never when unset, the API's default); the
+// webhook on MutatePath is registered IfNeeded when any policy asks for it
+// (registration.Build).
 func (e *Engine) Hooks() []admission.Hook {
 	var out []admission.Hook
 	for _, h := range e.mutating {
 		p := h.Policy
 		name := p.Name
+		reinvoke := p.Spec.ReinvocationPolicy
+		if reinvoke == "" {
+			reinvoke = admissionregistrationv1.NeverReinvocationPolicy
+		}
 		out = append(out, admission.Hook{
-			Policy:        HookName(admission.Mutating, name),
-			Path:          MutatePath,
-			Type:          admission.Mutating,
-			Rules:         webhookRules(p.Spec.MatchConstraints, true),
-			FailurePolicy: *p.Spec.FailurePolicy,
+			Policy:             HookName(admission.Mutating, name),
+			Path:               MutatePath,
+			Type:               admission.Mutating,
+			Rules:              webhookRules(p.Spec.MatchConstraints, true),
+			FailurePolicy:      *p.Spec.FailurePolicy,
+			ReinvocationPolicy: &reinvoke,
 			Mutator: admission.MutatorFunc(func(ctx context.Context, req *admission.Request) ([]jsonedit.Op, admission.Verdict) {
 				return e.serveMutate(ctx, name, req)
 			}),

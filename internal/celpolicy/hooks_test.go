@@ -7,9 +7,11 @@ import (
 	"testing"
 
 	admissionv1 "k8s.io/api/admission/v1"
+	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 
 	"github.com/kadmit/kadmit/internal/admission"
 	"github.com/kadmit/kadmit/internal/celpolicy"
+	"github.com/kadmit/kadmit/internal/registration"
 	"github.com/kadmit/kadmit/internal/review"
 )
 
@@ -73,5 +75,86 @@ func TestHooksThroughTheChain(t *testing.T) {
 		if admission.MatchRules(h.Rules, admission.NewRuleAttributes(schemaPod.Resource, "", admissionv1.Delete, "default")) {
 			t.Errorf("%s matches DELETE", h.Policy)
 		}
+	}
+}
+
+// A MutatingAdmissionPolicy's reinvocationPolicy reaches its hook (Never
+// when the policy leaves it unset, the API's default), and through
+// registration.Build the webhook on MutatePath.
+func TestHooksReinvocationPolicy(t *testing.T) {
+	const never = `
+apiVersion: admissionregistration.k8s.io/v1
+kind: MutatingAdmissionPolicy
+metadata:
+  name: label-never
+spec:
+  matchConstraints:
+    resourceRules:
+    - apiGroups: [""]
+      apiVersions: ["v1"]
+      operations: ["CREATE"]
+      resources: ["configmaps"]
+  mutations:
+  - patchType: ApplyConfiguration
+    applyConfiguration:
+      expression: 'Object{metadata: Object.metadata{labels: {"seen": "yes"}}}'
+---
+apiVersion: admissionregistration.k8s.io/v1
+kind: MutatingAdmissionPolicyBinding
+metadata:
+  name: label-never
+spec:
+  policyName: label-never
+`
+	hooksOf := func(set *celpolicy.Set) []admission.Hook {
+		t.Helper()
+		e, err := celpolicy.New(set, celpolicy.Options{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var out []admission.Hook
+		for _, h := range e.Hooks() {
+			if h.Type == admission.Mutating {
+				out = append(out, h)
+			}
+		}
+		return out
+	}
+	registered := func(hooks []admission.Hook) admissionregistrationv1.ReinvocationPolicyType {
+		t.Helper()
+		mwc, _, err := registration.Build(hooks, registration.Options{URL: "https://127.0.0.1:1"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(mwc.Webhooks) != 1 {
+			t.Fatalf("mutating webhooks = %+v", mwc.Webhooks)
+		}
+		return *mwc.Webhooks[0].ReinvocationPolicy
+	}
+
+	set, err := celpolicy.LoadReader("never.yaml", strings.NewReader(never))
+	if err != nil {
+		t.Fatal(err)
+	}
+	hs := hooksOf(set)
+	if len(hs) != 1 || hs[0].ReinvocationPolicy == nil || *hs[0].ReinvocationPolicy != admissionregistrationv1.NeverReinvocationPolicy {
+		t.Fatalf("unset reinvocationPolicy: hooks = %+v", hs)
+	}
+	if got := registered(hs); got != admissionregistrationv1.NeverReinvocationPolicy {
+		t.Errorf("registered %s for a Never policy", got)
+	}
+
+	set, err = celpolicy.Load("testdata/basic.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ifNeeded := hooksOf(set)
+	if len(ifNeeded) != 1 || ifNeeded[0].ReinvocationPolicy == nil || *ifNeeded[0].ReinvocationPolicy != admissionregistrationv1.IfNeededReinvocationPolicy {
+		t.Fatalf("reinvocationPolicy: IfNeeded: hooks = %+v", ifNeeded)
+	}
+	// The IfNeeded policy shares MutatePath with the Never one: the webhook
+	// is IfNeeded.
+	if got := registered(append(hs, ifNeeded...)); got != admissionregistrationv1.IfNeededReinvocationPolicy {
+		t.Errorf("registered %s for a path with an IfNeeded policy", got)
 	}
 }

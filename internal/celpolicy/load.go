@@ -75,6 +75,26 @@ type Set struct {
 // binding naming a policy that is not loaded, an expression that does not
 // compile (see Check).
 func Load(paths ...string) (*Set, error) {
+	return LoadAll(paths, nil)
+}
+
+// Document is one named stream of YAML or JSON documents held in memory,
+// such as one data key of a ConfigMap (see ConfigMapDocuments). Name is
+// what errors and Source report in place of a file name.
+type Document struct {
+	Name string
+	Data string
+}
+
+// LoadAll reads paths as Load does, then docs in the order given, into one
+// Set: a binding in one may name a policy or param in another. Each
+// document is held to MaxFileBytes, all of them together to MaxDocuments
+// objects, and there may be at most MaxFiles docs. Errors wrap ErrInput and
+// name the file or document.
+func LoadAll(paths []string, docs []Document) (*Set, error) {
+	if len(docs) > MaxFiles {
+		return nil, fmt.Errorf("%w: %d policy documents, more than %d", ErrInput, len(docs), MaxFiles)
+	}
 	s := &Set{Sources: map[string]Source{}}
 	for _, p := range paths {
 		files, err := listFiles(p)
@@ -85,6 +105,11 @@ func Load(paths ...string) (*Set, error) {
 			if err := s.addFile(f); err != nil {
 				return nil, err
 			}
+		}
+	}
+	for _, d := range docs {
+		if err := s.addReader(d.Name, io.LimitReader(strings.NewReader(d.Data), MaxFileBytes+1)); err != nil {
+			return nil, err
 		}
 	}
 	if err := s.validate(); err != nil {

@@ -57,7 +57,12 @@ type Options struct {
 	// files or directories (with bindings and params) served next to the
 	// built-in policies (package celpolicy); read at start and with every
 	// configuration build.
-	PolicyPaths     []string
+	PolicyPaths []string
+	// PolicyConfigMap, "namespace/name", names a ConfigMap whose data keys
+	// hold more declared policies (with bindings and params), loaded with
+	// PolicyPaths as one set and followed live: a valid edit is swapped in,
+	// an invalid edit or a deletion is refused, keeping the running ones.
+	PolicyConfigMap string
 	Addr            string
 	MetricsAddr     string
 	ShutdownGrace   time.Duration
@@ -172,6 +177,11 @@ func (d *daemon) validate(context.Context) error {
 	if o.TLSMode == TLSFiles && o.Register && o.CABundleFile == "" {
 		return usage("--register with --tls=files needs --ca-bundle-file")
 	}
+	if o.PolicyConfigMap != "" {
+		if _, _, err := policyConfigMapName(o); err != nil {
+			return err
+		}
+	}
 	d.names = certs.Names{WebhookURL: o.WebhookURL, Service: o.ServiceName, Namespace: o.Namespace, ClusterDomain: o.ClusterDomain, Extra: o.SANs}
 	if o.Register || o.TLSMode == TLSSelfManaged {
 		name, err := d.names.ServerName()
@@ -197,7 +207,7 @@ func (d *daemon) connect(context.Context) error {
 		}
 		return rc, err
 	})
-	if !d.opts.Register && d.opts.TLSMode != TLSSelfManaged && d.opts.ConfigMap == "" {
+	if !d.opts.Register && d.opts.TLSMode != TLSSelfManaged && d.opts.ConfigMap == "" && d.opts.PolicyConfigMap == "" {
 		return nil
 	}
 	rc, err := d.kube()
@@ -217,7 +227,12 @@ func (d *daemon) loadPolicies(ctx context.Context) error {
 		return err
 	}
 	d.reloads = &reloader{ctx: ctx, opts: d.opts, log: d.log, cfg: cfg, kube: d.kube}
-	d.hooks, err = d.reloads.build(ctx, cfg)
+	if d.opts.PolicyConfigMap != "" {
+		if d.reloads.policyDocs, err = loadPolicyConfigMap(ctx, d.client, d.opts); err != nil {
+			return err
+		}
+	}
+	d.hooks, err = d.reloads.build(ctx, cfg, d.reloads.policyDocs)
 	return err
 }
 
@@ -369,6 +384,12 @@ func (d *daemon) start(ctx context.Context) error {
 	}
 	if len(d.opts.PolicyPaths) > 0 {
 		go celpolicy.Watch(ctx, d.opts.PolicyPaths, 0, d.reloads.rebuild)
+	}
+	if d.opts.PolicyConfigMap != "" {
+		ns, name, _ := policyConfigMapName(d.opts)
+		if err := celpolicy.WatchConfigMap(ctx, d.client, ns, name, d.reloads.policyConfigMap); err != nil {
+			return err
+		}
 	}
 	if d.opts.ConfigMap != "" {
 		ns, name, _ := strings.Cut(d.opts.ConfigMap, "/")

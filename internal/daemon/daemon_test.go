@@ -89,10 +89,11 @@ func TestUsageErrors(t *testing.T) {
 	}
 	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
 	for name, o := range map[string]Options{
-		"--tls=bogus":                       {TLSMode: "bogus"},
-		"files without --cert-dir":          {TLSMode: TLSFiles},
-		"files --register, no bundle file":  {TLSMode: TLSFiles, CertDir: t.TempDir(), Register: true, WebhookURL: "https://127.0.0.1:1"},
-		"--register without URL or Service": {TLSMode: TLSSelfSigned, SANs: []string{"localhost"}, Register: true},
+		"--tls=bogus":                              {TLSMode: "bogus"},
+		"files without --cert-dir":                 {TLSMode: TLSFiles},
+		"files --register, no bundle file":         {TLSMode: TLSFiles, CertDir: t.TempDir(), Register: true, WebhookURL: "https://127.0.0.1:1"},
+		"--register without URL or Service":        {TLSMode: TLSSelfSigned, SANs: []string{"localhost"}, Register: true},
+		"--policies-configmap without a namespace": {TLSMode: TLSSelfSigned, SANs: []string{"localhost"}, PolicyConfigMap: "policies"},
 	} {
 		if err := Run(context.Background(), o, quiet); !errors.Is(err, ErrUsage) {
 			t.Errorf("Run with %s: %v, want ErrUsage", name, err)

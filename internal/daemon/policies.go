@@ -1,7 +1,12 @@
 package daemon
 
 import (
+	"context"
 	"fmt"
+	"strings"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
 
 	corelisters "k8s.io/client-go/listers/core/v1"
 
@@ -10,24 +15,49 @@ import (
 	"github.com/kadmit/kadmit/internal/clustercache"
 )
 
-// declaredHooks loads and compiles the declared policies at paths and
-// returns their hooks, namespace lookups answered by the cluster's
+// declaredHooks loads and compiles the declared policies at paths and in
+// docs (--policies-configmap's data keys) as one set and returns their
+// hooks, namespace lookups answered by the cluster's
 // namespace cache (nil offline: every namespace then has only its
 // kubernetes.io/metadata.name label).
-func declaredHooks(paths []string, cluster *clustercache.Caches) ([]admission.Hook, error) {
+func declaredHooks(paths []string, docs []celpolicy.Document, cluster *clustercache.Caches) ([]admission.Hook, error) {
 	var opts celpolicy.Options
 	if cluster != nil {
 		if inf, ok := cluster.Informer(clustercache.Namespaces); ok {
 			opts.Namespaces = corelisters.NewNamespaceLister(inf.GetIndexer())
 		}
 	}
-	set, err := celpolicy.Load(paths...)
+	set, err := celpolicy.LoadAll(paths, docs)
 	if err != nil {
-		return nil, fmt.Errorf("--policies: %w", err)
+		return nil, fmt.Errorf("declared policies: %w", err)
 	}
 	e, err := celpolicy.New(set, opts)
 	if err != nil {
-		return nil, fmt.Errorf("--policies: %w", err)
+		return nil, fmt.Errorf("declared policies: %w", err)
 	}
 	return e.Hooks(), nil
+}
+
+// policyConfigMapName splits --policies-configmap NAMESPACE/NAME.
+func policyConfigMapName(opts Options) (namespace, name string, err error) {
+	ns, name, ok := strings.Cut(opts.PolicyConfigMap, "/")
+	if !ok || ns == "" || name == "" || strings.Contains(name, "/") {
+		return "", "", usage("--policies-configmap %q: want NAMESPACE/NAME", opts.PolicyConfigMap)
+	}
+	return ns, name, nil
+}
+
+// loadPolicyConfigMap reads --policies-configmap's documents at start; a
+// missing or unreadable ConfigMap is an error (serve does not start
+// without the policies it was told to enforce).
+func loadPolicyConfigMap(ctx context.Context, cs kubernetes.Interface, opts Options) ([]celpolicy.Document, error) {
+	ns, name, err := policyConfigMapName(opts)
+	if err != nil {
+		return nil, err
+	}
+	cm, err := cs.CoreV1().ConfigMaps(ns).Get(ctx, name, metav1.GetOptions{})
+	if err != nil {
+		return nil, fmt.Errorf("--policies-configmap: read ConfigMap %s/%s: %w", ns, name, err)
+	}
+	return celpolicy.ConfigMapDocuments(cm), nil
 }

@@ -5,13 +5,16 @@ import (
 	"fmt"
 	"log/slog"
 	"reflect"
+	"slices"
 	"strings"
 	"sync"
 
+	corev1 "k8s.io/api/core/v1"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 
 	"github.com/kadmit/kadmit/internal/admission"
+	"github.com/kadmit/kadmit/internal/celpolicy"
 	"github.com/kadmit/kadmit/internal/clustercache"
 	"github.com/kadmit/kadmit/internal/config"
 	"github.com/kadmit/kadmit/internal/metrics"
@@ -62,19 +65,29 @@ type reloader struct {
 	serve    func([]*admission.Webhook)
 	register func([]admission.Hook)
 
-	mu          sync.Mutex
-	cfg         *config.Configuration
+	mu  sync.Mutex
+	cfg *config.Configuration
+	// policyDocs are the running documents of --policies-configmap: the
+	// last edit that built.
+	policyDocs  []celpolicy.Document
 	cluster     *clustercache.Caches
 	clusterKey  string
 	stopCluster context.CancelFunc
 }
 
-// build returns cfg's hooks, starting the cluster caches cfg needs (and
+// declared reports whether serve runs declared policies (--policies or
+// --policies-configmap).
+func (r *reloader) declared() bool {
+	return len(r.opts.PolicyPaths) > 0 || r.opts.PolicyConfigMap != ""
+}
+
+// build returns the hooks of cfg and of the declared policies (the
+// --policies files, read now, and docs), starting the cluster caches cfg needs (and
 // waiting for them to sync) when they differ from the running ones.
-func (r *reloader) build(ctx context.Context, cfg *config.Configuration) ([]admission.Hook, error) {
+func (r *reloader) build(ctx context.Context, cfg *config.Configuration, docs []celpolicy.Document) ([]admission.Hook, error) {
 	cluster, stop := r.cluster, context.CancelFunc(nil)
 	resources := builtin.Caches(cfg)
-	if len(r.opts.PolicyPaths) > 0 {
+	if r.declared() {
 		// Declared policies' namespaceSelector and namespaceObject read
 		// namespaces, as the API server's plugins do from its informer.
 		resources = append(resources, clustercache.Namespaces)
@@ -99,9 +112,9 @@ func (r *reloader) build(ctx context.Context, cfg *config.Configuration) ([]admi
 		}
 	}
 	hooks, err := builtin.Hooks(cfg, policy.Env{Cluster: cluster, Log: r.log})
-	if err == nil && len(r.opts.PolicyPaths) > 0 {
+	if err == nil && r.declared() {
 		var declared []admission.Hook
-		if declared, err = declaredHooks(r.opts.PolicyPaths, cluster); err == nil {
+		if declared, err = declaredHooks(r.opts.PolicyPaths, docs, cluster); err == nil {
 			hooks = append(hooks, declared...)
 		}
 	}
@@ -127,22 +140,34 @@ func (r *reloader) reload(cfg *config.Configuration) {
 	if reflect.DeepEqual(cfg, r.cfg) {
 		return
 	}
-	hooks, err := r.build(r.ctx, cfg)
-	if err == nil {
-		var webhooks []*admission.Webhook
-		if webhooks, err = admission.NewWebhooks(hooks); err == nil {
-			r.serve(webhooks)
-			if r.register != nil {
-				r.register(hooks)
-			}
-			r.cfg = cfg
-			r.metrics.Reloaded(true)
-			r.log.Info("configuration reloaded", "configMap", r.opts.ConfigMap, "paths", paths(webhooks))
-			return
-		}
+	webhooks, err := r.swap(cfg, r.policyDocs)
+	if err != nil {
+		r.metrics.Reloaded(false)
+		r.log.Error("configuration not applied; keeping the running one", "configMap", r.opts.ConfigMap, "error", err)
+		return
 	}
-	r.metrics.Reloaded(false)
-	r.log.Error("configuration not applied; keeping the running one", "configMap", r.opts.ConfigMap, "error", err)
+	r.cfg = cfg
+	r.metrics.Reloaded(true)
+	r.log.Info("configuration reloaded", "configMap", r.opts.ConfigMap, "paths", paths(webhooks))
+}
+
+// swap builds the hooks of cfg and docs and, when they build, puts them in
+// the server and the registration at once; on an error nothing changes.
+// The caller holds r.mu.
+func (r *reloader) swap(cfg *config.Configuration, docs []celpolicy.Document) ([]*admission.Webhook, error) {
+	hooks, err := r.build(r.ctx, cfg, docs)
+	if err != nil {
+		return nil, err
+	}
+	webhooks, err := admission.NewWebhooks(hooks)
+	if err != nil {
+		return nil, err
+	}
+	r.serve(webhooks)
+	if r.register != nil {
+		r.register(hooks)
+	}
+	return webhooks, nil
 }
 
 // rebuild rebuilds the running configuration's hooks after the declared
@@ -152,21 +177,43 @@ func (r *reloader) reload(cfg *config.Configuration) {
 func (r *reloader) rebuild() {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	hooks, err := r.build(r.ctx, r.cfg)
-	if err == nil {
-		var webhooks []*admission.Webhook
-		if webhooks, err = admission.NewWebhooks(hooks); err == nil {
-			r.serve(webhooks)
-			if r.register != nil {
-				r.register(hooks)
-			}
-			r.metrics.Reloaded(true)
-			r.log.Info("declared policies reloaded", "policies", r.opts.PolicyPaths, "paths", paths(webhooks))
-			return
-		}
+	webhooks, err := r.swap(r.cfg, r.policyDocs)
+	if err != nil {
+		r.metrics.Reloaded(false)
+		r.log.Error("declared policies not applied; keeping the running ones", "policies", r.opts.PolicyPaths, "error", err)
+		return
 	}
-	r.metrics.Reloaded(false)
-	r.log.Error("declared policies not applied; keeping the running ones", "policies", r.opts.PolicyPaths, "error", err)
+	r.metrics.Reloaded(true)
+	r.log.Info("declared policies reloaded", "policies", r.opts.PolicyPaths, "paths", paths(webhooks))
+}
+
+// policyConfigMap applies an add, edit or deletion (cm nil) of
+// --policies-configmap: a change of its data that builds (with the
+// --policies files and the running configuration) is swapped in; one that
+// does not is refused and logged, and so is a deletion, keeping the
+// running policies (an edit or a deletion by mistake never takes policies
+// away; an empty ConfigMap serves none).
+func (r *reloader) policyConfigMap(cm *corev1.ConfigMap) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if cm == nil {
+		r.metrics.Reloaded(false)
+		r.log.Error("declared policies ConfigMap deleted; keeping the running policies", "policiesConfigMap", r.opts.PolicyConfigMap)
+		return
+	}
+	docs := celpolicy.ConfigMapDocuments(cm)
+	if slices.Equal(docs, r.policyDocs) {
+		return
+	}
+	webhooks, err := r.swap(r.cfg, docs)
+	if err != nil {
+		r.metrics.Reloaded(false)
+		r.log.Error("declared policies not applied; keeping the running ones", "policiesConfigMap", r.opts.PolicyConfigMap, "resourceVersion", cm.ResourceVersion, "error", err)
+		return
+	}
+	r.policyDocs = docs
+	r.metrics.Reloaded(true)
+	r.log.Info("declared policies reloaded", "policiesConfigMap", r.opts.PolicyConfigMap, "resourceVersion", cm.ResourceVersion, "paths", paths(webhooks))
 }
 
 // invalid reports a ConfigMap edit that does not validate.

@@ -89,7 +89,6 @@ func Build(hooks []admission.Hook, opts Options) (*admissionregistrationv1.Mutat
 	names := map[admission.Type]map[string]bool{admission.Mutating: {}, admission.Validating: {}}
 	sideEffects := admissionregistrationv1.SideEffectClassNone
 	equivalent := admissionregistrationv1.Equivalent
-	reinvoke := admissionregistrationv1.IfNeededReinvocationPolicy
 	for _, wh := range webhooks {
 		name, rules, fp := webhookName(wh), []admissionregistrationv1.RuleWithOperations(nil), admissionregistrationv1.Ignore
 		for _, h := range wh.Hooks {
@@ -128,6 +127,7 @@ func Build(hooks []admission.Hook, opts Options) (*admissionregistrationv1.Mutat
 		timeout := opts.TimeoutSeconds
 		switch wh.Type {
 		case admission.Mutating:
+			reinvoke := reinvocationPolicy(wh)
 			if mwc == nil {
 				mwc = &admissionregistrationv1.MutatingWebhookConfiguration{
 					TypeMeta:   metav1.TypeMeta{APIVersion: "admissionregistration.k8s.io/v1", Kind: "MutatingWebhookConfiguration"},
@@ -182,6 +182,22 @@ func Apply(ctx context.Context, cs kubernetes.Interface, mwc *admissionregistrat
 		}
 	}
 	return nil
+}
+
+// reinvocationPolicy is the path's reinvocationPolicy: IfNeeded when any
+// of its hooks asks for it or leaves it unset (see
+// admission.Hook.ReinvocationPolicy), Never only when every hook says
+// Never. One webhook serves the whole path, so a hook that wants to see
+// later mutators' changes must not lose that because another hook on the
+// path does not; the price is that a Never hook on a shared path runs
+// again when the API server reinvokes the webhook.
+func reinvocationPolicy(wh *admission.Webhook) admissionregistrationv1.ReinvocationPolicyType {
+	for _, h := range wh.Hooks {
+		if h.ReinvocationPolicy == nil || *h.ReinvocationPolicy != admissionregistrationv1.NeverReinvocationPolicy {
+			return admissionregistrationv1.IfNeededReinvocationPolicy
+		}
+	}
+	return admissionregistrationv1.NeverReinvocationPolicy
 }
 
 // webhookName is "<policy>.kadmit.io" when one policy serves the path, else

@@ -352,3 +352,54 @@ func TestTouchesPodsFollowsTheRuleMatcher(t *testing.T) {
 		}
 	}
 }
+
+// A path's webhook is IfNeeded when any hook on it asks for it or leaves
+// reinvocationPolicy unset (the built-in mutators); Never only when every
+// hook says Never (declared MutatingAdmissionPolicies by default).
+func TestBuildReinvocationPolicy(t *testing.T) {
+	never, ifNeeded := admissionregistrationv1.NeverReinvocationPolicy, admissionregistrationv1.IfNeededReinvocationPolicy
+	mutator := testHooks()[1]
+	hook := func(policy string, rp *admissionregistrationv1.ReinvocationPolicyType) admission.Hook {
+		h := mutator
+		h.Policy, h.Path, h.ReinvocationPolicy = policy, "/mutate-policies", rp
+		return h
+	}
+	for _, tc := range []struct {
+		name  string
+		hooks []admission.Hook
+		want  admissionregistrationv1.ReinvocationPolicyType
+	}{
+		{"unset", []admission.Hook{hook("a", nil)}, ifNeeded},
+		{"never", []admission.Hook{hook("a", &never)}, never},
+		{"ifNeeded", []admission.Hook{hook("a", &ifNeeded)}, ifNeeded},
+		{"all never", []admission.Hook{hook("a", &never), hook("b", &never)}, never},
+		{"one ifNeeded among never", []admission.Hook{hook("a", &never), hook("b", &ifNeeded), hook("c", &never)}, ifNeeded},
+		{"one unset among never", []admission.Hook{hook("a", &never), hook("b", nil)}, ifNeeded},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			mwc, vwc, err := Build(tc.hooks, Options{URL: "https://127.0.0.1:1"})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if vwc != nil || len(mwc.Webhooks) != 1 {
+				t.Fatalf("want one mutating webhook, got %+v / %+v", mwc, vwc)
+			}
+			if rp := mwc.Webhooks[0].ReinvocationPolicy; rp == nil || *rp != tc.want {
+				t.Errorf("reinvocationPolicy = %v, want %s", rp, tc.want)
+			}
+		})
+	}
+	// Each path decides alone: a Never path next to an IfNeeded one.
+	other := mutator
+	mwc, _, err := Build([]admission.Hook{hook("a", &never), other}, Options{URL: "https://127.0.0.1:1"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]admissionregistrationv1.ReinvocationPolicyType{}
+	for _, w := range mwc.Webhooks {
+		got[w.Name] = *w.ReinvocationPolicy
+	}
+	if got["a.kadmit.io"] != never || got["lifespan.kadmit.io"] != ifNeeded {
+		t.Errorf("reinvocationPolicy per webhook = %v", got)
+	}
+}

@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -87,6 +88,25 @@ func TestServed(t *testing.T) {
 	}
 	if _, _, err := p.WaitRegistered(ctx, cs); err != nil {
 		t.Fatal(err)
+	}
+	// The MutatingAdmissionPolicy's reinvocationPolicy: IfNeeded reached
+	// the webhook kadmit registered for /mutate-policies.
+	mwc, err := cs.AdmissionregistrationV1().MutatingWebhookConfigurations().Get(ctx, "kadmit", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	found := false
+	for _, w := range mwc.Webhooks {
+		if w.ClientConfig.URL == nil || !strings.HasSuffix(*w.ClientConfig.URL, "/mutate-policies") {
+			continue
+		}
+		found = true
+		if w.ReinvocationPolicy == nil || *w.ReinvocationPolicy != admissionregistrationv1.IfNeededReinvocationPolicy {
+			t.Errorf("webhook %s: reinvocationPolicy %v, want IfNeeded", w.Name, w.ReinvocationPolicy)
+		}
+	}
+	if !found {
+		t.Errorf("no webhook on /mutate-policies: %+v", mwc.Webhooks)
 	}
 	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "cel-served", Labels: map[string]string{"environment": "test"}}}
 	if _, err := cs.CoreV1().Namespaces().Create(ctx, ns, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {

@@ -86,6 +86,7 @@ TestRBACCoversPolicyCaches checks the two agree.
 {{- end -}}
 {{- end -}}
 {{- if and (dig "policies" "jobQueue" "enabled" false .Values.config) (dig "policies" "jobQueue" "manageJobsWithoutQueueName" false .Values.config) }}true{{ end -}}
+{{- if (dig "configMap" "" (.Values.policies | default dict)) }}true{{ end -}}
 {{- end -}}
 {{- define "kadmit.needsPriorityClasses" -}}
 {{- if dig "policies" "colocation" "enabled" false .Values.config -}}
