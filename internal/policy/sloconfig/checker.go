@@ -166,69 +166,61 @@ func parseKey[T any](data map[string]string, key, what, ns, name string) (*T, er
 	return cfg, nil
 }
 
-func decodeColocation(data map[string]string, ns, name string) (any, []NodeCfgProfile, func() error, error) {
-	cfg, err := parseKey[ColocationCfg](data, ColocationConfigKey, "colocation", ns, name)
+// parseNodes is parseKey plus the selector profile of each of the config's
+// node strategies, which every key's checker reads the same way.
+func parseNodes[C, S any](data map[string]string, key, what, ns, name string, nodes func(*C) []S, profile func(*S) NodeCfgProfile) (*C, []NodeCfgProfile, error) {
+	cfg, err := parseKey[C](data, key, what, ns, name)
 	if err != nil {
-		return nil, nil, nil, err
+		return nil, nil, err
 	}
 	var ps []NodeCfgProfile
-	for _, n := range cfg.NodeConfigs {
-		ps = append(ps, n.NodeCfgProfile)
+	for _, n := range nodes(cfg) {
+		ps = append(ps, profile(&n))
 	}
-	return cfg, ps, nil, nil
+	return cfg, ps, nil
+}
+
+func decodeColocation(data map[string]string, ns, name string) (any, []NodeCfgProfile, func() error, error) {
+	cfg, ps, err := parseNodes(data, ColocationConfigKey, "colocation", ns, name,
+		func(c *ColocationCfg) []NodeColocationCfg { return c.NodeConfigs },
+		func(n *NodeColocationCfg) NodeCfgProfile { return n.NodeCfgProfile })
+	return cfg, ps, nil, err
 }
 
 func decodeThreshold(data map[string]string, ns, name string) (any, []NodeCfgProfile, func() error, error) {
-	cfg, err := parseKey[ResourceThresholdCfg](data, ResourceThresholdConfigKey, "resourceThreshold", ns, name)
-	if err != nil {
-		return nil, nil, nil, err
-	}
-	var ps []NodeCfgProfile
-	for _, n := range cfg.NodeStrategies {
-		ps = append(ps, n.NodeCfgProfile)
-	}
-	return cfg, ps, nil, nil
+	cfg, ps, err := parseNodes(data, ResourceThresholdConfigKey, "resourceThreshold", ns, name,
+		func(c *ResourceThresholdCfg) []NodeResourceThresholdStrategy { return c.NodeStrategies },
+		func(n *NodeResourceThresholdStrategy) NodeCfgProfile { return n.NodeCfgProfile })
+	return cfg, ps, nil, err
 }
 
 func decodeCPUBurst(data map[string]string, ns, name string) (any, []NodeCfgProfile, func() error, error) {
-	cfg, err := parseKey[CPUBurstCfg](data, CPUBurstConfigKey, "CpuBurst", ns, name)
-	if err != nil {
-		return nil, nil, nil, err
-	}
-	var ps []NodeCfgProfile
-	for _, n := range cfg.NodeStrategies {
-		ps = append(ps, n.NodeCfgProfile)
-	}
-	return cfg, ps, nil, nil
+	cfg, ps, err := parseNodes(data, CPUBurstConfigKey, "CpuBurst", ns, name,
+		func(c *CPUBurstCfg) []NodeCPUBurstCfg { return c.NodeStrategies },
+		func(n *NodeCPUBurstCfg) NodeCfgProfile { return n.NodeCfgProfile })
+	return cfg, ps, nil, err
 }
 
 func decodeSystem(data map[string]string, ns, name string) (any, []NodeCfgProfile, func() error, error) {
-	cfg, err := parseKey[SystemCfg](data, SystemConfigKey, "System", ns, name)
-	if err != nil {
-		return nil, nil, nil, err
-	}
-	var ps []NodeCfgProfile
-	for _, n := range cfg.NodeStrategies {
-		ps = append(ps, n.NodeCfgProfile)
-	}
-	return cfg, ps, nil, nil
+	cfg, ps, err := parseNodes(data, SystemConfigKey, "System", ns, name,
+		func(c *SystemCfg) []NodeSystemStrategy { return c.NodeStrategies },
+		func(n *NodeSystemStrategy) NodeCfgProfile { return n.NodeCfgProfile })
+	return cfg, ps, nil, err
 }
 
 // decodeQOS also decodes system-config, whose totalNetworkBandwidth bounds
 // the network QoS (resource_qos_checker.go:365-395): like upstream, a
 // resource-qos-config without a parsable system-config fails.
 func decodeQOS(data map[string]string, ns, name string) (any, []NodeCfgProfile, func() error, error) {
-	cfg, err := parseKey[ResourceQOSCfg](data, ResourceQOSConfigKey, "ResourceQOS", ns, name)
+	cfg, ps, err := parseNodes(data, ResourceQOSConfigKey, "ResourceQOS", ns, name,
+		func(c *ResourceQOSCfg) []NodeResourceQOSStrategy { return c.NodeStrategies },
+		func(n *NodeResourceQOSStrategy) NodeCfgProfile { return n.NodeCfgProfile })
 	if err != nil {
 		return nil, nil, nil, err
 	}
 	sys, err := parseKey[SystemCfg](data, SystemConfigKey, "System", ns, name)
 	if err != nil {
 		return nil, nil, nil, err
-	}
-	var ps []NodeCfgProfile
-	for _, n := range cfg.NodeStrategies {
-		ps = append(ps, n.NodeCfgProfile)
 	}
 	return cfg, ps, func() error { return checkNetQOS(cfg, sys) }, nil
 }
