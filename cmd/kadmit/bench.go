@@ -110,14 +110,8 @@ Exit status: 0 when every request was answered correctly (with
 			if err != nil {
 				return cmdexit.New(2, err)
 			}
-			out := cmd.OutOrStdout()
-			if output == "json" {
-				err = rep.WriteJSON(out)
-			} else {
-				err = rep.WriteText(out)
-			}
-			if err != nil {
-				return cmdexit.New(2, err)
+			if err := writeReport(cmd, output, rep); err != nil {
+				return err
 			}
 			if svg != "" {
 				if err := writeSVGFile(svg, rep); err != nil {
@@ -222,14 +216,8 @@ func runThroughAPIServer(cmd *cobra.Command, api bench.APIServerOptions, opts be
 	if err != nil {
 		return cmdexit.New(2, err)
 	}
-	out := cmd.OutOrStdout()
-	if output == "json" {
-		err = rep.WriteJSON(out)
-	} else {
-		err = rep.WriteText(out)
-	}
-	if err != nil {
-		return cmdexit.New(2, err)
+	if err := writeReport(cmd, output, rep); err != nil {
+		return err
 	}
 	if !rep.Complete() {
 		return cmdexit.New(1, fmt.Errorf("%d of %d planned creates sent, %d failed", rep.Sent, rep.Planned, rep.ErrorCount()))
@@ -284,4 +272,21 @@ func (p *progressLine) clear() {
 	if p.written {
 		fmt.Fprintf(p.w, "\r%72s\r", "")
 	}
+}
+
+// writeReport writes either bench report as JSON (-o json) or text.
+func writeReport(cmd *cobra.Command, output string, rep interface {
+	WriteJSON(io.Writer) error
+	WriteText(io.Writer) error
+}) error {
+	var err error
+	if output == "json" {
+		err = rep.WriteJSON(cmd.OutOrStdout())
+	} else {
+		err = rep.WriteText(cmd.OutOrStdout())
+	}
+	if err != nil {
+		return cmdexit.New(2, err)
+	}
+	return nil
 }
