@@ -16,16 +16,15 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"io/fs"
 	"os"
-	"path/filepath"
-	"sort"
 	"strings"
 
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
+
+	"github.com/kadmit/kadmit/internal/manifests"
 )
 
 // Bounds on what Load reads: bad input gets a clear error and bounded cost.
@@ -132,34 +131,16 @@ func LoadReader(name string, r io.Reader) (*Set, error) {
 }
 
 func listFiles(path string) ([]string, error) {
-	info, err := os.Stat(path)
-	if err != nil {
-		return nil, fmt.Errorf("%w: %w", ErrInput, err)
-	}
-	if !info.IsDir() {
-		return []string{path}, nil
-	}
-	var files []string
-	err = filepath.WalkDir(path, func(p string, d fs.DirEntry, err error) error {
-		if err != nil {
-			return err
+	n := 0
+	files, err := manifests.Files(path, func(string) (bool, error) {
+		if n++; n > MaxFiles {
+			return false, fmt.Errorf("%s holds more than %d policy files", path, MaxFiles)
 		}
-		if d.IsDir() {
-			return nil
-		}
-		switch strings.ToLower(filepath.Ext(p)) {
-		case ".yaml", ".yml", ".json":
-			if len(files) >= MaxFiles {
-				return fmt.Errorf("%s holds more than %d policy files", path, MaxFiles)
-			}
-			files = append(files, p)
-		}
-		return nil
+		return true, nil
 	})
 	if err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrInput, err)
 	}
-	sort.Strings(files)
 	return files, nil
 }
 

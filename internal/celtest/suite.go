@@ -15,7 +15,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"io/fs"
 	"os"
 	"path/filepath"
 	"sort"
@@ -31,6 +30,7 @@ import (
 
 	"github.com/kadmit/kadmit/internal/celpolicy"
 	"github.com/kadmit/kadmit/internal/jsonedit"
+	"github.com/kadmit/kadmit/internal/manifests"
 )
 
 // Kind and APIVersion identify a suite file.
@@ -121,40 +121,21 @@ type Result struct {
 // searched recursively for *.yaml, *.yml and *.json files whose kind is
 // PolicyTest), in lexical order.
 func Find(path string) ([]string, error) {
-	info, err := os.Stat(path)
-	if err != nil {
-		return nil, fmt.Errorf("%w: %w", ErrInput, err)
-	}
-	if !info.IsDir() {
-		return []string{path}, nil
-	}
-	var out []string
-	err = filepath.WalkDir(path, func(p string, d fs.DirEntry, err error) error {
-		if err != nil || d.IsDir() {
-			return err
-		}
-		switch strings.ToLower(filepath.Ext(p)) {
-		case ".yaml", ".yml", ".json":
-		default:
-			return nil
-		}
+	n := 0
+	files, err := manifests.Files(path, func(p string) (bool, error) {
 		ok, err := isSuite(p)
-		if err != nil {
-			return err
+		if err != nil || !ok {
+			return false, err
 		}
-		if ok {
-			if len(out) >= MaxSuites {
-				return fmt.Errorf("more than %d test suites under %s", MaxSuites, path)
-			}
-			out = append(out, p)
+		if n++; n > MaxSuites {
+			return false, fmt.Errorf("more than %d test suites under %s", MaxSuites, path)
 		}
-		return nil
+		return true, nil
 	})
 	if err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrInput, err)
 	}
-	sort.Strings(out)
-	return out, nil
+	return files, nil
 }
 
 func isSuite(path string) (bool, error) {

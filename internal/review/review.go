@@ -10,11 +10,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"io/fs"
 	"os"
-	"path/filepath"
-	"sort"
-	"strings"
 
 	admissionv1 "k8s.io/api/admission/v1"
 	authenticationv1 "k8s.io/api/authentication/v1"
@@ -29,6 +25,7 @@ import (
 
 	"github.com/kadmit/kadmit/internal/admission"
 	"github.com/kadmit/kadmit/internal/jsonedit"
+	"github.com/kadmit/kadmit/internal/manifests"
 )
 
 // ErrInput is wrapped by errors about the manifests themselves.
@@ -69,30 +66,10 @@ func Read(path string, stdin io.Reader) ([]Document, error) {
 // manifestFiles lists path itself when it is a file, else its *.yaml, *.yml
 // and *.json files, recursively, in lexical order.
 func manifestFiles(path string) ([]string, error) {
-	info, err := os.Stat(path)
+	files, err := manifests.Files(path, nil)
 	if err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrInput, err)
 	}
-	if !info.IsDir() {
-		return []string{path}, nil
-	}
-	var files []string
-	err = filepath.WalkDir(path, func(p string, d fs.DirEntry, err error) error {
-		if err != nil {
-			return err
-		}
-		switch strings.ToLower(filepath.Ext(p)) {
-		case ".yaml", ".yml", ".json":
-			if !d.IsDir() {
-				files = append(files, p)
-			}
-		}
-		return nil
-	})
-	if err != nil {
-		return nil, fmt.Errorf("%w: %w", ErrInput, err)
-	}
-	sort.Strings(files)
 	return files, nil
 }
 
