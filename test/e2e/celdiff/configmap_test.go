@@ -51,50 +51,7 @@ func TestServedFromConfigMap(t *testing.T) {
 		_ = cs.CoreV1().ConfigMaps("kube-system").Delete(context.Background(), cm.Name, metav1.DeleteOptions{})
 	}()
 
-	tmp := t.TempDir()
-	bin := filepath.Join(tmp, "kadmit")
-	if err := kadmitproc.Build(ctx, root, bin); err != nil {
-		t.Fatal(err)
-	}
-	kubeconfig := filepath.Join(tmp, "kubeconfig")
-	if err := world.cp.WriteKubeconfig(kubeconfig); err != nil {
-		t.Fatal(err)
-	}
-	addr, err := kadmitproc.FreeAddr()
-	if err != nil {
-		t.Fatal(err)
-	}
-	metricsAddr, err := kadmitproc.FreeAddr()
-	if err != nil {
-		t.Fatal(err)
-	}
-	logFile, err := os.Create(filepath.Join(tmp, "kadmit.log"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer logFile.Close()
-	p, err := kadmitproc.Start(kadmitproc.Options{
-		Binary: bin, Addr: addr, MetricsAddr: metricsAddr, CAFile: filepath.Join(tmp, "ca.crt"), Kubeconfig: kubeconfig, Log: logFile,
-		ExtraArgs: []string{"--policies-configmap", "kube-system/" + cm.Name},
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() {
-		_, _, _ = p.Terminate(30 * time.Second)
-		// kadmit's webhooks fail closed; leave no configuration behind.
-		_ = cs.AdmissionregistrationV1().MutatingWebhookConfigurations().Delete(context.Background(), "kadmit", metav1.DeleteOptions{})
-		_ = cs.AdmissionregistrationV1().ValidatingWebhookConfigurations().Delete(context.Background(), "kadmit", metav1.DeleteOptions{})
-		if t.Failed() {
-			t.Logf("kadmit log:\n%s", p.Tail(40))
-		}
-	}()
-	if err := p.WaitReady(ctx); err != nil {
-		t.Fatal(err)
-	}
-	if _, _, err := p.WaitRegistered(ctx, cs); err != nil {
-		t.Fatal(err)
-	}
+	p := serveKadmit(ctx, t, "--policies-configmap", "kube-system/"+cm.Name)
 
 	dep := deploymentObject("web", ns, 6)
 	create := func() error {

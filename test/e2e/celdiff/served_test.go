@@ -42,53 +42,10 @@ func TestServed(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(policyDir, "basic.yaml"), basic, 0o644); err != nil {
 		t.Fatal(err)
 	}
-	bin := filepath.Join(tmp, "kadmit")
-	if err := kadmitproc.Build(ctx, root, bin); err != nil {
-		t.Fatal(err)
-	}
-	kubeconfig := filepath.Join(tmp, "kubeconfig")
-	if err := world.cp.WriteKubeconfig(kubeconfig); err != nil {
-		t.Fatal(err)
-	}
-	addr, err := kadmitproc.FreeAddr()
-	if err != nil {
-		t.Fatal(err)
-	}
-	metricsAddr, err := kadmitproc.FreeAddr()
-	if err != nil {
-		t.Fatal(err)
-	}
-	logFile, err := os.Create(filepath.Join(tmp, "kadmit.log"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer logFile.Close()
-	p, err := kadmitproc.Start(kadmitproc.Options{
-		Binary: bin, Addr: addr, MetricsAddr: metricsAddr, CAFile: filepath.Join(tmp, "ca.crt"), Kubeconfig: kubeconfig, Log: logFile,
-		ExtraArgs: []string{
-			"--policies", policyDir,
-			"--policies", filepath.Join(root, "examples", "cel", "docs-map-jsonpatch", "policy.yaml"),
-		},
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
+	serveKadmit(ctx, t,
+		"--policies", policyDir,
+		"--policies", filepath.Join(root, "examples", "cel", "docs-map-jsonpatch", "policy.yaml"))
 	cs := world.cp.Client
-	defer func() {
-		_, _, _ = p.Terminate(30 * time.Second)
-		// kadmit's webhooks fail closed; leave no configuration behind.
-		_ = cs.AdmissionregistrationV1().MutatingWebhookConfigurations().Delete(context.Background(), "kadmit", metav1.DeleteOptions{})
-		_ = cs.AdmissionregistrationV1().ValidatingWebhookConfigurations().Delete(context.Background(), "kadmit", metav1.DeleteOptions{})
-		if t.Failed() {
-			t.Logf("kadmit log:\n%s", p.Tail(40))
-		}
-	}()
-	if err := p.WaitReady(ctx); err != nil {
-		t.Fatal(err)
-	}
-	if _, _, err := p.WaitRegistered(ctx, cs); err != nil {
-		t.Fatal(err)
-	}
 	// The MutatingAdmissionPolicy's reinvocationPolicy: IfNeeded reached
 	// the webhook kadmit registered for /mutate-policies.
 	mwc, err := cs.AdmissionregistrationV1().MutatingWebhookConfigurations().Get(ctx, "kadmit", metav1.GetOptions{})
@@ -179,4 +136,61 @@ func deploymentObject(name, ns string, replicas int32) *appsv1.Deployment {
 			},
 		},
 	}
+}
+
+// serveKadmit builds kadmit, starts `kadmit serve` registered with the test's
+// API server with extraArgs (its policy sources), waits until it is ready and
+// registered, and stops it at the end of the test, removing the
+// configurations it wrote (its webhooks fail closed).
+func serveKadmit(ctx context.Context, t *testing.T, extraArgs ...string) *kadmitproc.Process {
+	t.Helper()
+	root, err := kadmitproc.RepoRoot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	tmp := t.TempDir()
+	bin := filepath.Join(tmp, "kadmit")
+	if err := kadmitproc.Build(ctx, root, bin); err != nil {
+		t.Fatal(err)
+	}
+	kubeconfig := filepath.Join(tmp, "kubeconfig")
+	if err := world.cp.WriteKubeconfig(kubeconfig); err != nil {
+		t.Fatal(err)
+	}
+	addr, err := kadmitproc.FreeAddr()
+	if err != nil {
+		t.Fatal(err)
+	}
+	metricsAddr, err := kadmitproc.FreeAddr()
+	if err != nil {
+		t.Fatal(err)
+	}
+	logFile, err := os.Create(filepath.Join(tmp, "kadmit.log"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = logFile.Close() })
+	p, err := kadmitproc.Start(kadmitproc.Options{
+		Binary: bin, Addr: addr, MetricsAddr: metricsAddr, CAFile: filepath.Join(tmp, "ca.crt"), Kubeconfig: kubeconfig, Log: logFile,
+		ExtraArgs: extraArgs,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cs := world.cp.Client
+	t.Cleanup(func() {
+		_, _, _ = p.Terminate(30 * time.Second)
+		_ = cs.AdmissionregistrationV1().MutatingWebhookConfigurations().Delete(context.Background(), "kadmit", metav1.DeleteOptions{})
+		_ = cs.AdmissionregistrationV1().ValidatingWebhookConfigurations().Delete(context.Background(), "kadmit", metav1.DeleteOptions{})
+		if t.Failed() {
+			t.Logf("kadmit log:\n%s", p.Tail(40))
+		}
+	})
+	if err := p.WaitReady(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := p.WaitRegistered(ctx, cs); err != nil {
+		t.Fatal(err)
+	}
+	return p
 }
