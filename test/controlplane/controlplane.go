@@ -127,21 +127,28 @@ func FindBinaries(dir string) (string, error) {
 	return dir, nil
 }
 
+// startAttempts bounds how many fresh environments Start tries. envtest's own
+// retry reuses the exited process state and the same ports, so after one
+// failed kube-apiserver start its further tries fail at once; a new
+// environment on new ports is what can succeed.
+const startAttempts = 3
+
 // Start launches etcd and kube-apiserver from opts.Dir on free 127.0.0.1
 // ports and returns once the API server serves the default namespace. The
 // ServiceAccount admission plugin is disabled, since no controller creates the
-// default ServiceAccount that pods would otherwise need.
+// default ServiceAccount that pods would otherwise need. A start that fails
+// (a process exits, or a port picked here was taken before the process bound
+// it) is retried with a new environment on new ports, at most startAttempts
+// times in all; each attempt is headed by a line in opts.Output.
 //
 // Errors: one matching ErrBinariesMissing when a binary is absent; ctx.Err()
-// (wrapped) when ctx ends first, after stopping whatever was started; any
-// other start failure, wrapped. On error nothing is left running.
+// (wrapped) when ctx ends first, after stopping whatever was started; the
+// last attempt's start failure, wrapped, with the number of attempts. On error
+// nothing is left running.
 func Start(ctx context.Context, opts Options) (*ControlPlane, error) {
 	dir, err := FindBinaries(opts.Dir)
 	if err != nil {
 		return nil, err
-	}
-	if err := ctx.Err(); err != nil {
-		return nil, fmt.Errorf("controlplane: start: %w", err)
 	}
 	if opts.StartTimeout <= 0 {
 		opts.StartTimeout = defaultStartTimeout
@@ -149,7 +156,32 @@ func Start(ctx context.Context, opts Options) (*ControlPlane, error) {
 	if opts.StopTimeout <= 0 {
 		opts.StopTimeout = defaultStopTimeout
 	}
+	out := opts.Output
+	if out == nil {
+		out = io.Discard
+	}
+	var lastErr error
+	for attempt := 1; attempt <= startAttempts; attempt++ {
+		if err := ctx.Err(); err != nil {
+			return nil, fmt.Errorf("controlplane: start: %w", err)
+		}
+		fmt.Fprintf(out, "controlplane: start attempt %d of %d\n", attempt, startAttempts)
+		cp, err := startOnce(ctx, dir, opts)
+		if err == nil {
+			return cp, nil
+		}
+		if ctx.Err() != nil {
+			return nil, err
+		}
+		fmt.Fprintf(out, "controlplane: start attempt %d failed: %v\n", attempt, err)
+		lastErr = err
+	}
+	return nil, fmt.Errorf("controlplane: start kube-apiserver and etcd from %s (%d attempts, each on new ports): %w", dir, startAttempts, lastErr)
+}
 
+// startOnce starts one envtest environment on newly picked ports; on error
+// nothing it started is left running.
+func startOnce(ctx context.Context, dir string, opts Options) (*ControlPlane, error) {
 	apiPort, err := freeLoopbackPort()
 	if err != nil {
 		return nil, err
@@ -214,7 +246,7 @@ func Start(ctx context.Context, opts Options) (*ControlPlane, error) {
 	if res.err != nil {
 		// A partial start (etcd up, API server not) still has processes to end.
 		_ = env.Stop()
-		return nil, fmt.Errorf("controlplane: start kube-apiserver and etcd from %s: %w", dir, res.err)
+		return nil, fmt.Errorf("api server on 127.0.0.1:%d, etcd on 127.0.0.1:%d: %w", apiPort, etcdPort, res.err)
 	}
 
 	client, err := kubernetes.NewForConfig(res.cfg)

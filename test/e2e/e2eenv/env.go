@@ -3,6 +3,7 @@ package e2eenv
 import (
 	"context"
 	"fmt"
+	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -103,7 +104,7 @@ func (e *Env) setup(ctx context.Context) error {
 		return bErr
 	}
 	if cpErr != nil {
-		return fmt.Errorf("%w (API server and etcd output: %s)", cpErr, cpOut.Name())
+		return fmt.Errorf("%w (API server and etcd output: %s; its last lines:\n%s)", cpErr, cpOut.Name(), logTail(cpOut.Name(), 40))
 	}
 
 	e.Config = rest.CopyConfig(cp.Config)
@@ -216,4 +217,28 @@ func (e *Env) teardown() {
 		return
 	}
 	_ = os.RemoveAll(e.Tmp)
+}
+
+// logTail returns at most the last n lines of the file at path (reading at
+// most its last 64 KiB), for an error that must explain itself after the
+// temporary directory is gone, as on CI.
+func logTail(path string, n int) string {
+	f, err := os.Open(path)
+	if err != nil {
+		return fmt.Sprintf("(cannot read %s: %v)", path, err)
+	}
+	defer f.Close()
+	const maxRead = 64 << 10
+	if fi, err := f.Stat(); err == nil && fi.Size() > maxRead {
+		_, _ = f.Seek(fi.Size()-maxRead, io.SeekStart)
+	}
+	b, err := io.ReadAll(io.LimitReader(f, maxRead))
+	if err != nil {
+		return fmt.Sprintf("(cannot read %s: %v)", path, err)
+	}
+	lines := strings.Split(strings.TrimRight(string(b), "\n"), "\n")
+	if len(lines) > n {
+		lines = lines[len(lines)-n:]
+	}
+	return strings.Join(lines, "\n")
 }
