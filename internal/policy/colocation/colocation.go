@@ -315,27 +315,67 @@ func ReadObject(doc *jsonedit.Doc, sp *SpecPath) (*Object, error) {
 	if _, err := doc.Decode(&o.Labels, "metadata", "labels"); err != nil {
 		return nil, err
 	}
-	if _, err := doc.Decode(&o.Annotations, "metadata", "annotations"); err != nil {
+	if err := readRest(doc, sp, o, allSpecFields); err != nil {
 		return nil, err
+	}
+	return o, nil
+}
+
+// specFields is a set of the spec fields profiles read, one bit per index
+// of SpecPath.fields.
+type specFields uint8
+
+const allSpecFields specFields = 1<<len(SpecPath{}.fields) - 1
+
+// specFieldsOf returns the spec fields the profiles cs write, and so must
+// read to state their change: a field no profile writes is the same in the
+// object as it is and as the profiles leave it, so Write needs neither.
+func specFieldsOf(cs []*compiled) specFields {
+	var f specFields
+	for _, c := range cs {
+		if c.SchedulerName != "" {
+			f |= 1 << fSchedulerName
+		}
+		if c.PriorityClassName != "" {
+			f |= 1<<fPriorityClassName | 1<<fPriority | 1<<fPreemptionPolicy
+		}
+		if len(c.NodeSelector) > 0 {
+			f |= 1 << fNodeSelector
+		}
+		if len(c.Tolerations) > 0 {
+			f |= 1 << fTolerations
+		}
+	}
+	return f
+}
+
+// readRest decodes, into o whose labels are read, the annotations and the
+// spec fields of need.
+func readRest(doc *jsonedit.Doc, sp *SpecPath, o *Object, need specFields) error {
+	if _, err := doc.Decode(&o.Annotations, "metadata", "annotations"); err != nil {
+		return err
 	}
 	if len(sp.parent) == 0 {
 		o.HasSpec = true
 	} else {
 		parent, err := doc.Get(sp.parent...)
 		if err != nil {
-			return nil, err
+			return err
 		}
 		o.HasSpec = parent != nil && parent[0] != 'n'
 	}
 	if !o.HasSpec {
-		return o, nil
+		return nil
 	}
 	for i, v := range []any{&o.SchedulerName, &o.PriorityClassName, &o.Priority, &o.PreemptionPolicy, &o.NodeSelector, &o.Tolerations} {
+		if need&(1<<i) == 0 {
+			continue
+		}
 		if _, err := doc.Decode(v, sp.fields[i]...); err != nil {
-			return nil, err
+			return err
 		}
 	}
-	return o, nil
+	return nil
 }
 
 func (o *Object) clone() *Object {
@@ -371,7 +411,11 @@ type Result struct {
 // class has spec.priority removed for the API server to resolve, each with a
 // warning. The error is a PriorityClass lookup's.
 func (ps *Profiles) Apply(o *Object, nsLabels func() (map[string]string, bool), classes PriorityClasses) (Result, error) {
-	matched := ps.match(o.Labels, nsLabels)
+	return ps.apply(o, ps.match(o.Labels, nsLabels), classes)
+}
+
+// apply is Apply with the matching profiles found.
+func (ps *Profiles) apply(o *Object, matched []*compiled, classes PriorityClasses) (Result, error) {
 	res := Result{Matched: len(matched) > 0, Want: o}
 	if !res.Matched {
 		return res, nil
