@@ -22,7 +22,6 @@ import (
 	"strings"
 
 	corev1 "k8s.io/api/core/v1"
-	"k8s.io/apimachinery/pkg/api/equality"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/util/intstr"
@@ -618,11 +617,18 @@ func mapKeys(m *map[string]string, mapping map[string]string) {
 
 func hasToleration(ts []corev1.Toleration, t corev1.Toleration) bool {
 	for _, have := range ts {
-		if equality.Semantic.DeepEqual(have, t) {
+		if sameToleration(have, t) {
 			return true
 		}
 	}
 	return false
+}
+
+// sameToleration is equality.Semantic.DeepEqual on two tolerations (which
+// hold no type with a semantic equality of its own) without reflection.
+func sameToleration(a, b corev1.Toleration) bool {
+	return a.Key == b.Key && a.Operator == b.Operator && a.Value == b.Value && a.Effect == b.Effect &&
+		equalPtr(a.TolerationSeconds, b.TolerationSeconds)
 }
 
 // SetRandForTest replaces the probability draw (rand.IntN) for a test.

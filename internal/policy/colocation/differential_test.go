@@ -10,6 +10,7 @@ import (
 
 	admissionv1 "k8s.io/api/admission/v1"
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
@@ -144,7 +145,7 @@ func slowProfiles(p *Policy, ns string, pod *corev1.Pod) {
 				set(&pod.Spec.NodeSelector, k, v)
 			}
 			for _, tol := range c.Tolerations {
-				if !hasToleration(pod.Spec.Tolerations, tol) {
+				if !slices.ContainsFunc(pod.Spec.Tolerations, func(have corev1.Toleration) bool { return equality.Semantic.DeepEqual(have, tol) }) {
 					pod.Spec.Tolerations = append(pod.Spec.Tolerations, tol)
 				}
 			}

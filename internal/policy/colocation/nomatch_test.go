@@ -5,6 +5,8 @@ import (
 	"testing"
 
 	admissionv1 "k8s.io/api/admission/v1"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
 
@@ -47,5 +49,31 @@ func TestMutateReadsOnlyWhatMatchingNeeds(t *testing.T) {
 				t.Fatalf("got %+v, want a refusal with %d", v, tt.code)
 			}
 		})
+	}
+}
+
+// TestSameToleration: sameToleration agrees with equality.Semantic.DeepEqual,
+// which it replaces, field by field.
+func TestSameToleration(t *testing.T) {
+	base := corev1.Toleration{Key: "k", Operator: corev1.TolerationOpEqual, Value: "v", Effect: corev1.TaintEffectNoExecute, TolerationSeconds: new(int64(30))}
+	variants := []func(*corev1.Toleration){
+		func(*corev1.Toleration) {},
+		func(x *corev1.Toleration) { x.Key = "other" },
+		func(x *corev1.Toleration) { x.Operator = corev1.TolerationOpExists },
+		func(x *corev1.Toleration) { x.Value = "" },
+		func(x *corev1.Toleration) { x.Effect = "" },
+		func(x *corev1.Toleration) { x.TolerationSeconds = nil },
+		func(x *corev1.Toleration) { x.TolerationSeconds = new(int64(31)) },
+		func(x *corev1.Toleration) { x.TolerationSeconds = new(int64(30)) },
+	}
+	for i, vi := range variants {
+		for j, vj := range variants {
+			a, b := base, base
+			vi(&a)
+			vj(&b)
+			if got, want := sameToleration(a, b), equality.Semantic.DeepEqual(a, b); got != want {
+				t.Errorf("variants %d, %d: sameToleration %v, Semantic.DeepEqual %v", i, j, got, want)
+			}
+		}
 	}
 }
