@@ -74,7 +74,7 @@ func exprFields(exprs []string) fieldSet {
 // addFields adds to fs the members e selects from object or oldObject; it
 // returns false when e uses either otherwise.
 func addFields(fs fieldSet, e celast.Expr) bool {
-	uses := map[int64]bool{}    // ids of object / oldObject identifiers
+	uses := map[int64]bool{}     // ids of object / oldObject identifiers
 	selected := map[int64]bool{} // those of them a member selection consumes
 	celast.PreOrderVisit(e, celast.NewExprVisitor(func(x celast.Expr) {
 		switch x.Kind() {
