@@ -12,7 +12,7 @@ import (
 
 // TestMutateReadsOnlyWhatMatchingNeeds: a pod no profile matches is read
 // for its labels, its annotations and its containers' batch resources only
-// (upstream returns before touching it, cluster_colocation_profile.go:83-85),
+// (upstream returns before touching it, cluster_colocation_profile.go:86-88),
 // so a spec field only a matching profile would decode does not matter;
 // the same pod, matched by a profile that writes that field, is refused
 // with 400 as before.

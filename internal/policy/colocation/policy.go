@@ -171,8 +171,8 @@ func (p *Policy) Mutate(_ context.Context, req *admission.Request) ([]jsonedit.O
 		})
 	}
 	// With no matching profile upstream's clusterColocationProfileMutatingPod
-	// returns before touching the pod (cluster_colocation_profile.go:64-66,
-	// 83-85) and only mutateByExtendedResources runs, on the pod as sent: it
+	// returns before touching the pod (cluster_colocation_profile.go:65-67,
+	// 86-88) and only mutateByExtendedResources runs, on the pod as sent: it
 	// reads the one annotation and the containers' batch resources, so
 	// nothing else is decoded.
 	if len(matched) == 0 {
