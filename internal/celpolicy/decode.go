@@ -103,14 +103,22 @@ type decoded struct {
 // object's bytes are compared by identity too. Hooks of one request run one
 // after another, so a handful of entries serves many requests in flight; a
 // request whose entry was evicted decodes again, nothing else.
+//
+// Memory is bounded twice: at most requestCacheSize entries, and at most
+// requestCacheBytes of object and oldObject JSON held by them (their
+// decoded form is of the same order); a request larger than that is not
+// kept at all, and each of its hooks decodes for itself.
 type requestCache struct {
 	mu      sync.Mutex
-	next    int
-	entries [requestCacheSize]cacheEntry
+	entries []cacheEntry // oldest first
+	bytes   int
 }
 
-// requestCacheSize bounds the requests whose objects are kept.
-const requestCacheSize = 32
+// The bounds of requestCache.
+const (
+	requestCacheSize  = 32
+	requestCacheBytes = 4 << 20
+)
 
 type cacheEntry struct {
 	req      *admission.Request
@@ -119,11 +127,16 @@ type cacheEntry struct {
 	d        *decoded
 }
 
-// get returns the decoded objects of req, creating an empty entry (the
-// oldest one's slot) when it has none.
+// get returns the decoded objects of req: its entry's, or a new entry's
+// (evicting the oldest ones to stay within the bounds), or, for a request
+// above requestCacheBytes, a fresh value no other hook will see.
 func (c *requestCache) get(req *admission.Request) *decoded {
 	obj, old := req.Object.Raw, req.OldObject.Raw
 	po, pold := unsafe.SliceData(obj), unsafe.SliceData(old)
+	size := len(obj) + len(old)
+	if size > requestCacheBytes {
+		return &decoded{}
+	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	for i := range c.entries {
@@ -132,9 +145,19 @@ func (c *requestCache) get(req *admission.Request) *decoded {
 			return e.d
 		}
 	}
+	drop := 0
+	for drop < len(c.entries) && (len(c.entries)-drop >= requestCacheSize || c.bytes+size > requestCacheBytes) {
+		c.bytes -= c.entries[drop].n + c.entries[drop].oldN
+		drop++
+	}
+	if drop > 0 {
+		// Clear the dropped entries so they hold no request.
+		clear(c.entries[:drop])
+		c.entries = append(c.entries[:0], c.entries[drop:]...)
+	}
 	d := &decoded{}
-	c.entries[c.next] = cacheEntry{req: req, obj: po, n: len(obj), old: pold, oldN: len(old), d: d}
-	c.next = (c.next + 1) % len(c.entries)
+	c.entries = append(c.entries, cacheEntry{req: req, obj: po, n: len(obj), old: pold, oldN: len(old), d: d})
+	c.bytes += size
 	return d
 }
 

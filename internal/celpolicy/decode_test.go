@@ -1,6 +1,7 @@
 package celpolicy
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 	"reflect"
@@ -119,14 +120,32 @@ func TestRequestCache(t *testing.T) {
 	if c.get(a) == da {
 		t.Fatal("entry not evicted after requestCacheSize others")
 	}
-	n := 0
-	for _, e := range c.entries {
-		if e.req != nil {
-			n++
-		}
+	if len(c.entries) != requestCacheSize {
+		t.Fatalf("%d entries, want %d", len(c.entries), requestCacheSize)
 	}
-	if n != requestCacheSize {
-		t.Fatalf("%d entries, want %d", n, requestCacheSize)
+
+	// The byte bound: entries of a quarter of it each leave at most four.
+	big := func(n int) *kadmission.Request {
+		r := mk()
+		r.Object.Raw = bytes.Repeat([]byte{' '}, n)
+		return r
+	}
+	for range 10 {
+		c.get(big(requestCacheBytes / 4))
+	}
+	if len(c.entries) > 4 || c.bytes > requestCacheBytes {
+		t.Fatalf("%d entries of %d bytes in all, bound %d bytes", len(c.entries), c.bytes, requestCacheBytes)
+	}
+	huge := big(requestCacheBytes + 1)
+	if d := c.get(huge); d == c.get(huge) {
+		t.Fatal("a request above the byte bound was kept")
+	}
+	sum := 0
+	for _, e := range c.entries {
+		sum += e.n + e.oldN
+	}
+	if sum != c.bytes {
+		t.Fatalf("byte count %d, entries hold %d", c.bytes, sum)
 	}
 }
 
