@@ -48,6 +48,14 @@ type Engine struct {
 	authz      authorizer.UnconditionalAuthorizer
 	objects    admission.ObjectInterfaces
 	types      *typeConverters
+
+	// fields holds, by validating policy name, the top-level members its
+	// expressions read (nil: the whole object); validatingUnion is their
+	// union, what a request shared between hooks decodes.
+	fields          map[string]fieldSet
+	validatingUnion fieldSet
+	// decoded shares the served requests' decoded objects between hooks.
+	decoded requestCache
 }
 
 // Options configure New.
@@ -80,13 +88,16 @@ func New(set *Set, opts Options) (*Engine, error) {
 		mutatingByName:   map[string]int{},
 		objects:          admission.NewObjectInterfacesFromScheme(runtime.NewScheme()),
 		types:            sharedTypeConverters(),
+		fields:           map[string]fieldSet{},
 	}
 	if e.authz == nil {
 		e.authz = offlineAuthorizer{}
 	}
 	params := newParamStores(set.Params)
+
 	for _, p := range set.Validating {
 		h := validating.PolicyHook{Policy: p, Evaluator: compileValidating(p)}
+		e.fields[p.Name] = validatingFields(p)
 		for _, b := range set.ValidatingBinding {
 			if b.Spec.PolicyName == p.Name {
 				h.Bindings = append(h.Bindings, b)
@@ -106,6 +117,12 @@ func New(set *Set, opts Options) (*Engine, error) {
 		h.ParamInformer, h.ParamScope, h.ConfigurationError = params.forKind(p.Spec.ParamKind)
 		e.mutatingByName[p.Name] = len(e.mutating)
 		e.mutating = append(e.mutating, h)
+	}
+	e.validatingUnion = fieldSet{}
+	for _, fs := range e.fields {
+		if e.validatingUnion = union(e.validatingUnion, fs); e.validatingUnion == nil {
+			break
+		}
 	}
 	return e, nil
 }
@@ -134,6 +151,10 @@ type Request struct {
 	// NamespaceObject is the request namespace's object; nil to look it up
 	// (see Options.Namespaces).
 	NamespaceObject *corev1.Namespace
+
+	// shared, when set, holds the decoded objects every hook of one served
+	// admission request uses (see requestCache).
+	shared *decoded
 }
 
 // Decision is what the API server decides about a request with the
@@ -226,7 +247,11 @@ func (e *Engine) validate(ctx context.Context, req *Request, hooks []validating.
 	if skipped(req) || len(hooks) == 0 {
 		return &Decision{Allowed: true, Object: req.Object}, nil
 	}
-	a, err := e.attributes(req)
+	obj, old, err := e.validatingObjects(req, hooks)
+	if err != nil {
+		return nil, err
+	}
+	a, err := e.attributes(req, obj, old)
 	if err != nil {
 		return nil, err
 	}
@@ -235,6 +260,31 @@ func (e *Engine) validate(ctx context.Context, req *Request, hooks []validating.
 	d := validating.NewDispatcher(e.authz, generic.NewPolicyMatcher(e.matcher(req)))
 	err = d.Dispatch(ctx, a, e.objects, hooks)
 	return decide(err, a, rec, req.Object), nil
+}
+
+// validatingObjects returns req's object and oldObject decoded for hooks:
+// only the top-level members their expressions read (see fieldSet), or,
+// for a request the served webhook shares between hooks, the members any
+// validating policy of the engine reads, decoded once for all of them.
+func (e *Engine) validatingObjects(req *Request, hooks []validating.PolicyHook) (runtime.Object, runtime.Object, error) {
+	if req.shared != nil {
+		return req.shared.objects(req, e.validatingUnion)
+	}
+	fs := fieldSet{}
+	for i := range hooks {
+		if fs = union(fs, e.fields[hooks[i].Policy.Name]); fs == nil {
+			break
+		}
+	}
+	obj, err := decodeFields(req.Object, req.Kind, "object", fs)
+	if err != nil {
+		return nil, nil, err
+	}
+	old, err := decodeFields(req.OldObject, req.Kind, "oldObject", fs)
+	if err != nil {
+		return nil, nil, err
+	}
+	return obj, old, nil
 }
 
 // Mutate runs every MutatingAdmissionPolicy on req, as the API server's
@@ -260,7 +310,22 @@ func (e *Engine) mutate(ctx context.Context, req *Request, hooks []mutating.Poli
 	if skipped(req) || len(hooks) == 0 || req.Operation == admission.Delete || req.Object == nil {
 		return &Decision{Allowed: true, Object: req.Object}, nil
 	}
-	a, err := e.attributes(req)
+	// The mutating dispatcher writes the patched object back into the
+	// attributes' object: each evaluation decodes its own.
+	obj, err := decodeObject(req.Object, req.Kind, "object")
+	if err != nil {
+		return nil, err
+	}
+	var old runtime.Object
+	if req.shared != nil {
+		old, err = req.shared.oldObject(req)
+	} else {
+		old, err = decodeObject(req.OldObject, req.Kind, "oldObject")
+	}
+	if err != nil {
+		return nil, err
+	}
+	a, err := e.attributes(req, obj, old)
 	if err != nil {
 		return nil, err
 	}
@@ -336,30 +401,9 @@ func (a *attributes) AddAnnotationWithLevel(key, value string, _ auditinternal.L
 	return nil
 }
 
-func decodeObject(raw []byte, gvk schema.GroupVersionKind, what string) (runtime.Object, error) {
-	if raw == nil {
-		return nil, nil
-	}
-	u := &unstructured.Unstructured{}
-	if err := u.UnmarshalJSON(raw); err != nil {
-		return nil, fmt.Errorf("%s: %w", what, err)
-	}
-	// The dispatchers convert the object to the policy's matched kind and
-	// skip conversion when the kinds are equal (admission/conversion.go
-	// ConvertToGVK): an AdmissionReview object is in the request's kind.
-	u.SetGroupVersionKind(gvk)
-	return u, nil
-}
-
-func (e *Engine) attributes(req *Request) (*attributes, error) {
-	obj, err := decodeObject(req.Object, req.Kind, "object")
-	if err != nil {
-		return nil, err
-	}
-	old, err := decodeObject(req.OldObject, req.Kind, "oldObject")
-	if err != nil {
-		return nil, err
-	}
+// attributes builds the dispatchers' admission attributes of req with its
+// object and oldObject decoded (nil when absent).
+func (e *Engine) attributes(req *Request, obj, old runtime.Object) (*attributes, error) {
 	var options runtime.Object
 	if len(req.Options) > 0 {
 		u := &unstructured.Unstructured{}

@@ -138,7 +138,11 @@ func FromAdmission(req *admission.Request) *Request {
 }
 
 func (e *Engine) serveValidate(ctx context.Context, policy string, req *admission.Request) admission.Verdict {
-	d, err := e.ValidatePolicy(ctx, policy, FromAdmission(req))
+	r := FromAdmission(req)
+	if len(e.validating) > 1 {
+		r.shared = e.decoded.get(req)
+	}
+	d, err := e.ValidatePolicy(ctx, policy, r)
 	if err != nil {
 		return admission.Invalid("ValidatingAdmissionPolicy '%s': %v", policy, err)
 	}
@@ -146,7 +150,11 @@ func (e *Engine) serveValidate(ctx context.Context, policy string, req *admissio
 }
 
 func (e *Engine) serveMutate(ctx context.Context, policy string, req *admission.Request) ([]jsonedit.Op, admission.Verdict) {
-	d, err := e.MutatePolicy(ctx, policy, FromAdmission(req))
+	r := FromAdmission(req)
+	if len(e.mutating) > 1 && r.OldObject != nil {
+		r.shared = e.decoded.get(req)
+	}
+	d, err := e.MutatePolicy(ctx, policy, r)
 	if err != nil {
 		return nil, admission.Invalid("MutatingAdmissionPolicy '%s': %v", policy, err)
 	}

@@ -40,6 +40,17 @@ const (
 	// DefaultMaxHeaderBytes bounds request headers: 64 KiB (the API server
 	// sends a few hundred bytes).
 	DefaultMaxHeaderBytes = 64 << 10
+	// IdleTimeout closes an admission connection idle this long: 2 minutes,
+	// longer than the API server's webhook client keeps an idle connection
+	// (client-go's transport, k8s.io/apimachinery v0.37.1
+	// pkg/util/net/http.go SetOldTransportDefaults: http.DefaultTransport's
+	// IdleConnTimeout, 90s), so the client always closes first. With equal
+	// timeouts kadmit could close a connection just as the API server sends
+	// a review on it; net/http does not retry a POST it has written
+	// (Transport.shouldRetryRequest), so that call fails and the webhook's
+	// failurePolicy decides the request. Idle connections are bounded by
+	// MaxConnections.
+	IdleTimeout = 2 * time.Minute
 	// HTTP/2, when enabled: streams per connection, largest frame read and
 	// receive windows. Each stream is a request and takes an in-flight slot
 	// like any other; the windows bound unread body bytes per connection.
@@ -220,7 +231,7 @@ func New(opts Options) (*Server, error) {
 		// Answers are small; the extra 5s covers writing one to a slow
 		// reader after a review that used its whole deadline.
 		WriteTimeout:   opts.ReadTimeout + 5*time.Second,
-		IdleTimeout:    90 * time.Second,
+		IdleTimeout:    IdleTimeout,
 		MaxHeaderBytes: DefaultMaxHeaderBytes,
 		ConnState:      s.tracker.connState,
 		ConnContext:    s.tracker.connContext,

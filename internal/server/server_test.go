@@ -47,6 +47,7 @@ type testServer struct {
 	*Server
 	holder   *certs.Holder
 	cert     *tls.Certificate
+	caPEM    []byte       // the test CA
 	client   *http.Client // HTTPS, trusts the test CA
 	cancel   context.CancelFunc
 	done     chan error
@@ -90,7 +91,7 @@ func start(t *testing.T, opts Options, loadCert bool) *testServer {
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	ts := &testServer{
-		Server: s, holder: holder, cert: cert, cancel: cancel, done: make(chan error, 1),
+		Server: s, holder: holder, cert: cert, caPEM: b.CACert, cancel: cancel, done: make(chan error, 1),
 		client: &http.Client{Timeout: wait, Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: roots}}},
 		base:   "https://" + s.Addr().String(),
 	}

@@ -22,7 +22,6 @@ import (
 	"strings"
 
 	corev1 "k8s.io/api/core/v1"
-	"k8s.io/apimachinery/pkg/api/equality"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/util/intstr"
@@ -315,27 +314,67 @@ func ReadObject(doc *jsonedit.Doc, sp *SpecPath) (*Object, error) {
 	if _, err := doc.Decode(&o.Labels, "metadata", "labels"); err != nil {
 		return nil, err
 	}
-	if _, err := doc.Decode(&o.Annotations, "metadata", "annotations"); err != nil {
+	if err := readRest(doc, sp, o, allSpecFields); err != nil {
 		return nil, err
+	}
+	return o, nil
+}
+
+// specFields is a set of the spec fields profiles read, one bit per index
+// of SpecPath.fields.
+type specFields uint8
+
+const allSpecFields specFields = 1<<len(SpecPath{}.fields) - 1
+
+// specFieldsOf returns the spec fields the profiles cs write, and so must
+// read to state their change: a field no profile writes is the same in the
+// object as it is and as the profiles leave it, so Write needs neither.
+func specFieldsOf(cs []*compiled) specFields {
+	var f specFields
+	for _, c := range cs {
+		if c.SchedulerName != "" {
+			f |= 1 << fSchedulerName
+		}
+		if c.PriorityClassName != "" {
+			f |= 1<<fPriorityClassName | 1<<fPriority | 1<<fPreemptionPolicy
+		}
+		if len(c.NodeSelector) > 0 {
+			f |= 1 << fNodeSelector
+		}
+		if len(c.Tolerations) > 0 {
+			f |= 1 << fTolerations
+		}
+	}
+	return f
+}
+
+// readRest decodes, into o whose labels are read, the annotations and the
+// spec fields of need.
+func readRest(doc *jsonedit.Doc, sp *SpecPath, o *Object, need specFields) error {
+	if _, err := doc.Decode(&o.Annotations, "metadata", "annotations"); err != nil {
+		return err
 	}
 	if len(sp.parent) == 0 {
 		o.HasSpec = true
 	} else {
 		parent, err := doc.Get(sp.parent...)
 		if err != nil {
-			return nil, err
+			return err
 		}
 		o.HasSpec = parent != nil && parent[0] != 'n'
 	}
 	if !o.HasSpec {
-		return o, nil
+		return nil
 	}
 	for i, v := range []any{&o.SchedulerName, &o.PriorityClassName, &o.Priority, &o.PreemptionPolicy, &o.NodeSelector, &o.Tolerations} {
+		if need&(1<<i) == 0 {
+			continue
+		}
 		if _, err := doc.Decode(v, sp.fields[i]...); err != nil {
-			return nil, err
+			return err
 		}
 	}
-	return o, nil
+	return nil
 }
 
 func (o *Object) clone() *Object {
@@ -371,7 +410,11 @@ type Result struct {
 // class has spec.priority removed for the API server to resolve, each with a
 // warning. The error is a PriorityClass lookup's.
 func (ps *Profiles) Apply(o *Object, nsLabels func() (map[string]string, bool), classes PriorityClasses) (Result, error) {
-	matched := ps.match(o.Labels, nsLabels)
+	return ps.apply(o, ps.match(o.Labels, nsLabels), classes)
+}
+
+// apply is Apply with the matching profiles found.
+func (ps *Profiles) apply(o *Object, matched []*compiled, classes PriorityClasses) (Result, error) {
 	res := Result{Matched: len(matched) > 0, Want: o}
 	if !res.Matched {
 		return res, nil
@@ -574,11 +617,18 @@ func mapKeys(m *map[string]string, mapping map[string]string) {
 
 func hasToleration(ts []corev1.Toleration, t corev1.Toleration) bool {
 	for _, have := range ts {
-		if equality.Semantic.DeepEqual(have, t) {
+		if sameToleration(have, t) {
 			return true
 		}
 	}
 	return false
+}
+
+// sameToleration is equality.Semantic.DeepEqual on two tolerations (which
+// hold no type with a semantic equality of its own) without reflection.
+func sameToleration(a, b corev1.Toleration) bool {
+	return a.Key == b.Key && a.Operator == b.Operator && a.Value == b.Value && a.Effect == b.Effect &&
+		equalPtr(a.TolerationSeconds, b.TolerationSeconds)
 }
 
 // SetRandForTest replaces the probability draw (rand.IntN) for a test.

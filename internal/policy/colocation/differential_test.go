@@ -10,6 +10,7 @@ import (
 
 	admissionv1 "k8s.io/api/admission/v1"
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
@@ -61,6 +62,12 @@ func diffPods(t *testing.T) map[string]string {
 		"resources null":      `{"metadata":{"labels":{"qos":"be"}},"spec":{"containers":[{"name":"c","resources":null},{"name":"d","resources":{"requests":null,"limits":{"memory":"1G"}}}]}}`,
 		"preemption present":  `{"metadata":{"labels":{"qos":"be"}},"spec":{"priority":5,"priorityClassName":"x","preemptionPolicy":"Never","schedulerName":"default-scheduler"}}`,
 		"keys to map present": `{"metadata":{"labels":{"qos":"be","qos-copy":"old"},"annotations":{"h":"a","h-copy":"b"}},"spec":{}}`,
+		// Pods no selective profile matches, whose batch resources and
+		// annotation the extended-resource-spec step still reconciles.
+		"batch, no label":    `{"metadata":{"name":"p"},"spec":{"containers":[{"name":"c","resources":{"requests":{"kubernetes.io/batch-cpu":"500","kubernetes.io/batch-memory":"1Gi"},"limits":{"kubernetes.io/batch-cpu":"1k"}}},{"name":"d"}]}}`,
+		"stale annotation":   `{"metadata":{"annotations":{"node.koordinator.sh/extended-resource-spec":"{\"containers\":{\"gone\":{\"requests\":{\"kubernetes.io/batch-cpu\":\"1\"}}}}"}},"spec":{"containers":[{"name":"c"}]}}`,
+		"current annotation": `{"metadata":{"annotations":{"node.koordinator.sh/extended-resource-spec":"{\"containers\":{\"c\":{\"requests\":{\"kubernetes.io/batch-cpu\":\"500\"}}}}"}},"spec":{"containers":[{"name":"c","resources":{"requests":{"kubernetes.io/batch-cpu":"500"}}}]}}`,
+		"other team":         `{"metadata":{"labels":{"team":"other","qos":"ls"}},"spec":{"schedulerName":"s","priority":3,"nodeSelector":{"a":"b"},"tolerations":[{"key":"k","operator":"Exists"}],"containers":[{"name":"c","resources":{"requests":{"cpu":"1"}}}]}}`,
 	} {
 		pods[k] = v
 	}
@@ -138,7 +145,7 @@ func slowProfiles(p *Policy, ns string, pod *corev1.Pod) {
 				set(&pod.Spec.NodeSelector, k, v)
 			}
 			for _, tol := range c.Tolerations {
-				if !hasToleration(pod.Spec.Tolerations, tol) {
+				if !slices.ContainsFunc(pod.Spec.Tolerations, func(have corev1.Toleration) bool { return equality.Semantic.DeepEqual(have, tol) }) {
 					pod.Spec.Tolerations = append(pod.Spec.Tolerations, tol)
 				}
 			}
@@ -237,6 +244,9 @@ func TestDifferential(t *testing.T) {
 		{Profiles: diffProfiles()},
 		{Profiles: diffProfiles(), RecordProfiles: true},
 		{Profiles: diffProfiles(), SkipMutatingResources: true},
+		// Only selective profiles: most pods match none, the path that
+		// returns after reading the labels.
+		{Profiles: slices.DeleteFunc(diffProfiles(), func(p Profile) bool { return p.Name == "everyone" })},
 	} {
 		p, err := New(cfg, fakeNS{"mixed": {"colocation": "on", corev1.LabelMetadataName: "mixed"}, "plain": {}},
 			WithPriorityClasses(fakeClasses{"koord-batch": 5500, "other": 1}))

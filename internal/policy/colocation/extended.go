@@ -41,12 +41,11 @@ type extendedContainerSpec struct {
 // upstream on every pod CREATE after the profiles (mutating_handler.go:124-132):
 // the node.koordinator.sh/extended-resource-spec annotation lists, per
 // regular container, its batch-cpu and batch-memory requests and limits,
-// and is rewritten when it says something else. annotations are the pod's
-// as the profiles left them; translated is translateResources' result, nil
-// when it did not run. A pod whose spec cannot name a batch resource and
-// that has no such annotation costs one scan of its spec text.
-func extendedResources(doc *jsonedit.Doc, annotations map[string]string, translated []containerLists) error {
-	cur, has := annotations[AnnotationExtendedResourceSpec]
+// and is rewritten when it says something else. cur and has are the
+// annotation as the profiles left it; translated is translateResources'
+// result, nil when it did not run. A pod whose spec cannot name a batch
+// resource and that has no such annotation costs one scan of its spec text.
+func extendedResources(doc *jsonedit.Doc, cur string, has bool, translated []containerLists) error {
 	containers := translated
 	if containers == nil {
 		spec, err := doc.Get("spec")

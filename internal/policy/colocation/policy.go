@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 
 	admissionv1 "k8s.io/api/admission/v1"
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
@@ -136,21 +137,24 @@ func (p *Policy) Hooks() []admission.Hook {
 // memory to kubernetes.io/batch-cpu and batch-memory (mid-cpu, mid-memory).
 // Last, for every pod created, the node.koordinator.sh/extended-resource-spec
 // annotation is brought in line with its batch resources (extendedResources).
-// Only the fields read are decoded; the change is stated as JSONPatch
-// operations on the pod as sent. A pod the profiles cannot read is refused
+// Only the fields read are decoded: the labels (and the namespace's, when a
+// namespaceSelector needs them), then, for a pod no profile matches, only
+// the extended-resource-spec annotation and the containers' batch
+// resources; for a matched pod its annotations and the spec fields the
+// matching profiles write. The change is stated as JSONPatch operations on
+// the pod as sent. A pod whose fields read cannot be decoded is refused
 // with 400, a failed PriorityClass lookup with 500 (mutating_handler.go:68-91).
 func (p *Policy) Mutate(_ context.Context, req *admission.Request) ([]jsonedit.Op, admission.Verdict) {
 	if req.Operation != admissionv1.Create || req.SubResource != "" {
 		return nil, admission.Allow()
 	}
 	doc := jsonedit.NewDoc(req.Object.Raw)
-	have, err := ReadObject(doc, PodSpec)
-	if err != nil {
+	have := &Object{}
+	if _, err := doc.Decode(&have.Labels, "metadata", "labels"); err != nil {
 		return nil, admission.Invalid("%s: cannot parse the pod: %v", Name, err)
 	}
 	var warnings []string
-	want := have
-	var translated []containerLists
+	var matched []*compiled
 	if p.profiles.Len() > 0 {
 		ns := req.Namespace
 		if ns == "" {
@@ -158,40 +162,75 @@ func (p *Policy) Mutate(_ context.Context, req *admission.Request) ([]jsonedit.O
 				return nil, admission.Invalid("%s: cannot parse the pod: %v", Name, err)
 			}
 		}
-		res, err := p.profiles.Apply(have, func() (map[string]string, bool) {
+		matched = p.profiles.match(have.Labels, func() (map[string]string, bool) {
 			l, ok, warn := p.namespaceLabels(ns)
 			if warn != "" {
 				warnings = append(warnings, warn)
 			}
 			return l, ok
-		}, p.classes)
-		if err != nil {
-			return nil, admission.Errored(0, err)
+		})
+	}
+	// With no matching profile upstream's clusterColocationProfileMutatingPod
+	// returns before touching the pod (cluster_colocation_profile.go:65-67,
+	// 86-88) and only mutateByExtendedResources runs, on the pod as sent: it
+	// reads the one annotation and the containers' batch resources, so
+	// nothing else is decoded.
+	if len(matched) == 0 {
+		var cur string
+		has, err := doc.Decode(&cur, "metadata", "annotations", AnnotationExtendedResourceSpec)
+		if err == nil {
+			err = extendedResources(doc, cur, has, nil)
 		}
-		warnings = append(warnings, res.Warnings...)
-		if res.Matched {
-			if p.cfg.RecordProfiles {
-				res.RecordApplied()
-			}
-			want = res.Want
-			if err := Write(doc, PodSpec, have, want); err != nil {
-				return nil, admission.Invalid("%s: cannot edit the pod: %v", Name, err)
-			}
-			if !res.SkipResources && !p.cfg.SkipMutatingResources {
-				if translated, err = translateResources(doc, want.Labels, want.Priority); err != nil {
-					return nil, admission.Invalid("%s: %v", Name, err)
-				}
-			}
+		if err != nil {
+			return nil, extendedError(err)
+		}
+		return doc.Ops(), admission.Allow(warnings...)
+	}
+	// Only the spec fields the matching profiles write are read, plus
+	// spec.priority when resources may be translated.
+	need := specFieldsOf(matched)
+	translate := !p.cfg.SkipMutatingResources &&
+		!slices.ContainsFunc(matched, func(c *compiled) bool { return c.SkipUpdateResources })
+	if translate {
+		need |= 1 << fPriority
+	}
+	if err := readRest(doc, PodSpec, have, need); err != nil {
+		return nil, admission.Invalid("%s: cannot parse the pod: %v", Name, err)
+	}
+	res, err := p.profiles.apply(have, matched, p.classes)
+	if err != nil {
+		return nil, admission.Errored(0, err)
+	}
+	warnings = append(warnings, res.Warnings...)
+	if p.cfg.RecordProfiles {
+		res.RecordApplied()
+	}
+	want := res.Want
+	if err := Write(doc, PodSpec, have, want); err != nil {
+		return nil, admission.Invalid("%s: cannot edit the pod: %v", Name, err)
+	}
+	var translated []containerLists
+	if translate {
+		if translated, err = translateResources(doc, want.Labels, want.Priority); err != nil {
+			return nil, admission.Invalid("%s: %v", Name, err)
 		}
 	}
-	if err := extendedResources(doc, want.Annotations, translated); err != nil {
-		var ae *annotationError
-		if errors.As(err, &ae) {
-			return nil, admission.Errored(0, err)
-		}
-		return nil, admission.Invalid("%s: %v", Name, err)
+	cur, has := want.Annotations[AnnotationExtendedResourceSpec]
+	if err := extendedResources(doc, cur, has, translated); err != nil {
+		return nil, extendedError(err)
 	}
 	return doc.Ops(), admission.Allow(warnings...)
+}
+
+// extendedError is the verdict on extendedResources' error: 500 for a
+// malformed annotation, as upstream's handler answers
+// (mutating_handler.go:89-91), 400 for a pod it cannot read.
+func extendedError(err error) admission.Verdict {
+	var ae *annotationError
+	if errors.As(err, &ae) {
+		return admission.Errored(0, err)
+	}
+	return admission.Invalid("%s: %v", Name, err)
 }
 
 // namespaceLabels returns the labels of namespace ns and whether it is

@@ -1,0 +1,180 @@
+package celpolicy
+
+import (
+	"fmt"
+	"sync"
+	"unsafe"
+
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	k8sjson "sigs.k8s.io/json"
+
+	"github.com/kadmit/kadmit/internal/admission"
+	"github.com/kadmit/kadmit/internal/jsonedit"
+)
+
+// decodeObject decodes the JSON object raw into an Unstructured of kind
+// gvk, as the API server's unstructured decoder does
+// (unstructured.UnstructuredJSONScheme, apimachinery v0.37.1: every member
+// through sigs.k8s.io/json with integers kept exact; "kind" required); nil
+// for no object. what names the object in errors.
+func decodeObject(raw []byte, gvk schema.GroupVersionKind, what string) (runtime.Object, error) {
+	if raw == nil {
+		return nil, nil
+	}
+	u := &unstructured.Unstructured{}
+	if err := u.UnmarshalJSON(raw); err != nil {
+		return nil, fmt.Errorf("%s: %w", what, err)
+	}
+	// The dispatchers convert the object to the policy's matched kind and
+	// skip conversion when the kinds are equal (admission/conversion.go
+	// ConvertToGVK): an AdmissionReview object is in the request's kind.
+	u.SetGroupVersionKind(gvk)
+	return u, nil
+}
+
+// decodeFields is decodeObject keeping only the top-level members fs (all
+// of them when fs is nil). A member is decoded exactly as the whole-object
+// decoder decodes it, so an expression reading only those members sees
+// the same values; the members left out are the ones no expression reads.
+// JSON the whole-object decoder refuses (not an object, invalid) goes
+// through it, for its error.
+func decodeFields(raw []byte, gvk schema.GroupVersionKind, what string, fs fieldSet) (runtime.Object, error) {
+	if raw == nil || fs == nil {
+		return decodeObject(raw, gvk, what)
+	}
+	doc := jsonedit.NewDoc(raw)
+	if root, err := doc.Get(); err != nil || root[0] != '{' {
+		return decodeObject(raw, gvk, what)
+	}
+	m := make(map[string]any, len(fs))
+	for name := range fs {
+		v, err := doc.Get(name)
+		if err != nil {
+			return decodeObject(raw, gvk, what)
+		}
+		if v == nil {
+			continue
+		}
+		var x any
+		if err := k8sjson.UnmarshalCaseSensitivePreserveInts(v, &x); err != nil {
+			return nil, fmt.Errorf("%s: %w", what, err)
+		}
+		m[name] = x
+	}
+	u := &unstructured.Unstructured{Object: m}
+	if u.GetKind() == "" {
+		return nil, fmt.Errorf("%s: %w", what, runtime.NewMissingKindErr(string(raw)))
+	}
+	u.SetGroupVersionKind(gvk)
+	return u, nil
+}
+
+// decoded is one admission request's object and oldObject as the
+// validating policies read them (decodeFields with the union of their
+// members), decoded once and shared, read-only, by every validating hook
+// the request reaches: k8s.io/apiserver v0.37.1's validating dispatcher
+// only reads them (validating/dispatcher.go Dispatch passes them to the
+// matcher, which reads labels through meta.Accessor, and, in
+// admission.VersionedAttributes, to CEL, which reads them through
+// types.DefaultTypeAdapter.NativeToValue; ConvertToGVK returns the object
+// itself when the kinds are equal and a new one otherwise). oldFull is
+// oldObject whole, for the mutating policies, whose dispatcher only reads
+// it too ("VersionedOldObject ... must never be mutated",
+// admission/conversion.go); their object is decoded per policy, since the
+// mutating dispatcher writes the patched object back into it
+// (mutating/dispatcher.go:221).
+type decoded struct {
+	once     sync.Once
+	obj, old runtime.Object
+	err      error
+
+	oldOnce sync.Once
+	oldFull runtime.Object
+	oldErr  error
+}
+
+// requestCache keeps the decoded objects of the last few admission
+// requests, keyed by the *admission.Request the webhook chain hands every
+// hook of one request (admission.Webhook.review: the same pointer until a
+// mutator changes the object, then a new one). An entry holds its request,
+// so no other request can have that address while the entry lives; the
+// object's bytes are compared by identity too. Hooks of one request run one
+// after another, so a handful of entries serves many requests in flight; a
+// request whose entry was evicted decodes again, nothing else.
+//
+// Memory is bounded twice: at most requestCacheSize entries, and at most
+// requestCacheBytes of object and oldObject JSON held by them (their
+// decoded form is of the same order); a request larger than that is not
+// kept at all, and each of its hooks decodes for itself.
+type requestCache struct {
+	mu      sync.Mutex
+	entries []cacheEntry // oldest first
+	bytes   int
+}
+
+// The bounds of requestCache.
+const (
+	requestCacheSize  = 32
+	requestCacheBytes = 4 << 20
+)
+
+type cacheEntry struct {
+	req      *admission.Request
+	obj, old *byte
+	n, oldN  int
+	d        *decoded
+}
+
+// get returns the decoded objects of req: its entry's, or a new entry's
+// (evicting the oldest ones to stay within the bounds), or, for a request
+// above requestCacheBytes, a fresh value no other hook will see.
+func (c *requestCache) get(req *admission.Request) *decoded {
+	obj, old := req.Object.Raw, req.OldObject.Raw
+	po, pold := unsafe.SliceData(obj), unsafe.SliceData(old)
+	size := len(obj) + len(old)
+	if size > requestCacheBytes {
+		return &decoded{}
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for i := range c.entries {
+		e := &c.entries[i]
+		if e.req == req && e.obj == po && e.n == len(obj) && e.old == pold && e.oldN == len(old) {
+			return e.d
+		}
+	}
+	drop := 0
+	for drop < len(c.entries) && (len(c.entries)-drop >= requestCacheSize || c.bytes+size > requestCacheBytes) {
+		c.bytes -= c.entries[drop].n + c.entries[drop].oldN
+		drop++
+	}
+	if drop > 0 {
+		// Clear the dropped entries so they hold no request.
+		clear(c.entries[:drop])
+		c.entries = append(c.entries[:0], c.entries[drop:]...)
+	}
+	d := &decoded{}
+	c.entries = append(c.entries, cacheEntry{req: req, obj: po, n: len(obj), old: pold, oldN: len(old), d: d})
+	c.bytes += size
+	return d
+}
+
+// objects returns r's object and oldObject decoded with fs, once for d.
+func (d *decoded) objects(r *Request, fs fieldSet) (obj, old runtime.Object, err error) {
+	d.once.Do(func() {
+		if d.obj, d.err = decodeFields(r.Object, r.Kind, "object", fs); d.err == nil {
+			d.old, d.err = decodeFields(r.OldObject, r.Kind, "oldObject", fs)
+		}
+	})
+	return d.obj, d.old, d.err
+}
+
+// oldObject returns r's oldObject decoded whole, once for d.
+func (d *decoded) oldObject(r *Request) (runtime.Object, error) {
+	d.oldOnce.Do(func() {
+		d.oldFull, d.oldErr = decodeObject(r.OldObject, r.Kind, "oldObject")
+	})
+	return d.oldFull, d.oldErr
+}
