@@ -2,6 +2,7 @@ package admission
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"fmt"
 	"reflect"
@@ -91,6 +92,9 @@ func envelopeCorpus() [][]byte {
 		`{"apiVersion":"admission.k8s.io/v1","kind":"AdmissionReview","request":{"uid":"u"},"response":null}`,
 		`{"apiVersion":"admission.k8s.io/v1","apiVersion":"admission.k8s.io/v1beta1","kind":"AdmissionReview","request":{"uid":"u"}}`,
 		`{"apiVersion":"admission.k8s.io/v1","kind":"AdmissionReview","request":{"uid":"u","object":{"a":1,"a":2,"\u0061":3}}}`,
+		`{"apiVersion":"admission.k8s.io/v1","kind":"AdmissionReview","request":{"uid":"u","object":{"metadata":{"name":"a"},"Metadata":{"Name":"b","name":"c"},"meta\u0064ata":{"generateName":"g"},"spec":{"x":1},"Kind":"K"}}}`,
+		`{"apiVersion":"admission.k8s.io/v1","kind":"AdmissionReview","request":{"uid":"u","object":{"metadata":{"name":1}}}}`,
+		`{"apiVersion":"admission.k8s.io/v1","kind":"AdmissionReview","request":{"uid":"u","object":{"metadata":[]}}}`,
 		`{"apiVersion":"admission.k8s.io/v1","kind":"AdmissionReview","request":{"uid":"u","object":{"a":1}}}x`,
 		`{"apiVersion":"admission.k8s.io/v1","kind":"AdmissionReview","request":{"uid":"u","object":{"a":1}}} `,
 		`{"apiVersion":"admission.k8s.io/v1","kind":"AdmissionReview","request":{"uid":"u","object":{"a":1},}}`,
@@ -179,9 +183,25 @@ func checkEnvelope(t *testing.T, body []byte) {
 	if !reflect.DeepEqual(gotReq.AdmissionRequest, *want.Request) {
 		t.Fatalf("%q: Request differs from Review.Request", trunc(body))
 	}
-	// A Doc from the index reads what a fresh Doc reads.
+	// A Doc from the index reads what a fresh Doc reads, and a pruned
+	// decode gives what DecodeFields gives.
 	checkSameDoc(t, gotReq.ObjectDoc(), jsonedit.NewDoc(bytes.Clone(gotReq.Object.Raw)))
+	var a, b prunedNames
+	ca, ea := gotReq.DecodeObjectFields(Keep{"metadata": {"name": nil, "generateName": nil}}, &a)
+	cb, eb := DecodeFields(bytes.Clone(gotReq.Object.Raw), Keep{"metadata": {"name": nil, "generateName": nil}}, &b)
+	if a != b || ca != cb || fmt.Sprint(ea) != fmt.Sprint(eb) {
+		t.Fatalf("%q: DecodeObjectFields %+v %v %v, DecodeFields %+v %v %v", trunc(body), a, ca, ea, b, cb, eb)
+	}
+	if gotReq.objectIndex != nil {
+		pa, _, _ := pruneIndexed(gotReq.Object.Raw, gotReq.objectIndex, podNamesKeepTest)
+		pb, _, _ := pruneDoc(gotReq.Object.Raw, podNamesKeepTest)
+		if !bytes.Equal(pa, pb) {
+			t.Fatalf("%q: pruned with the index %q, without %q", trunc(body), pa, pb)
+		}
+	}
 }
+
+var podNamesKeepTest = Keep{"metadata": {"name": nil, "generateName": nil, "labels": nil}, "kind": nil, "SPEC": {"x": nil}}
 
 // checkSameDoc compares what two Docs over the same JSON read at a few
 // paths, and the operations the same edits give.
@@ -399,5 +419,40 @@ func walkObject(d []byte, i int, member func(key []byte, vs int) int) int {
 			return -1
 		}
 		i = jsonedit.SkipSpace(d, i+1)
+	}
+}
+
+// TestObjectDocAfterMutator checks that the second mutator of a chain reads
+// the object the first one made, not the index of the object sent.
+func TestObjectDocAfterMutator(t *testing.T) {
+	var seenIndexed []bool
+	var label []byte
+	mut := func(set bool) Mutator {
+		return MutatorFunc(func(_ context.Context, req *Request) ([]jsonedit.Op, Verdict) {
+			seenIndexed = append(seenIndexed, req.objectIndex != nil)
+			d := req.ObjectDoc()
+			if !set {
+				label, _ = d.Get("metadata", "labels", "added")
+				return nil, Allow()
+			}
+			if err := d.Set("yes", "metadata", "labels", "added"); err != nil {
+				return nil, Invalid("%v", err)
+			}
+			return d.Ops(), Allow()
+		})
+	}
+	whs, err := NewWebhooks([]Hook{
+		{Policy: "first", Path: "/mutate", Type: Mutating, Rules: podRule, Mutator: mut(true)},
+		{Policy: "second", Path: "/mutate", Type: Mutating, Rules: podRule, Mutator: mut(false)},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	w, rev := post(t, NewHandler(whs[0], HandlerOptions{}), "application/json", reviewBody(APIVersionV1, "u", podJSON))
+	if w.Code != 200 || !rev.Response.Allowed {
+		t.Fatalf("code %d: %s", w.Code, w.Body.String())
+	}
+	if string(label) != `"yes"` || fmt.Sprint(seenIndexed) != "[true false]" {
+		t.Fatalf("second mutator read %q; indexed %v", label, seenIndexed)
 	}
 }

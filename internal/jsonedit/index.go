@@ -82,9 +82,32 @@ func (ix *Index) Bind(raw []byte) bool {
 // only ever built over valid JSON, which is all a Doc's first scan checks.
 func NewDocIndexed(raw []byte, ix *Index) *Doc {
 	d := &Doc{raw: raw}
-	if ix != nil && ix.bound && len(raw) > 0 && len(raw) == len(ix.c.data) && &raw[0] == &ix.c.data[0] {
+	if ix.boundTo(raw) {
 		d.parsed, d.root, d.rootE = true, 0, len(raw)
 		d.memo.put(&ix.c)
 	}
 	return d
+}
+
+// boundTo reports whether ix was bound to raw itself (same address and
+// length); ix may be nil.
+func (ix *Index) boundTo(raw []byte) bool {
+	return ix != nil && ix.bound && len(raw) > 0 && len(raw) == len(ix.c.data) && &raw[0] == &ix.c.data[0]
+}
+
+// Len returns how many top-level members ix located, and false when ix
+// (which may be nil) is not bound to raw itself: then raw must be scanned.
+func (ix *Index) Len(raw []byte) (int, bool) {
+	if !ix.boundTo(raw) {
+		return 0, false
+	}
+	return len(ix.c.items), true
+}
+
+// Member returns where member k (0 <= k < Len) of the bound object is, in
+// document order, as offsets into the bound bytes: its key's JSON string
+// (quotes included, escapes kept) is raw[ks:ke], its value raw[vs:ve].
+func (ix *Index) Member(k int) (ks, ke, vs, ve int) {
+	it := &ix.c.items[k]
+	return it.ks, it.ke, it.vs, it.ve
 }
