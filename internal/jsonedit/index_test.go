@@ -2,6 +2,7 @@ package jsonedit
 
 import (
 	"bytes"
+	"encoding/json"
 	"fmt"
 	"strings"
 	"testing"
@@ -88,5 +89,62 @@ func TestUnquoteInvalidUTF8(t *testing.T) {
 	var s string
 	if found, err := d.Decode(&s, "k\ufffd"); err != nil || !found || s != "v\ufffd" {
 		t.Fatalf("Decode = %q, %v, %v", s, found, err)
+	}
+}
+
+// TestAppendPatchSkipsOnlyValuesTheDocMade: values a Doc encoded or copied
+// are not scanned again, anything else is, so a broken value never
+// reaches the patch.
+func TestAppendPatchSkipsOnlyValuesTheDocMade(t *testing.T) {
+	d := NewDoc([]byte(`{"metadata":{"labels":{"a":"b"}},"spec":{"tolerations":[{"key":"k"}]}}`))
+	caller := json.RawMessage(`{"key":"raw"}`)
+	appended := json.RawMessage(`{"key":"appended"}`)
+	must := func(err error) {
+		t.Helper()
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	must(d.Set("v", "metadata", "labels", "x"))                    // encoded by the Doc
+	must(d.Set(map[string]int{"n": 1}, "metadata", "annotations")) // encoded by the Doc
+	must(d.Set("w", "status", "phase"))                            // wrapped into new bytes
+	must(d.AppendJSON([]string{"spec", "tolerations"}, appended))  // copied
+	must(d.Append([]string{"spec", "list"}, 1, "two"))             // joined into a new array
+	must(d.Set(caller, "spec", "raw"))                             // the caller's bytes
+	ops := d.Ops()
+	for i, op := range ops {
+		if got, want := len(op.checked) > 0, op.Path != "/spec/raw"; got != want {
+			t.Errorf("op %d %s: checked %v, want %v", i, op.Path, got, want)
+		}
+	}
+	want, err := AppendPatch(nil, ops)
+	must(err)
+	if !json.Valid(want) {
+		t.Fatalf("patch %s", want)
+	}
+	// AppendJSON copied its value: changing the caller's bytes changes nothing.
+	copy(appended, `{"key":"CHANGED!"}`)
+	if again, err := AppendPatch(nil, ops); err != nil || !bytes.Equal(again, want) {
+		t.Fatalf("patch after the caller changed its bytes: %s, %v", again, err)
+	}
+	// The caller's own RawMessage is checked every time.
+	caller[0] = '!'
+	if _, err := AppendPatch(nil, ops); err == nil {
+		t.Fatal("AppendPatch accepted a value the caller broke after Set")
+	}
+	caller[0] = '{'
+	// A Value replaced, or re-sliced, is checked again.
+	for _, bad := range []func(op *Op){
+		func(op *Op) { op.Value = json.RawMessage(`{"x"`) },
+		func(op *Op) { op.Value = op.Value[:len(op.Value)-1] },
+	} {
+		changed := append([]Op(nil), ops...)
+		bad(&changed[1])
+		if _, err := AppendPatch(nil, changed); err == nil {
+			t.Fatalf("AppendPatch accepted %q", changed[1].Value)
+		}
+		if _, err := Apply([]byte(`{"metadata":{}}`), changed[1:2]); err == nil {
+			t.Fatalf("Apply accepted %q", changed[1].Value)
+		}
 	}
 }
