@@ -456,3 +456,25 @@ func TestObjectDocAfterMutator(t *testing.T) {
 		t.Fatalf("second mutator read %q; indexed %v", label, seenIndexed)
 	}
 }
+
+// TestEnvelopeDecoderPoolBound: a decoder grown by a huge envelope (here a
+// 100 KB user name and 5,000 groups) is dropped, not pooled.
+func TestEnvelopeDecoderPoolBound(t *testing.T) {
+	groups := make([]string, 5000)
+	for i := range groups {
+		groups[i] = fmt.Sprintf("%q", fmt.Sprint("g", i))
+	}
+	body := envelope(APIVersionV1, []string{`"uid":"u"`,
+		`"userInfo":{"username":"` + strings.Repeat("u", 100<<10) + `","groups":[` + strings.Join(groups, ",") + `]}`})
+	blk, ok := decodeEnvelope(body)
+	if !ok || len(blk.req.UserInfo.Username) != 100<<10 || len(blk.req.UserInfo.Groups) != 5000 || blk.req.UserInfo.Groups[4999] != "g4999" {
+		t.Fatalf("ok %v", ok)
+	}
+	checkEnvelope(t, body)
+	for range 4 {
+		d := envDecoders.Get().(*envDecoder)
+		if cap(d.arena) > maxPooledDecoder || cap(d.refs) > maxPooledDecoder/32 || len(d.refs) != 0 || d.blk != nil {
+			t.Fatalf("pooled decoder holds %d arena bytes, %d refs (%d in use)", cap(d.arena), cap(d.refs), len(d.refs))
+		}
+	}
+}
