@@ -5,7 +5,7 @@ BIN := bin
 VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
 LDFLAGS := -s -w -X github.com/kadmit/kadmit/internal/version.Version=$(VERSION)
 CONTROLPLANE_DIR := $(shell bash hack/controlplane.sh --print-dir)
-# 13 targets × FUZZTIME plus a build each: 10s keeps `make fuzz` near 3 minutes.
+# 14 targets × FUZZTIME plus a build each: 10s keeps `make fuzz` near 3 minutes.
 FUZZTIME ?= 10s
 
 .PHONY: all build controlplane demo test unit e2e fuzz vet clean
@@ -62,6 +62,7 @@ e2e: controlplane ## end-to-end tests against the real kube-apiserver and etcd
 fuzz: ## a short run of each fuzz target
 	bash hack/fuzz.sh ./internal/admission FuzzDecodeReview $(FUZZTIME)
 	bash hack/fuzz.sh ./internal/admission FuzzServeHTTP $(FUZZTIME)
+	bash hack/fuzz.sh ./internal/admission FuzzDecodeEnvelope $(FUZZTIME)
 	bash hack/fuzz.sh ./internal/admission FuzzScanValid $(FUZZTIME)
 	bash hack/fuzz.sh ./internal/jsonedit FuzzValid $(FUZZTIME)
 	bash hack/fuzz.sh ./internal/jsonedit FuzzApply $(FUZZTIME)

@@ -117,6 +117,7 @@ func (w *Webhook) review(ctx context.Context, req *Request, withObject bool) (Ou
 		}
 		next := *cur
 		next.Object = runtime.RawExtension{Raw: obj}
+		next.objectIndex = nil // it located the members of the previous bytes
 		cur, pending = &next, nil
 		return nil
 	}

@@ -8,7 +8,6 @@ import (
 	"fmt"
 	"maps"
 	"slices"
-	"strings"
 
 	admissionv1 "k8s.io/api/admission/v1"
 	"k8s.io/apimachinery/pkg/util/validation"
@@ -39,147 +38,44 @@ type Review struct {
 // DecodeReview parses an AdmissionReview request body (JSON, either version).
 // It returns an error wrapping ErrMalformedReview when the JSON is invalid, the
 // apiVersion or kind is not an AdmissionReview kadmit serves, or request or
-// request.uid is missing.
+// request.uid is missing. The result is json.Unmarshal's into Review; the
+// fields the API server sends are read without reflection (envelope.go),
+// request.object and oldObject are checked and copied but not parsed.
 func DecodeReview(body []byte) (*Review, error) {
-	var r Review
-	if !decodeReviewFast(body, &r) {
-		r = Review{}
-		if err := json.Unmarshal(body, &r); err != nil {
-			return nil, fmt.Errorf("%w: %s", ErrMalformedReview, oneLine(err.Error()))
+	r, _, err := decodeRequest(body)
+	return r, err
+}
+
+// decodeRequest is DecodeReview that also returns the review's request as
+// a Request, whose ObjectDoc reuses the scan of request.object.
+func decodeRequest(body []byte) (*Review, *Request, error) {
+	var r *Review
+	var req *Request
+	if blk, ok := decodeEnvelope(body); ok {
+		r = &blk.review
+		req = &blk.req
+	} else {
+		r = &Review{}
+		if err := json.Unmarshal(body, r); err != nil {
+			return nil, nil, fmt.Errorf("%w: %s", ErrMalformedReview, oneLine(err.Error()))
 		}
 	}
 	if r.APIVersion != APIVersionV1 && r.APIVersion != APIVersionV1beta1 {
-		return nil, fmt.Errorf("%w: apiVersion %q is not %s or %s", ErrMalformedReview, r.APIVersion, APIVersionV1, APIVersionV1beta1)
+		return nil, nil, fmt.Errorf("%w: apiVersion %q is not %s or %s", ErrMalformedReview, r.APIVersion, APIVersionV1, APIVersionV1beta1)
 	}
 	if r.Kind != ReviewKind {
-		return nil, fmt.Errorf("%w: kind %q is not %s", ErrMalformedReview, r.Kind, ReviewKind)
+		return nil, nil, fmt.Errorf("%w: kind %q is not %s", ErrMalformedReview, r.Kind, ReviewKind)
 	}
 	if r.Request == nil {
-		return nil, fmt.Errorf("%w: request is missing", ErrMalformedReview)
+		return nil, nil, fmt.Errorf("%w: request is missing", ErrMalformedReview)
 	}
 	if r.Request.UID == "" {
-		return nil, fmt.Errorf("%w: request.uid is missing", ErrMalformedReview)
+		return nil, nil, fmt.Errorf("%w: request.uid is missing", ErrMalformedReview)
 	}
-	return &r, nil
-}
-
-// decodeReviewFast decodes body into r as json.Unmarshal would, but hands
-// encoding/json the envelope with request.object and request.oldObject
-// replaced by null, and copies those two values (the bulk of the body) after
-// one pass of the fast scanner. It returns false, leaving r in any state,
-// whenever it cannot be sure of giving json.Unmarshal's result: invalid JSON,
-// a request that is not an object, keys with escapes, keys that match a
-// field only case-insensitively, or duplicate request/object/oldObject keys.
-// The caller then decodes body with json.Unmarshal.
-func decodeReviewFast(body []byte, r *Review) bool {
-	var obj, old [2]int // value ranges in body; {0, 0} when absent
-	i := jsonedit.SkipSpace(body, 0)
-	if i >= len(body) || body[i] != '{' {
-		return false
+	if req == nil {
+		req = &Request{AdmissionRequest: *r.Request}
 	}
-	seenRequest := false
-	end := walkObject(body, i, func(key []byte, vs int) int {
-		if !strings.EqualFold(string(key), "request") {
-			return jsonedit.ScanValue(body, vs, 1)
-		}
-		if seenRequest || string(key) != "request" || vs >= len(body) || body[vs] != '{' {
-			return -1
-		}
-		seenRequest = true
-		return walkObject(body, vs, func(key []byte, vs int) int {
-			var dst *[2]int
-			switch {
-			case strings.EqualFold(string(key), "object"):
-				if string(key) != "object" || obj[1] != 0 {
-					return -1
-				}
-				dst = &obj
-			case strings.EqualFold(string(key), "oldObject"):
-				if string(key) != "oldObject" || old[1] != 0 {
-					return -1
-				}
-				dst = &old
-			}
-			ve := jsonedit.ScanValue(body, vs, 2)
-			if dst != nil && ve >= 0 {
-				*dst = [2]int{vs, ve}
-			}
-			return ve
-		})
-	})
-	if end < 0 || jsonedit.SkipSpace(body, end) != len(body) {
-		return false
-	}
-	if obj[1] == 0 && old[1] == 0 {
-		return json.Unmarshal(body, r) == nil
-	}
-	// Splice "null" in place of the objects, in body order.
-	first, second := obj, old
-	if second[1] != 0 && (first[1] == 0 || second[0] < first[0]) {
-		first, second = second, first
-	}
-	env := make([]byte, 0, 512)
-	prev := 0
-	for _, rg := range [][2]int{first, second} {
-		if rg[1] == 0 {
-			continue
-		}
-		env = append(env, body[prev:rg[0]]...)
-		env = append(env, "null"...)
-		prev = rg[1]
-	}
-	env = append(env, body[prev:]...)
-	if err := json.Unmarshal(env, r); err != nil || r.Request == nil {
-		return false
-	}
-	setRaw := func(raw *[]byte, rg [2]int) {
-		if v := body[rg[0]:rg[1]]; rg[1] != 0 && string(v) != "null" {
-			*raw = bytes.Clone(v)
-		}
-	}
-	setRaw(&r.Request.Object.Raw, obj)
-	setRaw(&r.Request.OldObject.Raw, old)
-	return true
-}
-
-// walkObject walks the members of the object starting at d[i] == '{',
-// calling member with each raw key (without quotes, still escaped; a key with
-// a backslash fails the walk) and the index of its value; member returns the
-// index past the value or -1. walkObject returns the index past the object,
-// or -1.
-func walkObject(d []byte, i int, member func(key []byte, vs int) int) int {
-	i = jsonedit.SkipSpace(d, i+1)
-	if i < len(d) && d[i] == '}' {
-		return i + 1
-	}
-	for {
-		if i >= len(d) || d[i] != '"' {
-			return -1
-		}
-		ke := jsonedit.ScanString(d, i)
-		if ke < 0 || bytes.IndexByte(d[i:ke], '\\') >= 0 {
-			return -1
-		}
-		key := d[i+1 : ke-1]
-		i = jsonedit.SkipSpace(d, ke)
-		if i >= len(d) || d[i] != ':' {
-			return -1
-		}
-		if i = member(key, jsonedit.SkipSpace(d, i+1)); i < 0 {
-			return -1
-		}
-		i = jsonedit.SkipSpace(d, i)
-		if i >= len(d) {
-			return -1
-		}
-		if d[i] == '}' {
-			return i + 1
-		}
-		if d[i] != ',' {
-			return -1
-		}
-		i = jsonedit.SkipSpace(d, i+1)
-	}
+	return r, req, nil
 }
 
 // EncodeResponse renders the AdmissionReview answering a request of the given

@@ -198,7 +198,7 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	bodyRead = true
-	review, err := DecodeReview(*buf)
+	review, req, err := decodeRequest(*buf)
 	// DecodeReview copies what it keeps; the lease's reservation now stands
 	// for that copy until the review ends.
 	putBody(buf)
@@ -206,7 +206,6 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		fail(http.StatusBadRequest, err)
 		return
 	}
-	req := &Request{AdmissionRequest: *review.Request}
 	d.UID, d.Kind, d.Namespace, d.Name, d.Operation = string(req.UID), req.Kind.Kind, req.Namespace, req.Name, string(req.Operation)
 
 	out, abandoned, err := c.run(ctx, req)

@@ -49,6 +49,52 @@ func pruneDoc(d []byte, keep Keep) ([]byte, bool, error) {
 type pruner struct {
 	d, out    []byte
 	canonical bool
+	sub       Keep // the Keep of the member kept last
+}
+
+// kept reports whether the member whose key is d[ks:ke] (quotes included)
+// is kept; if so it appends the key and ':' to p.out (after a comma unless
+// *first), notes whether the key is canonical, and sets p.sub to the Keep
+// of its value.
+func (p *pruner) kept(ks, ke int, keep Keep, seen *[]string, first *bool) bool {
+	name, sub, ok := matchKey(p.d[ks+1:ke-1], keep)
+	if !ok {
+		return false
+	}
+	if name == "" || name != string(p.d[ks+1:ke-1]) || slices.Contains(*seen, name) {
+		p.canonical = false
+	}
+	*seen = append(*seen, name)
+	if !*first {
+		p.out = append(p.out, ',')
+	}
+	*first = false
+	p.out = append(p.out, p.d[ks:ke]...)
+	p.out = append(p.out, ':')
+	p.sub = sub
+	return true
+}
+
+// pruneIndexed is pruneDoc for the object d whose top-level members ix
+// located (ix bound to d): it prunes the kept members' values without
+// scanning the others again. d is valid JSON (an Index is only built over
+// valid JSON). ok is false when ix is not bound to d.
+func pruneIndexed(d []byte, ix *jsonedit.Index, keep Keep) (out []byte, canonical, ok bool) {
+	n, ok := ix.Len(d)
+	if !ok || keep == nil {
+		return nil, false, false
+	}
+	p := pruner{d: d, out: make([]byte, 0, 256), canonical: true}
+	p.out = append(p.out, '{')
+	first := true
+	var seen []string
+	for k := 0; k < n; k++ {
+		ks, ke, vs, _ := ix.Member(k)
+		if p.kept(ks, ke, keep, &seen, &first) && p.prune(vs, p.sub, 1) < 0 {
+			return nil, false, false
+		}
+	}
+	return append(p.out, '}'), p.canonical, true
 }
 
 // prune appends the pruned value at d[i] to p.out and returns the index
@@ -88,19 +134,8 @@ func (p *pruner) prune(i int, keep Keep, depth int) int {
 			return -1
 		}
 		i = jsonedit.SkipSpace(d, i+1)
-		name, sub, ok := matchKey(d[ks+1:ke-1], keep)
-		if ok {
-			if name == "" || name != string(d[ks+1:ke-1]) || slices.Contains(seen, name) {
-				p.canonical = false
-			}
-			seen = append(seen, name)
-			if !first {
-				p.out = append(p.out, ',')
-			}
-			first = false
-			p.out = append(p.out, d[ks:ke]...)
-			p.out = append(p.out, ':')
-			i = p.prune(i, sub, depth+1)
+		if p.kept(ks, ke, keep, &seen, &first) {
+			i = p.prune(i, p.sub, depth+1)
 		} else {
 			i = jsonedit.ScanValue(d, i, depth+1)
 		}
@@ -154,6 +189,20 @@ func matchKey(raw []byte, keep Keep) (string, Keep, bool) {
 // policy that builds a JSONPatch from the fields it decoded needs that (the
 // patch addresses members by exact name), and otherwise lets the chain diff.
 func DecodeFields(raw []byte, keep Keep, v any) (canonical bool, err error) {
+	return decodeFields(raw, nil, keep, v)
+}
+
+// DecodeObjectFields is DecodeFields(req.Object.Raw, keep, v), without
+// scanning again the top-level members of the object keep does not name
+// when DecodeReview located them (see ObjectDoc).
+func (req *Request) DecodeObjectFields(keep Keep, v any) (canonical bool, err error) {
+	return decodeFields(req.Object.Raw, req.objectIndex, keep, v)
+}
+
+func decodeFields(raw []byte, ix *jsonedit.Index, keep Keep, v any) (canonical bool, err error) {
+	if pruned, canonical, ok := pruneIndexed(raw, ix, keep); ok {
+		return canonical, json.Unmarshal(pruned, v)
+	}
 	pruned, canonical, err := pruneDoc(raw, keep)
 	if err != nil {
 		return false, json.Unmarshal(raw, v)

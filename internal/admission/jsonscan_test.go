@@ -2,7 +2,6 @@ package admission
 
 import (
 	"encoding/json"
-	"reflect"
 	"strings"
 	"testing"
 
@@ -65,38 +64,4 @@ func trunc(d []byte) string {
 		return string(d[:80]) + "..."
 	}
 	return string(d)
-}
-
-// TestDecodeReviewFastMatchesUnmarshal checks the envelope fast path gives
-// json.Unmarshal's Review, or declines.
-func TestDecodeReviewFastMatchesUnmarshal(t *testing.T) {
-	bodies := []string{
-		string(reviewBody(APIVersionV1, "u1", podJSON)),
-		string(reviewBody(APIVersionV1beta1, "u1", `null`)),
-		string(reviewBody(APIVersionV1, "u1", `"a string"`)),
-		`{"apiVersion":"admission.k8s.io/v1","kind":"AdmissionReview","request":{"uid":"u","oldObject":{"a":1},"object":{"b":[2]}}}`,
-		`{"apiVersion":"admission.k8s.io/v1","kind":"AdmissionReview","request":{"uid":"u","object":{"b":1},"oldObject":null}}`,
-		`{"apiVersion":"admission.k8s.io/v1","kind":"AdmissionReview","request":{"uid":"u","Object":{"b":1}}}`,
-		`{"apiVersion":"admission.k8s.io/v1","kind":"AdmissionReview","request":{"uid":"u","object":{"b":1},"object":null}}`,
-		`{"apiVersion":"admission.k8s.io/v1","kind":"AdmissionReview","Request":{"uid":"u","object":{}}}`,
-		`{"apiVersion":"admission.k8s.io/v1","kind":"AdmissionReview","request":{"uid":"u","obj\u0065ct":{"x":1}}}`,
-		`{"apiVersion":"admission.k8s.io/v1","kind":"AdmissionReview","request":null}`,
-		`{"apiVersion":"admission.k8s.io/v1","kind":"AdmissionReview","request":{"uid":"u","object":{"x":1}},"request":{"uid":"v"}}`,
-		` { "apiVersion" : "admission.k8s.io/v1" , "request" : { "object" : { "x" : [ 1 , 2 ] } , "uid" : "u" } , "kind":"AdmissionReview" } `,
-		`{"apiVersion":"admission.k8s.io/v1","kind":"AdmissionReview","request":{"uid":"u","object":{"x":1},"dryRun":"yes"}}`,
-	}
-	for _, b := range bodies {
-		var fast, slow Review
-		ok := decodeReviewFast([]byte(b), &fast)
-		err := json.Unmarshal([]byte(b), &slow)
-		if !ok {
-			continue
-		}
-		if err != nil {
-			t.Fatalf("%s: fast path accepted what json.Unmarshal refuses: %v", b, err)
-		}
-		if !reflect.DeepEqual(fast, slow) {
-			t.Fatalf("%s:\nfast %+v\nslow %+v", b, fast.Request, slow.Request)
-		}
-	}
 }

@@ -14,6 +14,22 @@ import (
 // is the object as the previous mutators left it).
 type Request struct {
 	admissionv1.AdmissionRequest
+
+	// objectIndex locates Object.Raw's top-level members, from the
+	// envelope decoder's scan of the body; nil when there is none. It is
+	// read-only and used only while Object.Raw is the bytes it was built
+	// for (jsonedit.NewDocIndexed checks).
+	objectIndex *jsonedit.Index
+}
+
+// ObjectDoc returns a new jsonedit.Doc over req.Object.Raw: what
+// jsonedit.NewDoc(req.Object.Raw) returns, but when the object is the one
+// the API server sent (every validator, and the first mutator on a path),
+// the Doc starts from the member index DecodeReview built while scanning
+// the body, instead of scanning the object's top level again. Policies read
+// and edit the request's object through it.
+func (req *Request) ObjectDoc() *jsonedit.Doc {
+	return jsonedit.NewDocIndexed(req.Object.Raw, req.objectIndex)
 }
 
 // Validator decides on a request without changing the object.

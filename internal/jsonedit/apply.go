@@ -61,10 +61,11 @@ var errSplice = errors.New("patch not applied by splicing")
 
 func applySplice(doc []byte, ops []Op) ([]byte, error) {
 	paths := make([][]string, len(ops))
-	for i, op := range ops {
+	for i := range ops {
+		op := &ops[i]
 		switch op.Op {
 		case "add", "replace":
-			if op.Value == nil || !Valid(op.Value) {
+			if op.Value == nil || !op.validValue() {
 				return nil, errSplice
 			}
 		case "remove":

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"strconv"
+	"unicode/utf8"
 )
 
 // container is an object or array value of a document, with its members
@@ -20,8 +21,10 @@ type container struct {
 // escapes is read from the document's bytes when needed, so locating the
 // members of an object allocates no string per key.
 type item struct {
-	// key is the unescaped key when it has escapes, else "" (an escaped
-	// key is never empty: every escape stands for a character).
+	// key is the decoded key when its bytes decode to something else
+	// (escapes, or invalid UTF-8, which decodes to U+FFFD), else "" (such
+	// a key is never empty: every escape or invalid byte stands for a
+	// character).
 	key    string
 	ks, ke int // the key's bytes, quotes included (objects only)
 	vs, ve int // the value's bytes
@@ -49,10 +52,24 @@ func (c *container) keyIs(i int, key string) bool {
 // parseContainer locates the members of the object or array at d[i]; depth
 // is its nesting depth. It fails on invalid JSON.
 func parseContainer(d []byte, i, depth int) (*container, error) {
-	if depth >= MaxDepth {
-		return nil, ErrSyntax
+	c := &container{items: make([]item, 0, 8)}
+	if _, err := c.parse(d, i, depth, -1); err != nil {
+		return nil, err
 	}
-	c := &container{object: d[i] == '{', start: i, data: d, items: make([]item, 0, 8)}
+	return c, nil
+}
+
+// parse locates the members of the object or array at d[i] (depth is its
+// nesting depth) into c, appending to c.items; it fails on invalid JSON.
+// With max >= 0, it records at most max members: past that it still checks
+// the rest of the value but reports complete false and leaves c.items
+// holding the first max.
+func (c *container) parse(d []byte, i, depth, max int) (complete bool, err error) {
+	if depth >= MaxDepth {
+		return false, ErrSyntax
+	}
+	c.object, c.start, c.data = d[i] == '{', i, d
+	complete = true
 	close := byte(']')
 	if c.object {
 		close = '}'
@@ -60,47 +77,52 @@ func parseContainer(d []byte, i, depth int) (*container, error) {
 	i = SkipSpace(d, i+1)
 	if i < len(d) && d[i] == close {
 		c.end = i + 1
-		return c, nil
+		return true, nil
 	}
 	for {
 		var it item
 		if c.object {
 			if i >= len(d) || d[i] != '"' {
-				return nil, ErrSyntax
+				return false, ErrSyntax
 			}
 			ke := ScanString(d, i)
 			if ke < 0 {
-				return nil, ErrSyntax
+				return false, ErrSyntax
 			}
 			it.ks, it.ke = i, ke
-			if bytes.IndexByte(d[i:ke], '\\') >= 0 {
+			if complete && needsUnquote(d[i+1:ke-1]) {
 				key, err := unquote(d[i:ke])
 				if err != nil {
-					return nil, err
+					return false, err
 				}
 				it.key = key
 			}
 			i = SkipSpace(d, ke)
 			if i >= len(d) || d[i] != ':' {
-				return nil, ErrSyntax
+				return false, ErrSyntax
 			}
 			i = SkipSpace(d, i+1)
 		}
 		it.vs = i
 		if it.ve = ScanValue(d, i, depth+1); it.ve < 0 {
-			return nil, ErrSyntax
+			return false, ErrSyntax
 		}
-		c.items = append(c.items, it)
+		if complete && max >= 0 && len(c.items) == max {
+			complete = false
+		}
+		if complete {
+			c.items = append(c.items, it)
+		}
 		i = SkipSpace(d, it.ve)
 		if i >= len(d) {
-			return nil, ErrSyntax
+			return false, ErrSyntax
 		}
 		if d[i] == close {
 			c.end = i + 1
-			return c, nil
+			return complete, nil
 		}
 		if d[i] != ',' {
-			return nil, ErrSyntax
+			return false, ErrSyntax
 		}
 		i = SkipSpace(d, i+1)
 	}
@@ -109,7 +131,7 @@ func parseContainer(d []byte, i, depth int) (*container, error) {
 // unquote returns the value of the JSON string q (quotes included), as
 // encoding/json decodes it.
 func unquote(q []byte) (string, error) {
-	if bytes.IndexByte(q, '\\') < 0 {
+	if !needsUnquote(q[1 : len(q)-1]) {
 		return string(q[1 : len(q)-1]), nil
 	}
 	var s string
@@ -117,6 +139,13 @@ func unquote(q []byte) (string, error) {
 		return "", fmt.Errorf("%w: %v", ErrSyntax, err)
 	}
 	return s, nil
+}
+
+// needsUnquote reports whether the bytes of a JSON string (without quotes)
+// decode to something else: escapes, or invalid UTF-8, which encoding/json
+// replaces with U+FFFD.
+func needsUnquote(b []byte) bool {
+	return bytes.IndexByte(b, '\\') >= 0 || !utf8.Valid(b)
 }
 
 // member returns the index of the member key of an object, the last one

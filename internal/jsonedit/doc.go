@@ -133,10 +133,14 @@ func (d *Doc) Set(value any, path ...string) error {
 	if err != nil {
 		return fmt.Errorf("set %s: %w", display(path), err)
 	}
-	return d.set(raw, path)
+	_, caller := value.(json.RawMessage)
+	return d.set(raw, path, !caller)
 }
 
-func (d *Doc) set(raw []byte, path []string) error {
+// set records the operations setting path to raw, valid JSON; owned says
+// that raw is bytes the Doc made (nobody else holds them), so its ops can
+// be marked as checked (see Op.checked).
+func (d *Doc) set(raw []byte, path []string, owned bool) error {
 	if len(path) == 0 {
 		return fmt.Errorf("set: the path is empty; the whole document cannot be replaced")
 	}
@@ -144,7 +148,7 @@ func (d *Doc) set(raw []byte, path []string) error {
 		d.ops = make([]Op, 0, 16)
 	}
 	if op, ok := d.setFast(raw, path); ok {
-		d.ops = append(d.ops, Op{Op: op, Path: Pointer(path...), Value: raw})
+		d.ops = append(d.ops, newOp(op, Pointer(path...), raw, owned))
 		d.write(path, raw)
 		return nil
 	}
@@ -192,7 +196,8 @@ func (d *Doc) set(raw []byte, path []string) error {
 	for j := len(path) - 1; j > missing; j-- {
 		raw = append(append(append(AppendString([]byte{'{'}, path[j]), ':'), raw...), '}')
 	}
-	d.ops = append(d.ops, Op{Op: op, Path: Pointer(path[:missing+1]...), Value: raw})
+	// raw was wrapped into new bytes unless missing is the last segment.
+	d.ops = append(d.ops, newOp(op, Pointer(path[:missing+1]...), raw, owned || missing < len(path)-1))
 	d.write(path[:missing+1], raw)
 	return nil
 }
@@ -251,34 +256,46 @@ func (d *Doc) Append(path []string, values ...any) error {
 		return nil
 	}
 	raws := make([][]byte, len(values))
+	owned := true
 	for i, v := range values {
 		raw, err := Marshal(v)
 		if err != nil {
 			return fmt.Errorf("append to %s: %w", display(path), err)
 		}
+		if _, caller := v.(json.RawMessage); caller {
+			owned = false
+		}
 		raws[i] = raw
 	}
-	return d.appendRaw(path, raws)
+	return d.appendRaw(path, raws, owned)
 }
 
 // AppendJSON is Append for values already encoded: each must be valid JSON
-// (checked) and is used byte for byte. It saves a mutator that writes its
+// (checked) and is used byte for byte (copied, in one buffer, so that the
+// patch never needs checking again). It saves a mutator that writes its
 // values itself the boxing and encoding Append does.
 func (d *Doc) AppendJSON(path []string, values ...json.RawMessage) error {
 	if len(values) == 0 {
 		return nil
 	}
-	raws := make([][]byte, len(values))
-	for i, v := range values {
+	n := 0
+	for _, v := range values {
 		if !Valid(v) {
 			return fmt.Errorf("append to %s: %w: raw value", display(path), ErrSyntax)
 		}
-		raws[i] = v
+		n += len(v)
 	}
-	return d.appendRaw(path, raws)
+	buf := make([]byte, 0, n)
+	raws := make([][]byte, len(values))
+	for i, v := range values {
+		s := len(buf)
+		buf = append(buf, v...)
+		raws[i] = buf[s:len(buf):len(buf)]
+	}
+	return d.appendRaw(path, raws, true)
 }
 
-func (d *Doc) appendRaw(path []string, raws [][]byte) error {
+func (d *Doc) appendRaw(path []string, raws [][]byte, owned bool) error {
 	k, err := d.kind(path)
 	if err != nil {
 		return fmt.Errorf("append to %s: %w", display(path), err)
@@ -286,11 +303,11 @@ func (d *Doc) appendRaw(path []string, raws [][]byte) error {
 	switch k {
 	case 0, 'n':
 		arr := append([]byte{'['}, bytes.Join(raws, []byte{','})...)
-		return d.set(append(arr, ']'), path)
+		return d.set(append(arr, ']'), path, true)
 	case '[':
 		p := Pointer(path...) + "/-"
 		for _, raw := range raws {
-			d.ops = append(d.ops, Op{Op: "add", Path: p, Value: raw})
+			d.ops = append(d.ops, newOp("add", p, raw, owned))
 		}
 		return nil
 	}

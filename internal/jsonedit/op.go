@@ -29,6 +29,33 @@ type Op struct {
 	Path  string          `json:"path"`
 	From  string          `json:"from,omitempty"`
 	Value json.RawMessage `json:"value,omitempty"`
+
+	// checked is Value as the Doc that built the op made it: bytes the Doc
+	// wrote itself (encoding/json's or AppendString's output, or a copy of
+	// a value it checked), valid JSON that nobody else holds. While Value
+	// is still exactly those bytes (same address and length), AppendPatch
+	// and Apply do not scan it again; an Op made or changed elsewhere is
+	// checked. Values must not be changed in place: assign a new one.
+	checked []byte
+}
+
+// newOp is an operation a Doc built; owned marks value as bytes the Doc
+// made and checked (see checked).
+func newOp(op, path string, value []byte, owned bool) Op {
+	o := Op{Op: op, Path: path, Value: value}
+	if owned && len(value) > 0 {
+		o.checked = value
+	}
+	return o
+}
+
+// validValue reports whether op.Value is valid JSON, without scanning it
+// when it is the value its Doc made.
+func (op *Op) validValue() bool {
+	if len(op.checked) > 0 && len(op.Value) == len(op.checked) && &op.Value[0] == &op.checked[0] {
+		return true
+	}
+	return Valid(op.Value)
 }
 
 // String renders op as its JSON form.
@@ -54,10 +81,12 @@ func (op Op) MarshalJSON() ([]byte, error) {
 // when ops is empty) to dst. Values are copied as they are, so numbers keep
 // their spelling, and strings are not HTML-escaped. It fails when a Value is
 // not valid JSON, so that a broken operation never reaches the API server
-// inside an otherwise valid response.
+// inside an otherwise valid response (a value a Doc made is known valid
+// and not scanned again).
 func AppendPatch(dst []byte, ops []Op) ([]byte, error) {
 	dst = append(dst, '[')
-	for i, op := range ops {
+	for i := range ops {
+		op := &ops[i]
 		if i > 0 {
 			dst = append(dst, ',')
 		}
@@ -70,7 +99,7 @@ func AppendPatch(dst []byte, ops []Op) ([]byte, error) {
 			dst = AppendString(dst, op.From)
 		}
 		if op.Value != nil {
-			if !Valid(op.Value) {
+			if !op.validValue() {
 				return nil, fmt.Errorf("JSONPatch operation %s %s: value is not valid JSON", op.Op, op.Path)
 			}
 			dst = append(dst, `,"value":`...)

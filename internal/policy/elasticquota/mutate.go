@@ -39,7 +39,7 @@ func (p *Policy) Mutate(_ context.Context, req *admission.Request) ([]jsonedit.O
 	if q.Name == p.cfg.RootQuota {
 		return nil, admission.Allow()
 	}
-	doc := jsonedit.NewDoc(req.Object.Raw)
+	doc := req.ObjectDoc()
 	set := func(v any, path ...string) {
 		if err == nil {
 			err = doc.Set(v, path...)

@@ -38,7 +38,7 @@ func (p *Policy) Mutate(_ context.Context, req *admission.Request) ([]jsonedit.O
 	if req.Operation != admissionv1.Create {
 		return nil, admission.Allow()
 	}
-	doc := jsonedit.NewDoc(req.Object.Raw)
+	doc := req.ObjectDoc()
 	var meta struct {
 		Namespace       string                  `json:"namespace"`
 		Labels          map[string]string       `json:"labels"`

@@ -176,7 +176,7 @@ func parseRequested(v string, maxDays int) (int, error) {
 // acme.com/lifespan-requested must be an integer in [0, 14], got "15"`; a
 // body that is not a pod JSON also gets 400.
 func (p *Policy) Mutate(_ context.Context, req *admission.Request) ([]jsonedit.Op, admission.Verdict) {
-	doc := jsonedit.NewDoc(req.Object.Raw)
+	doc := req.ObjectDoc()
 	var labels map[string]string
 	if _, err := doc.Decode(&labels, "metadata", "labels"); err != nil {
 		return nil, admission.Invalid("%s: cannot parse the pod: %v", Name, err)

@@ -131,7 +131,7 @@ func (p *Policy) Mutate(_ context.Context, req *admission.Request) ([]jsonedit.O
 	if req.Resource.Resource != "nodes" || req.SubResource != "status" || req.Operation != admissionv1.Update {
 		return nil, admission.Allow()
 	}
-	doc := jsonedit.NewDoc(req.Object.Raw)
+	doc := req.ObjectDoc()
 	node, err := decodeNode(doc)
 	if err != nil {
 		return nil, admission.Invalid("%s: cannot parse the node: %v", Name, err)

@@ -98,7 +98,7 @@ func sameQuantities(a, b map[corev1.ResourceName]resource.Quantity) bool {
 // raw and amplified again, until the kubelet's next status post (which carries
 // real raw values) repairs the node.
 func (p *Policy) Mutate(_ context.Context, req *admission.Request) ([]jsonedit.Op, admission.Verdict) {
-	doc := jsonedit.NewDoc(req.Object.Raw)
+	doc := req.ObjectDoc()
 	pl, v := p.plan(doc)
 	if pl == nil {
 		return nil, v

@@ -67,7 +67,7 @@ func (p *Policy) ParseOverride(value string) (map[corev1.ResourceName]*inf.Dec, 
 // on UPDATE, when the old object carries the same problem, only a warning.
 func (p *Policy) Validate(_ context.Context, req *admission.Request) admission.Verdict {
 	var node nodeAnnotations
-	if _, err := admission.DecodeFields(req.Object.Raw, nodeAnnotationsKeep, &node); err != nil {
+	if _, err := req.DecodeObjectFields(nodeAnnotationsKeep, &node); err != nil {
 		return admission.Invalid("%s: cannot parse the node: %v", Name, err)
 	}
 	var qwarn []string

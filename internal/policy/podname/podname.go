@@ -106,7 +106,7 @@ func (p *Policy) Hooks() []admission.Hook {
 // contains a configured word; it answers 400 when the object is not a pod JSON.
 func (p *Policy) Validate(_ context.Context, req *admission.Request) admission.Verdict {
 	var pod podNames
-	if _, err := admission.DecodeFields(req.Object.Raw, podNamesKeep, &pod); err != nil {
+	if _, err := req.DecodeObjectFields(podNamesKeep, &pod); err != nil {
 		return admission.Invalid("%s: cannot parse the pod: %v", Name, err)
 	}
 	// generateName is what the user chose when the API server picks the

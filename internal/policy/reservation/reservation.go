@@ -123,7 +123,7 @@ func (p *Policy) Mutate(_ context.Context, req *admission.Request) ([]jsonedit.O
 	if req.Operation != admissionv1.Create || req.SubResource != "" || req.Resource.Resource != Resource {
 		return nil, admission.Allow()
 	}
-	doc := jsonedit.NewDoc(req.Object.Raw)
+	doc := req.ObjectDoc()
 	have, err := colocation.ReadObject(doc, colocation.TemplateSpec)
 	if err != nil {
 		return nil, admission.Invalid("%s: cannot parse the Reservation: %v", Name, err)
@@ -158,7 +158,7 @@ func (p *Policy) Validate(_ context.Context, req *admission.Request) admission.V
 	if req.SubResource != "" || (req.Operation != admissionv1.Create && req.Operation != admissionv1.Update) {
 		return admission.Allow()
 	}
-	doc := jsonedit.NewDoc(req.Object.Raw)
+	doc := req.ObjectDoc()
 	raw, err := doc.Get("metadata", "annotations", AnnotationReservePod)
 	if err != nil {
 		return admission.Invalid("%v", err)

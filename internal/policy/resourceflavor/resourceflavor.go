@@ -139,7 +139,7 @@ func (p *Policy) Mutate(_ context.Context, req *admission.Request) ([]jsonedit.O
 	if !p.addFinalizer {
 		return nil, admission.Allow()
 	}
-	doc := jsonedit.NewDoc(req.Object.Raw)
+	doc := req.ObjectDoc()
 	var finalizers []string
 	if _, err := doc.Decode(&finalizers, "metadata", "finalizers"); err != nil {
 		return nil, admission.Invalid("%s: cannot parse the ResourceFlavor: %v", Name, err)
