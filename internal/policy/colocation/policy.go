@@ -148,7 +148,7 @@ func (p *Policy) Mutate(_ context.Context, req *admission.Request) ([]jsonedit.O
 	if req.Operation != admissionv1.Create || req.SubResource != "" {
 		return nil, admission.Allow()
 	}
-	doc := jsonedit.NewDoc(req.Object.Raw)
+	doc := req.ObjectDoc()
 	have := &Object{}
 	if _, err := doc.Decode(&have.Labels, "metadata", "labels"); err != nil {
 		return nil, admission.Invalid("%s: cannot parse the pod: %v", Name, err)

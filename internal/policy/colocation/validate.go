@@ -21,8 +21,8 @@ type podMeta struct {
 	priority *int32
 }
 
-func readMeta(raw []byte) (podMeta, *jsonedit.Doc, error) {
-	doc := jsonedit.NewDoc(raw)
+// readMeta reads the labels and priority of the pod in doc and returns doc.
+func readMeta(doc *jsonedit.Doc) (podMeta, *jsonedit.Doc, error) {
 	var m podMeta
 	if _, err := doc.Decode(&m.labels, "metadata", "labels"); err != nil {
 		return m, nil, err
@@ -47,13 +47,13 @@ func (p *Policy) Validate(_ context.Context, req *admission.Request) admission.V
 	if req.SubResource != "" || (req.Operation != admissionv1.Create && req.Operation != admissionv1.Update) {
 		return admission.Allow()
 	}
-	newPod, doc, err := readMeta(req.Object.Raw)
+	newPod, doc, err := readMeta(req.ObjectDoc())
 	if err != nil {
 		return admission.Invalid("%v", err)
 	}
 	var errs field.ErrorList
 	if req.Operation == admissionv1.Update {
-		oldPod, _, err := readMeta(req.OldObject.Raw)
+		oldPod, _, err := readMeta(jsonedit.NewDoc(req.OldObject.Raw))
 		if err != nil {
 			return admission.Invalid("%v", err)
 		}
