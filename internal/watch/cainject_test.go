@@ -10,6 +10,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/client-go/kubernetes/fake"
 	k8stesting "k8s.io/client-go/testing"
 
 	"github.com/kadmit/kadmit/internal/doctor"
@@ -30,13 +31,15 @@ func TestInjectionSource(t *testing.T) {
 	good.Annotations = map[string]string{annInjectFromSecret: testNS + "/ca"}
 	locked := validatingConfig("cfg-locked", "svc-i", false, ca.pem(), "locked.example.com")
 	locked.Annotations = map[string]string{annInjectFromSecret: testNS + "/locked"}
-	r := startController(t, func(o *Options) { o.HandshakeInterval = time.Hour }, testService("svc-i", 9443), secret("ca", ca), secret("locked", ca), stale, good, locked)
-	r.cs.PrependReactor("get", "secrets", func(a k8stesting.Action) (bool, runtime.Object, error) {
-		if a.(k8stesting.GetAction).GetName() == "locked" {
-			return true, nil, apierrors.NewForbidden(schema.GroupResource{Resource: "secrets"}, "locked", nil)
-		}
-		return false, nil, nil
-	})
+	refuse := func(cs *fake.Clientset) {
+		cs.PrependReactor("get", "secrets", func(a k8stesting.Action) (bool, runtime.Object, error) {
+			if a.(k8stesting.GetAction).GetName() == "locked" {
+				return true, nil, apierrors.NewForbidden(schema.GroupResource{Resource: "secrets"}, "locked", nil)
+			}
+			return false, nil, nil
+		})
+	}
+	r := startControllerWith(t, refuse, nil, func(o *Options) { o.HandshakeInterval = time.Hour }, testService("svc-i", 9443), secret("ca", ca), secret("locked", ca), stale, good, locked)
 	waitFor(t, 10*time.Second, "first evaluation", r.c.Ready)
 	in := &injector{c: r.c, pending: map[wkey]bool{}}
 	ctx := context.Background()
