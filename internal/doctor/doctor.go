@@ -124,6 +124,22 @@ type run struct {
 	handshakes map[string]handshakeResult
 	// probeCalls records each probe's outcome and round trip (ProbeWebhook).
 	probeCalls []ProbeCall
+	// objects memoizes Backend.objects: every webhook is checked against
+	// every backend's objects, which are the same for the whole run.
+	objects map[*Backend][]Object
+}
+
+// objectsOf returns b.objects(), computed once per run.
+func (r *run) objectsOf(b *Backend) []Object {
+	if o, ok := r.objects[b]; ok {
+		return o
+	}
+	if r.objects == nil {
+		r.objects = map[*Backend][]Object{}
+	}
+	o := b.objects()
+	r.objects[b] = o
+	return o
 }
 
 type handshakeResult struct {
