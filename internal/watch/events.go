@@ -2,6 +2,7 @@ package watch
 
 import (
 	"fmt"
+	"log/slog"
 	"time"
 	"unicode/utf8"
 
@@ -27,6 +28,7 @@ type eventState struct {
 	emitted bool // the Warning went out
 	last    time.Time
 	message string
+	cleared bool // logged as cleared; its Resolved may still wait for a token
 }
 
 // events turns changes of the active warning and error findings into
@@ -39,14 +41,20 @@ type eventState struct {
 // lost or unbounded. active is bounded by the tracked webhooks times the
 // check IDs.
 type events struct {
+	log    *slog.Logger
 	rec    record.EventRecorder
 	limit  *rate.Limiter
 	repeat time.Duration
 	active map[eventKey]*eventState
 }
 
-func newEvents(rec record.EventRecorder, qps float64, burst int, repeat time.Duration) *events {
-	return &events{rec: rec, limit: rate.NewLimiter(rate.Limit(qps), burst), repeat: repeat, active: map[eventKey]*eventState{}}
+// newEvents logs each appearance and clearing at info level (log may be
+// nil), whatever the token bucket lets through as Events.
+func newEvents(log *slog.Logger, rec record.EventRecorder, qps float64, burst int, repeat time.Duration) *events {
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	return &events{log: log, rec: rec, limit: rate.NewLimiter(rate.Limit(qps), burst), repeat: repeat, active: map[eventKey]*eventState{}}
 }
 
 // sync emits what changed since the last call, at time now.
@@ -80,8 +88,10 @@ func (e *events) sync(now time.Time, states []*webhookState) {
 		if st == nil {
 			st = &eventState{}
 			e.active[k] = st
+			e.log.Info("finding appeared", "kind", k.w.Kind, "configuration", k.w.Configuration, "webhook", k.w.Webhook,
+				"check", k.id, "severity", string(c.f.Severity), "what", c.f.What)
 		}
-		st.uid = c.state.uid
+		st.uid, st.cleared = c.state.uid, false
 		if st.emitted && now.Sub(st.last) < e.repeat {
 			continue
 		}
@@ -95,6 +105,10 @@ func (e *events) sync(now time.Time, states []*webhookState) {
 	for k, st := range e.active {
 		if current[k] != nil {
 			continue
+		}
+		if !st.cleared {
+			st.cleared = true
+			e.log.Info("finding cleared", "kind", k.w.Kind, "configuration", k.w.Configuration, "webhook", k.w.Webhook, "check", k.id)
 		}
 		if !st.emitted || !present[k.w] {
 			// Never announced, or the webhook is gone with its object.
