@@ -98,7 +98,7 @@ func (e *events) sync(now time.Time, states []*webhookState) {
 		if !e.limit.AllowN(now, 1) {
 			continue
 		}
-		msg := warningMessage(k.w.Webhook, c.f, c.more)
+		msg := warningMessage(subject(k.w), c.f, c.more)
 		e.rec.Event(configRef(k.w, st.uid), corev1.EventTypeWarning, k.id, msg)
 		st.emitted, st.last, st.message = true, now, msg
 	}
@@ -119,23 +119,33 @@ func (e *events) sync(now time.Time, states []*webhookState) {
 			continue // retried at the next evaluation
 		}
 		e.rec.Event(configRef(k.w, st.uid), corev1.EventTypeNormal, k.id+"Resolved",
-			truncate(fmt.Sprintf("webhook %s: %s no longer found (was: %s)", k.w.Webhook, k.id, st.message)))
+			truncate(fmt.Sprintf("%s: %s no longer found (was: %s)", subject(k.w), k.id, st.message)))
 		delete(e.active, k)
 	}
 }
 
-// configRef is the involvedObject: the cluster-scoped configuration, so
-// the Event lands in namespace default (client-go's record.makeEvent).
+// configRef is the involvedObject: the cluster-scoped configuration (or
+// policy, or binding), so the Event lands in namespace default (client-go's
+// record.makeEvent).
 func configRef(w wkey, uid types.UID) *corev1.ObjectReference {
 	return &corev1.ObjectReference{Kind: w.Kind, APIVersion: "admissionregistration.k8s.io/v1", Name: w.Configuration, UID: uid}
 }
 
-func warningMessage(webhook string, f doctor.Finding, more int) string {
+// subject names what an Event is about: "webhook <name>", or for a policy
+// state "<Kind> <name>".
+func subject(w wkey) string {
+	if w.Webhook == "" {
+		return w.Kind + " " + w.Configuration
+	}
+	return "webhook " + w.Webhook
+}
+
+func warningMessage(subject string, f doctor.Finding, more int) string {
 	what := f.What
 	if more > 0 {
 		what += fmt.Sprintf(" (and %d more like it)", more)
 	}
-	msg := fmt.Sprintf("webhook %s: %s", webhook, what)
+	msg := fmt.Sprintf("%s: %s", subject, what)
 	if f.Fix != "" {
 		msg += "; fix: " + f.Fix
 	}

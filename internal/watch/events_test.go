@@ -85,7 +85,7 @@ func TestEventsRateLimited(t *testing.T) {
 func TestEventMessageBounded(t *testing.T) {
 	f := kd201
 	f.What = strings.Repeat("é", 2000)
-	msg := warningMessage("w", f, 0)
+	msg := warningMessage("webhook w", f, 0)
 	if len(msg) > MaxEventMessage || !strings.HasSuffix(msg, "...") {
 		t.Fatalf("message of %d bytes", len(msg))
 	}
