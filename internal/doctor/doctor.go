@@ -167,8 +167,9 @@ func Run(ctx context.Context, cs kubernetes.Interface, opts Options) (*Report, e
 
 // Diagnose runs the checks over snap for the webhooks opts selects. It
 // reads nothing from the API server except for probes (opts.Probe, through
-// cs; cs may be nil otherwise); handshakes dial opts.Dial. A future
-// controller can call it on a Snapshot it keeps current from informers.
+// cs; cs may be nil otherwise); handshakes dial opts.Dial, or come from
+// opts.Handshake. kadmit watch (internal/watch) calls it on a Snapshot it
+// keeps current from informers, with its own handshake results.
 func Diagnose(ctx context.Context, cs kubernetes.Interface, snap *Snapshot, opts Options) (*Report, error) {
 	opts.defaults()
 	r := &run{cs: cs, o: opts, snap: snap, all: snap.Webhooks, backends: snap.Backends, namespaces: snap.Namespaces, handshakes: map[string]handshakeResult{}}

@@ -54,8 +54,10 @@ type exported struct {
 // values are bounded: configuration and webhook are Kubernetes names (at
 // most 253 bytes) of at most MaxWebhooks tracked webhooks, endpoint at most
 // MaxEndpoints per webhook, check and severity from doctor's fixed lists,
-// reason from the fixed lists below. Per-webhook series exist only on the
-// leader, and are deleted with their webhook.
+// reason from the fixed lists below; kadmit_watch_policy_findings carries
+// the kind and name of at most MaxWebhooks admission policies and bindings.
+// Per-webhook and per-policy series exist only on the leader, and are
+// deleted with their object.
 type Metrics struct {
 	reg *prometheus.Registry
 
