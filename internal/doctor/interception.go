@@ -259,7 +259,7 @@ func (r *run) webhooksOf(key string) []*Webhook {
 // firstIntercepted returns the first of b's objects w intercepts.
 func (r *run) firstIntercepted(ctx context.Context, w *Webhook, b *Backend) (verdict, bool) {
 	var unsure *verdict
-	for _, o := range b.objects() {
+	for _, o := range r.objectsOf(b) {
 		if v, ok := r.decide(ctx, w, o); ok {
 			if len(v.unsure) == 0 {
 				return v, true
@@ -545,6 +545,7 @@ func (r *run) probe(ctx context.Context, w *Webhook) []Finding {
 			return []Finding{g.finding()}
 		}
 		o := Classify(err, w.Name)
+		r.probeCalls = append(r.probeCalls, ProbeCall{Outcome: o, RTT: rtt})
 		a := byID[o.ID]
 		if a == nil {
 			a = &agg{o: o, min: rtt, max: rtt}
