@@ -12,6 +12,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes/scheme"
 	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
 	"k8s.io/client-go/tools/record"
@@ -133,7 +134,7 @@ func (c *Controller) Run(ctx context.Context, addr string) error {
 		}))
 		b.StartRecordingToSink(&typedcorev1.EventSinkImpl{Interface: c.o.Client.CoreV1().Events("")})
 		defer b.Shutdown()
-		c.rec = b.NewRecorder(scheme.Scheme, corev1.EventSource{Component: "kadmit-watch", Host: c.o.Identity})
+		c.rec = b.NewRecorder(scheme.Scheme, corev1.EventSource{Component: eventComponent, Host: c.o.Identity})
 	}
 	var wg sync.WaitGroup
 	defer wg.Wait()
@@ -246,7 +247,8 @@ func (c *Controller) step(ctx context.Context) (reeval bool, err error) {
 		c.metrics.setLeader(lead)
 		c.events = nil
 		if lead {
-			c.events = newEvents(c.rec, c.o.EventQPS, c.o.EventBurst, c.o.EventRepeat)
+			c.events = newEvents(c.o.Log, c.rec, c.o.EventQPS, c.o.EventBurst, c.o.EventRepeat)
+			c.events.seed(ctx, c.o.Client.CoreV1().Events(metav1.NamespaceDefault).List, c.o.Now())
 		}
 		c.wasLeading = lead
 	}

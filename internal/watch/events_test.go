@@ -1,10 +1,13 @@
 package watch
 
 import (
+	"context"
 	"strings"
 	"testing"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/tools/record"
 
 	"github.com/kadmit/kadmit/internal/doctor"
@@ -21,7 +24,7 @@ var kd201 = doctor.Finding{ID: doctor.IDNoReadyEndpoints, Severity: doctor.Sever
 // <ID>Resolved when it clears, and none for a webhook that was deleted.
 func TestEventsDeduplicatedRepeatedAndResolved(t *testing.T) {
 	rec := record.NewFakeRecorder(100)
-	e := newEvents(rec, 1, 10, time.Hour)
+	e := newEvents(nil, rec, 1, 10, time.Hour)
 	t0 := time.Unix(1_800_000_000, 0)
 	ep1, ep2 := kd201, kd201
 	ep1.ID, ep2.ID = doctor.IDEndpointRefused, doctor.IDEndpointRefused
@@ -58,7 +61,7 @@ func TestEventsDeduplicatedRepeatedAndResolved(t *testing.T) {
 // later evaluations, nothing is lost.
 func TestEventsRateLimited(t *testing.T) {
 	rec := record.NewFakeRecorder(1000)
-	e := newEvents(rec, 1, 5, time.Hour)
+	e := newEvents(nil, rec, 1, 5, time.Hour)
 	t0 := time.Unix(1_800_000_000, 0)
 	var states []*webhookState
 	for i := range 40 {
@@ -85,11 +88,37 @@ func TestEventsRateLimited(t *testing.T) {
 func TestEventMessageBounded(t *testing.T) {
 	f := kd201
 	f.What = strings.Repeat("é", 2000)
-	msg := warningMessage("w", f, 0)
+	msg := warningMessage("webhook w", f, 0)
 	if len(msg) > MaxEventMessage || !strings.HasSuffix(msg, "...") {
 		t.Fatalf("message of %d bytes", len(msg))
 	}
 	if !strings.HasPrefix(msg, "webhook w: é") {
 		t.Fatalf("message %q", msg[:20])
+	}
+}
+
+// A new leader does not repeat a Warning its predecessor sent within the
+// repeat period, and resolves it if the finding is gone.
+func TestEventsSeededFromEarlierWarnings(t *testing.T) {
+	t0 := time.Unix(1_800_000_000, 0)
+	earlier := &corev1.EventList{Items: []corev1.Event{
+		{InvolvedObject: corev1.ObjectReference{Kind: doctor.KindValidating, Name: "c", UID: "u"}, Reason: "KD201", Type: corev1.EventTypeWarning,
+			Message: "webhook w: no ready endpoint; fix: kubectl get pods", LastTimestamp: metav1.NewTime(t0.Add(-10 * time.Minute))},
+		{InvolvedObject: corev1.ObjectReference{Kind: doctor.KindValidating, Name: "c", UID: "u"}, Reason: "KD202", Type: corev1.EventTypeWarning,
+			Message: "webhook w: refused", LastTimestamp: metav1.NewTime(t0.Add(-10 * time.Minute))},
+		{InvolvedObject: corev1.ObjectReference{Kind: doctor.KindValidating, Name: "old", UID: "u"}, Reason: "KD201", Type: corev1.EventTypeWarning,
+			Message: "webhook w: stale", LastTimestamp: metav1.NewTime(t0.Add(-2 * time.Hour))},
+	}}
+	rec := record.NewFakeRecorder(10)
+	e := newEvents(nil, rec, 1, 10, time.Hour)
+	e.seed(context.Background(), func(context.Context, metav1.ListOptions) (*corev1.EventList, error) { return earlier, nil }, t0)
+	e.sync(t0, []*webhookState{stateWith("c", "w", kd201)})
+	got := drain(rec)
+	if len(got) != 1 || !strings.HasPrefix(got[0], "Normal KD202Resolved webhook w:") {
+		t.Fatalf("after seeding: %q (want no repeated KD201 Warning, one KD202Resolved)", got)
+	}
+	e.sync(t0.Add(51*time.Minute), []*webhookState{stateWith("c", "w", kd201)})
+	if got = drain(rec); len(got) != 1 || !strings.HasPrefix(got[0], "Warning KD201") {
+		t.Fatalf("an hour after the predecessor's Warning: %q", got)
 	}
 }
