@@ -323,7 +323,7 @@ var contractMetrics = []string{
 	"kadmit_watch_handshake_duration_seconds", "kadmit_watch_handshake_failures_total",
 	"kadmit_watch_probe_duration_seconds", "kadmit_watch_probe_failures_total",
 	"kadmit_watch_evaluations_total", "kadmit_watch_last_evaluation_timestamp_seconds", "kadmit_watch_leader",
-	"kadmit_watch_untracked_webhooks",
+	"kadmit_watch_untracked_webhooks", "kadmit_watch_policy_findings",
 }
 
 // contractAlerts are the kadmit-watch group's alerts, exactly.
