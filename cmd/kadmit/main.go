@@ -16,6 +16,6 @@ func main() {
 		SilenceUsage:  true,
 		SilenceErrors: true,
 	}
-	root.AddCommand(newServeCmd(), newReviewCmd(), newTestCmd(), newBenchCmd(), cli.NewCommand(), newUninstallCmd(), newVersionCmd())
+	root.AddCommand(newServeCmd(), newReviewCmd(), newTestCmd(), newBenchCmd(), cli.NewCommand(), newWatchCmd(), newUninstallCmd(), newVersionCmd())
 	cmdexit.Execute(root, "kadmit")
 }

@@ -29,6 +29,18 @@ type DialFunc func(ctx context.Context, network, addr string) (net.Conn, error)
 // refuses; doctor reports such endpoints as unreachable (KD410), not broken.
 var ErrDialNotAllowed = errors.New("dialing this address is not allowed")
 
+// ErrHandshakePending is what an Options.Handshake seam returns for an
+// endpoint it has no handshake result for yet: the endpoint gets no
+// finding in this report (neither broken nor unreachable). kadmit watch
+// returns it until its own handshake of a new endpoint completes.
+var ErrHandshakePending = errors.New("handshake not made yet")
+
+// HandshakeFunc returns the certificate chain endpoint addr ("ip:port" or
+// "host:port") presented for serverName, on behalf of webhook w, or the
+// dial/handshake error (errors wrapping syscall.ECONNREFUSED, timeouts and
+// ErrDialNotAllowed are classified as doctor's own handshake does).
+type HandshakeFunc func(ctx context.Context, w *Webhook, addr, serverName string) ([]*x509.Certificate, error)
+
 // ErrNotFound is wrapped when a configuration named on the command line
 // exists in neither kind.
 var ErrNotFound = errors.New("webhook configuration not found")
@@ -61,6 +73,15 @@ type Options struct {
 	// Webhooks restricts the report further to these webhooks, each as
 	// "<configuration>/<webhook name>".
 	Webhooks []string
+	// Handshake, when set, replaces doctor's own dial and TLS handshake
+	// (and its per-run cache): a long-running controller supplies results
+	// of handshakes it makes on its own schedule. It may return
+	// ErrHandshakePending.
+	Handshake HandshakeFunc
+	// InCluster says doctor runs on the cluster's pod network (kadmit
+	// watch): an endpoint that times out or has no route is then a finding
+	// (KD409, error) instead of "not reachable from here" (KD410, info).
+	InCluster bool
 	// FromError is an API server error message (at most MaxErrorMessage
 	// bytes): the report is restricted to the webhook (or admission
 	// policy) it names, leads with a KD002 finding saying which finding
@@ -101,6 +122,8 @@ type run struct {
 	// handshakes caches per "addr|serverName|bundle" the result, since the
 	// webhooks of one configuration usually share Service and caBundle.
 	handshakes map[string]handshakeResult
+	// probeCalls records each probe's outcome and round trip (ProbeWebhook).
+	probeCalls []ProbeCall
 }
 
 type handshakeResult struct {
@@ -334,9 +357,9 @@ func (r *run) checkService(ctx context.Context, w *Webhook) []Finding {
 				What: fmt.Sprintf("Only the first %d of %d ready endpoints were handshaken.", r.o.MaxEndpoints, len(ready))})
 			break
 		}
-		fs, reached, certOK := r.checkEndpoint(ctx, w, e.HostPort(), w.ServerName())
+		fs, reached, certOK, pending := r.checkEndpoint(ctx, w, e.HostPort(), w.ServerName())
 		out = append(out, fs...)
-		if !reached {
+		if !reached && !pending {
 			unreachable++
 		}
 		if ref, ok := b.Workload[e.PodName]; ok && reached {
@@ -548,9 +571,9 @@ func (r *run) checkURL(ctx context.Context, w *Webhook) []Finding {
 	if port == "" {
 		port = "443"
 	}
-	fs, reached, _ := r.checkEndpoint(ctx, w, net.JoinHostPort(u.Hostname(), port), u.Hostname())
+	fs, reached, _, pending := r.checkEndpoint(ctx, w, net.JoinHostPort(u.Hostname(), port), u.Hostname())
 	out = append(out, fs...)
-	if !reached {
+	if !reached && !pending {
 		out = append(out, Finding{ID: IDEndpointUnreachable, Severity: SeverityInfo,
 			What: fmt.Sprintf("%s could not be reached from here, so its TLS handshake was not made.", u.Host),
 			Fix:  fmt.Sprintf("kadmit doctor --probe %s  # let the API server call the webhook (server-side dry-run)", w.Configuration)})
@@ -581,30 +604,45 @@ func bundleFix(w *Webhook) string {
 // webhook's caBundle as the only root, and analyses the certificate. reached
 // is false when the address cannot be dialled from here (no finding then);
 // certOK is true when the certificate passes every check that breaks calls.
-func (r *run) checkEndpoint(ctx context.Context, w *Webhook, addr, serverName string) (out []Finding, reached, certOK bool) {
-	key := addr + "|" + serverName
-	res, ok := r.handshakes[key]
-	if !ok {
-		res.chain, res.err = r.handshake(ctx, addr, serverName)
-		r.handshakes[key] = res
+//
+// pending is true when the Handshake seam has no result yet: no finding,
+// and the endpoint counts neither as reached nor as unreachable.
+func (r *run) checkEndpoint(ctx context.Context, w *Webhook, addr, serverName string) (out []Finding, reached, certOK, pending bool) {
+	var res handshakeResult
+	if r.o.Handshake != nil {
+		res.chain, res.err = r.o.Handshake(ctx, w, addr, serverName)
+	} else {
+		key := addr + "|" + serverName
+		var ok bool
+		if res, ok = r.handshakes[key]; !ok {
+			res.chain, res.err = r.handshake(ctx, addr, serverName)
+			r.handshakes[key] = res
+		}
 	}
 	if res.err != nil {
 		switch {
+		case errors.Is(res.err, ErrHandshakePending):
+			return nil, false, false, true
 		case errors.Is(res.err, syscall.ECONNREFUSED):
 			return []Finding{{ID: IDEndpointRefused, Severity: SeverityError, Endpoint: addr,
 				What: fmt.Sprintf("Endpoint %s refuses connections: nothing listens there.", addr),
 				Why:  fmt.Sprintf("The API server gets \"dial tcp %s: connect: connection refused\" whenever it picks this endpoint; %s", addr, consequence(w)),
 				Fix:  "Make the pod report ready only once its webhook server listens (readiness probe on the webhook port or on a check that waits for the certificate), and check the webhook's listen port against the Service targetPort.",
-			}}, true, false
-		case errors.Is(res.err, ErrDialNotAllowed), errors.Is(res.err, syscall.EHOSTUNREACH), errors.Is(res.err, syscall.ENETUNREACH),
-			errors.Is(res.err, os.ErrDeadlineExceeded), errors.Is(res.err, context.DeadlineExceeded), isDialTimeout(res.err), isDNSError(res.err):
-			return nil, false, false
+			}}, true, false, false
+		case r.o.InCluster && isTimeoutOrNoRoute(res.err):
+			return []Finding{{ID: IDHandshakeFailed, Severity: SeverityError, Endpoint: addr,
+				What: fmt.Sprintf("Endpoint %s (ServerName %s) did not complete a TLS handshake within %s: %v.", addr, serverName, r.o.HandshakeTimeout, res.err),
+				Why:  "The API server, on the same pod network, waits the same way until the webhook's timeoutSeconds runs out; " + consequence(w),
+				Fix:  "Check that the webhook pod is running and not overloaded (kubectl top pod; kubectl logs), and that no NetworkPolicy drops traffic to its port.",
+			}}, true, false, false
+		case errors.Is(res.err, ErrDialNotAllowed), isTimeoutOrNoRoute(res.err), isDNSError(res.err):
+			return nil, false, false, false
 		default:
 			return []Finding{{ID: IDHandshakeFailed, Severity: SeverityError, Endpoint: addr,
 				What: fmt.Sprintf("TLS handshake with %s (ServerName %s) failed: %v.", addr, serverName, res.err),
 				Why:  "The API server's handshake fails the same way; " + consequence(w),
 				Fix:  "Check that the webhook serves HTTPS on this port with its serving certificate: kubectl logs on the webhook pod.",
-			}}, true, false
+			}}, true, false, false
 		}
 	}
 	certOK = true
@@ -615,7 +653,13 @@ func (r *run) checkEndpoint(ctx context.Context, w *Webhook, addr, serverName st
 		out = append(out, Finding{ID: ci.ID, Severity: ci.Severity, Endpoint: addr,
 			What: fmt.Sprintf("Endpoint %s: %s", addr, ci.What), Why: ci.Why, Fix: servingFix(w, ci.ID)})
 	}
-	return out, true, certOK
+	return out, true, certOK, false
+}
+
+// isTimeoutOrNoRoute: the endpoint did not answer in time or has no route.
+func isTimeoutOrNoRoute(err error) bool {
+	return errors.Is(err, syscall.EHOSTUNREACH) || errors.Is(err, syscall.ENETUNREACH) ||
+		errors.Is(err, os.ErrDeadlineExceeded) || errors.Is(err, context.DeadlineExceeded) || isDialTimeout(err)
 }
 
 // isDNSError: a host name doctor cannot resolve (cluster DNS from a laptop)
@@ -654,13 +698,23 @@ func servingFix(w *Webhook, id string) string {
 	}
 }
 
-// handshake dials addr with the configured DialFunc and makes a TLS
-// handshake with serverName, without verification (done afterwards, so
-// every problem can be named). It returns the peer's chain.
+// handshake dials addr with the configured DialFunc and returns the chain
+// Handshake gets.
 func (r *run) handshake(ctx context.Context, addr, serverName string) ([]*x509.Certificate, error) {
-	ctx, cancel := context.WithTimeout(ctx, r.o.HandshakeTimeout)
+	return Handshake(ctx, r.o.Dial, r.o.HandshakeTimeout, addr, serverName)
+}
+
+// Handshake dials addr ("ip:port" or "host:port") with dial and makes a TLS
+// handshake with serverName (SNI), offering http/1.1, within timeout. It
+// does not verify the chain (analyzeServing does, against the caBundle, so
+// every problem can be named) and returns the peer's chain, leaf first.
+//
+// Errors: the dial error as dial returned it (syscall.ECONNREFUSED,
+// timeouts, ErrDialNotAllowed ...), or "tls handshake: %w".
+func Handshake(ctx context.Context, dial DialFunc, timeout time.Duration, addr, serverName string) ([]*x509.Certificate, error) {
+	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
-	raw, err := r.o.Dial(ctx, "tcp", addr)
+	raw, err := dial(ctx, "tcp", addr)
 	if err != nil {
 		return nil, err
 	}

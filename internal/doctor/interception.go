@@ -545,6 +545,7 @@ func (r *run) probe(ctx context.Context, w *Webhook) []Finding {
 			return []Finding{g.finding()}
 		}
 		o := Classify(err, w.Name)
+		r.probeCalls = append(r.probeCalls, ProbeCall{Outcome: o, RTT: rtt})
 		a := byID[o.ID]
 		if a == nil {
 			a = &agg{o: o, min: rtt, max: rtt}

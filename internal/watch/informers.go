@@ -1,0 +1,158 @@
+package watch
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/informers"
+	"k8s.io/client-go/kubernetes"
+	admissionlisters "k8s.io/client-go/listers/admissionregistration/v1"
+	appslisters "k8s.io/client-go/listers/apps/v1"
+	corelisters "k8s.io/client-go/listers/core/v1"
+	discoverylisters "k8s.io/client-go/listers/discovery/v1"
+	policylisters "k8s.io/client-go/listers/policy/v1"
+	"k8s.io/client-go/tools/cache"
+)
+
+// cluster is the informer-backed view the snapshot is built from: every
+// resource doctor's checks read for a webhook, cluster-wide.
+type cluster struct {
+	factory informers.SharedInformerFactory
+	synced  []cache.InformerSynced
+
+	mutating     admissionlisters.MutatingWebhookConfigurationLister
+	validating   admissionlisters.ValidatingWebhookConfigurationLister
+	namespaces   corelisters.NamespaceLister
+	services     corelisters.ServiceLister
+	slices       discoverylisters.EndpointSliceLister
+	pods         corelisters.PodLister
+	replicaSets  appslisters.ReplicaSetLister
+	deployments  appslisters.DeploymentLister
+	statefulSets appslisters.StatefulSetLister
+	daemonSets   appslisters.DaemonSetLister
+	pdbs         policylisters.PodDisruptionBudgetLister
+
+	// backendNS holds the namespaces of the Services webhooks call, as of
+	// the last evaluation: workload and pod events elsewhere cannot change
+	// a finding, so they do not trigger one.
+	mu        sync.RWMutex
+	backendNS map[string]bool
+}
+
+// newCluster registers the informers and calls kick on every event that
+// may change a finding. Objects are stored without managedFields, which no
+// check reads, to keep the cluster-wide pod cache small.
+func newCluster(cs kubernetes.Interface, kick func()) (*cluster, error) {
+	f := informers.NewSharedInformerFactoryWithOptions(cs, 0, informers.WithTransform(func(o any) (any, error) {
+		if m, ok := o.(metav1.ObjectMetaAccessor); ok {
+			m.GetObjectMeta().SetManagedFields(nil)
+		}
+		return o, nil
+	}))
+	c := &cluster{factory: f, backendNS: map[string]bool{}}
+	always := cache.ResourceEventHandlerFuncs{
+		AddFunc:    func(any) { kick() },
+		UpdateFunc: func(any, any) { kick() },
+		DeleteFunc: func(any) { kick() },
+	}
+	inBackendNS := func(o any) {
+		if d, ok := o.(cache.DeletedFinalStateUnknown); ok {
+			o = d.Obj
+		}
+		m, ok := o.(metav1.Object)
+		if !ok {
+			return
+		}
+		c.mu.RLock()
+		hit := c.backendNS[m.GetNamespace()]
+		c.mu.RUnlock()
+		if hit {
+			kick()
+		}
+	}
+	scoped := cache.ResourceEventHandlerFuncs{
+		AddFunc:    inBackendNS,
+		UpdateFunc: func(_, n any) { inBackendNS(n) },
+		DeleteFunc: inBackendNS,
+	}
+	add := func(inf cache.SharedIndexInformer, h cache.ResourceEventHandler) error {
+		if _, err := inf.AddEventHandler(h); err != nil {
+			return fmt.Errorf("add event handler: %w", err)
+		}
+		c.synced = append(c.synced, inf.HasSynced)
+		return nil
+	}
+	reg := f.Admissionregistration().V1()
+	c.mutating = reg.MutatingWebhookConfigurations().Lister()
+	c.validating = reg.ValidatingWebhookConfigurations().Lister()
+	c.namespaces = f.Core().V1().Namespaces().Lister()
+	c.services = f.Core().V1().Services().Lister()
+	c.slices = f.Discovery().V1().EndpointSlices().Lister()
+	c.pods = f.Core().V1().Pods().Lister()
+	c.replicaSets = f.Apps().V1().ReplicaSets().Lister()
+	c.deployments = f.Apps().V1().Deployments().Lister()
+	c.statefulSets = f.Apps().V1().StatefulSets().Lister()
+	c.daemonSets = f.Apps().V1().DaemonSets().Lister()
+	c.pdbs = f.Policy().V1().PodDisruptionBudgets().Lister()
+	for _, x := range []struct {
+		inf cache.SharedIndexInformer
+		h   cache.ResourceEventHandler
+	}{
+		{reg.MutatingWebhookConfigurations().Informer(), always},
+		{reg.ValidatingWebhookConfigurations().Informer(), always},
+		{f.Core().V1().Namespaces().Informer(), always},
+		{f.Core().V1().Services().Informer(), scoped},
+		{f.Discovery().V1().EndpointSlices().Informer(), scoped},
+		{f.Core().V1().Pods().Informer(), scoped},
+		{f.Apps().V1().ReplicaSets().Informer(), scoped},
+		{f.Apps().V1().Deployments().Informer(), scoped},
+		{f.Apps().V1().StatefulSets().Informer(), scoped},
+		{f.Apps().V1().DaemonSets().Informer(), scoped},
+		{f.Policy().V1().PodDisruptionBudgets().Informer(), scoped},
+	} {
+		if err := add(x.inf, x.h); err != nil {
+			return nil, err
+		}
+	}
+	return c, nil
+}
+
+// start runs the informers until ctx ends.
+func (c *cluster) start(ctx context.Context) { c.factory.Start(ctx.Done()) }
+
+// hasSynced reports whether every informer has listed once.
+func (c *cluster) hasSynced() bool {
+	for _, s := range c.synced {
+		if !s() {
+			return false
+		}
+	}
+	return true
+}
+
+// waitSynced blocks until every informer has synced or ctx ends.
+//
+// Errors: ctx ended first (a list is refused or never answered; the
+// informers' own log says which), wrapping ctx.Err().
+func (c *cluster) waitSynced(ctx context.Context) error {
+	t := time.NewTicker(100 * time.Millisecond)
+	defer t.Stop()
+	for !c.hasSynced() {
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("informers not synced: %w", ctx.Err())
+		case <-t.C:
+		}
+	}
+	return nil
+}
+
+// setBackendNamespaces records the namespaces whose workload events matter.
+func (c *cluster) setBackendNamespaces(ns map[string]bool) {
+	c.mu.Lock()
+	c.backendNS = ns
+	c.mu.Unlock()
+}

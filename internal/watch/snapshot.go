@@ -1,0 +1,183 @@
+package watch
+
+import (
+	"fmt"
+	"sort"
+
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/kadmit/kadmit/internal/doctor"
+)
+
+// view is one evaluation's input: the snapshot, and what the reports need
+// beyond it.
+type view struct {
+	snap *doctor.Snapshot
+	// uids maps "<Kind>/<configuration>" to the configuration's UID, for
+	// the Events' involvedObject.
+	uids map[string]types.UID
+	// annotations maps "<Kind>/<configuration>" to its annotations (the
+	// cert-manager injection checks read them).
+	annotations map[string]map[string]string
+}
+
+// snapshot builds from the listers the doctor.Snapshot that
+// doctor.LoadSnapshot would read with API calls: every webhook, the
+// namespaces, and each webhook Service's backend, resolved. policies may be
+// nil (not read yet). The listers return shared cache objects: nothing
+// here writes to them.
+//
+// Errors: a lister failed with anything but NotFound (wrapped).
+func (c *cluster) snapshot(policies *doctor.PolicySet) (*view, error) {
+	v := &view{uids: map[string]types.UID{}, annotations: map[string]map[string]string{}}
+	s := &doctor.Snapshot{Namespaces: map[string]map[string]string{}, NamespacesKnown: true, Backends: map[string]*doctor.Backend{}, Policies: policies}
+	if s.Policies == nil {
+		s.Policies = &doctor.PolicySet{}
+	}
+	ml, err := c.mutating.List(labels.Everything())
+	if err != nil {
+		return nil, fmt.Errorf("list MutatingWebhookConfigurations: %w", err)
+	}
+	vl, err := c.validating.List(labels.Everything())
+	if err != nil {
+		return nil, fmt.Errorf("list ValidatingWebhookConfigurations: %w", err)
+	}
+	// The API server lists in name order; the listers do not.
+	sort.Slice(ml, func(a, b int) bool { return ml[a].Name < ml[b].Name })
+	sort.Slice(vl, func(a, b int) bool { return vl[a].Name < vl[b].Name })
+	for _, m := range ml {
+		s.Webhooks = append(s.Webhooks, doctor.FromMutating(m)...)
+		v.uids[doctor.KindMutating+"/"+m.Name], v.annotations[doctor.KindMutating+"/"+m.Name] = m.UID, m.Annotations
+	}
+	for _, m := range vl {
+		s.Webhooks = append(s.Webhooks, doctor.FromValidating(m)...)
+		v.uids[doctor.KindValidating+"/"+m.Name], v.annotations[doctor.KindValidating+"/"+m.Name] = m.UID, m.Annotations
+	}
+	nl, err := c.namespaces.List(labels.Everything())
+	if err != nil {
+		return nil, fmt.Errorf("list namespaces: %w", err)
+	}
+	for _, n := range nl {
+		if n.Status.Phase != corev1.NamespaceTerminating {
+			s.Namespaces[n.Name] = n.Labels
+		}
+	}
+	for _, w := range s.Webhooks {
+		sv := w.ClientConfig.Service
+		if sv == nil || s.Backends[w.ServiceKey()] != nil {
+			continue
+		}
+		b, err := c.backend(sv.Namespace, sv.Name)
+		if err != nil {
+			return nil, fmt.Errorf("webhook %s: %w", w.Name, err)
+		}
+		s.Backends[w.ServiceKey()] = b
+	}
+	v.snap = s
+	return v, nil
+}
+
+// backend fills a doctor.Backend for Service ns/name from the listers, the
+// way doctor's loadBackend reads it from the API server, and resolves it.
+func (c *cluster) backend(ns, name string) (*doctor.Backend, error) {
+	b := &doctor.Backend{Namespace: ns, Name: name, ReplicaSets: map[string]*appsv1.ReplicaSet{}, Deployments: map[string]*appsv1.Deployment{}}
+	nsObj, err := c.namespaces.Get(ns)
+	switch {
+	case apierrors.IsNotFound(err):
+		return b, nil
+	case err != nil:
+		return nil, fmt.Errorf("get namespace %s: %w", ns, err)
+	}
+	b.NamespaceExists, b.NamespaceLabelsKnown, b.NamespaceLabels = true, true, nsObj.Labels
+	svc, err := c.services.Services(ns).Get(name)
+	switch {
+	case apierrors.IsNotFound(err):
+		b.Resolve()
+		return b, nil
+	case err != nil:
+		return nil, fmt.Errorf("get service %s/%s: %w", ns, name, err)
+	}
+	b.Service = svc
+	sl, err := c.slices.EndpointSlices(ns).List(labels.SelectorFromSet(labels.Set{discoveryv1.LabelServiceName: name}))
+	if err != nil {
+		return nil, fmt.Errorf("list EndpointSlices of service %s/%s: %w", ns, name, err)
+	}
+	sort.Slice(sl, func(a, b int) bool { return sl[a].Name < sl[b].Name })
+	for _, x := range sl {
+		b.Slices = append(b.Slices, *x)
+	}
+	pods := map[string]*corev1.Pod{}
+	if len(svc.Spec.Selector) > 0 {
+		pl, err := c.pods.Pods(ns).List(labels.SelectorFromSet(svc.Spec.Selector))
+		if err != nil {
+			return nil, fmt.Errorf("list pods selected by service %s/%s: %w", ns, name, err)
+		}
+		for _, p := range pl {
+			pods[p.Name] = p
+		}
+	}
+	// Endpoints may name pods the selector does not (hand-made slices).
+	for _, s := range b.Slices {
+		for _, e := range s.Endpoints {
+			if e.TargetRef == nil || e.TargetRef.Kind != "Pod" || pods[e.TargetRef.Name] != nil {
+				continue
+			}
+			tns := e.TargetRef.Namespace
+			if tns == "" {
+				tns = ns
+			}
+			if p, err := c.pods.Pods(tns).Get(e.TargetRef.Name); err == nil {
+				pods[p.Name] = p
+			}
+		}
+	}
+	for _, p := range pods {
+		b.Pods = append(b.Pods, p)
+	}
+	sort.Slice(b.Pods, func(i, j int) bool { return b.Pods[i].Name < b.Pods[j].Name })
+	rsl, err := c.replicaSets.ReplicaSets(ns).List(labels.Everything())
+	if err != nil {
+		return nil, fmt.Errorf("list ReplicaSets in %s: %w", ns, err)
+	}
+	for _, rs := range rsl {
+		b.ReplicaSets[rs.Name] = rs
+	}
+	dl, err := c.deployments.Deployments(ns).List(labels.Everything())
+	if err != nil {
+		return nil, fmt.Errorf("list Deployments in %s: %w", ns, err)
+	}
+	for _, d := range dl {
+		b.Deployments[d.Name] = d
+	}
+	sts, err := c.statefulSets.StatefulSets(ns).List(labels.Everything())
+	if err != nil {
+		return nil, fmt.Errorf("list StatefulSets in %s: %w", ns, err)
+	}
+	sort.Slice(sts, func(a, b int) bool { return sts[a].Name < sts[b].Name })
+	for _, x := range sts {
+		b.StatefulSets = append(b.StatefulSets, *x)
+	}
+	dss, err := c.daemonSets.DaemonSets(ns).List(labels.Everything())
+	if err != nil {
+		return nil, fmt.Errorf("list DaemonSets in %s: %w", ns, err)
+	}
+	sort.Slice(dss, func(a, b int) bool { return dss[a].Name < dss[b].Name })
+	for _, x := range dss {
+		b.DaemonSets = append(b.DaemonSets, *x)
+	}
+	b.Resolve()
+	pdbs, err := c.pdbs.PodDisruptionBudgets(ns).List(labels.Everything())
+	if err != nil {
+		return nil, fmt.Errorf("list PodDisruptionBudgets in %s: %w", ns, err)
+	}
+	sort.Slice(pdbs, func(a, b int) bool { return pdbs[a].Name < pdbs[b].Name })
+	for _, x := range pdbs {
+		b.PDBs = append(b.PDBs, *x)
+	}
+	return b, nil
+}
