@@ -53,6 +53,9 @@ const (
 	faultTemplateHash = "6f8d9c7b5"
 	// otherTemplateHash is the colliding workload's.
 	otherTemplateHash = "7c5b8d4f9"
+	// healthyValidity is the backends' serving certificates' lifetime:
+	// well past the 7 days of KadmitWebhookCertificateExpiringSoon.
+	healthyValidity = 90 * 24 * time.Hour
 )
 
 // testCA signs the fault backends' serving certificates.
@@ -64,7 +67,7 @@ type testCA struct {
 
 func newTestCA(t *testing.T) *testCA {
 	t.Helper()
-	c, k, err := certs.NewCA(time.Now(), 24*time.Hour, certs.ECDSAP256)
+	c, k, err := certs.NewCA(time.Now(), 365*24*time.Hour, certs.ECDSAP256)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -196,6 +199,7 @@ type faultBackend struct {
 	endpoints []faultEndpoint
 	index     int              // picks the addresses: 198.18.1.<10*index+n>
 	swapped   *tls.Certificate // servers[0]'s own certificate while a class swaps it
+	deleted   bool
 }
 
 // spareIP is the backend's address n (0-9) beyond its servers'.
@@ -253,7 +257,7 @@ func (e *env) newFaultBackend(t *testing.T, class string, index int) *faultBacke
 	ctx := e2eenv.TestCtx(t, time.Minute)
 	b := &faultBackend{e: e, class: class, name: "wf-" + class, ca: newTestCA(t), index: index}
 	b.webhook = b.name + ".watch-e2e.kadmit.test"
-	leaf := b.ca.issue(t, b.serverName(), time.Now(), 24*time.Hour)
+	leaf := b.ca.issue(t, b.serverName(), time.Now(), healthyValidity)
 	for i := range faultReplicas {
 		ip := b.spareIP(1 + i)
 		b.servers = append(b.servers, startFaultServer(t, ip, leaf))
@@ -377,9 +381,15 @@ func (b *faultBackend) updateConfig(ctx context.Context, edit func(w *admissionr
 	return err
 }
 
-// delete removes every object of the backend (best effort: cleanup).
+// delete removes every object of the backend, once; it also runs from
+// t.Cleanup, when t's context has ended.
 func (b *faultBackend) delete(t *testing.T) {
-	ctx := e2eenv.TestCtx(t, 30*time.Second)
+	if b.deleted {
+		return
+	}
+	b.deleted = true
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
 	cs := b.e.Client
 	var errs []error
 	add := func(err error) {
