@@ -36,12 +36,14 @@ func TestWatch(t *testing.T) {
 	e := world(t)
 	e.ensureInstalled(t)
 	rules := loadAlertRules(t, e)
+	pods := e.startPodMirror(t)
+	eventually(t, 20*time.Second, "Pod objects for kadmit's replicas", pods.synced)
 	w := e.startWatch(t)
 	alerts := newAlertEvaluator(t, rules)
 	w.scr.observe(alerts.add)
 
 	begin := time.Now()
-	t.Run("NoFalseAlarms", func(t *testing.T) { e.watchNoFalseAlarms(t, w, alerts) })
+	t.Run("NoFalseAlarms", func(t *testing.T) { e.watchNoFalseAlarms(t, w, alerts, pods) })
 	var rows []detection
 	t.Run("Detection", func(t *testing.T) { rows = e.watchDetection(t, w, alerts) })
 	// The faults were injected into other webhooks: kadmit's own stayed
@@ -78,14 +80,38 @@ func kadmitTracked(w *watchProc, endpoints int) error {
 }
 
 // watchNoFalseAlarms: serving rotation, CA rotation, rolling restart.
-func (e *env) watchNoFalseAlarms(t *testing.T, w *watchProc, alerts *alertEvaluator) {
+func (e *env) watchNoFalseAlarms(t *testing.T, w *watchProc, alerts *alertEvaluator, pods *podMirror) {
 	ctx := e2eenv.TestCtx(t, 3*time.Minute)
 	c := e.cluster
 	eventually(t, 30*time.Second, "kadmit's webhooks tracked by the watch", func() error { return kadmitTracked(w, 3) })
 	start := time.Now()
-	// settle lets at least one periodic handshake of every endpoint pass
-	// after each step, so that a false alarm would show.
-	settle := func() { time.Sleep(watchHandshakeInterval + 2*time.Second) }
+	// settle waits until the watch has handshaken every endpoint after a
+	// step (the expiry it reports is the Secret's serving certificate's),
+	// then lets one more periodic handshake pass, so that a false alarm
+	// would show.
+	settle := func(step string) {
+		_, leaf, _, err := e.secretMaterial(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		eventually(t, 3*watchHandshakeInterval, "the watch reports the serving certificate in use after the "+step, func() error {
+			sc := w.scr.latest()
+			if sc == nil || sc.err != nil {
+				return fmt.Errorf("no scrape: %v", sc)
+			}
+			xs := sc.find("kadmit_watch_serving_cert_expiry_timestamp_seconds", map[string]string{"configuration": configName})
+			if len(xs) == 0 {
+				return errors.New("no serving-certificate expiry series for kadmit")
+			}
+			for _, x := range xs {
+				if int64(x.value) != leaf.NotAfter.Unix() {
+					return fmt.Errorf("%s; the Secret's serving certificate expires at %d", x, leaf.NotAfter.Unix())
+				}
+			}
+			return nil
+		})
+		time.Sleep(watchHandshakeInterval + time.Second)
+	}
 
 	_, origLeaf, _, err := e.secretMaterial(ctx)
 	if err != nil {
@@ -110,7 +136,7 @@ func (e *env) watchNoFalseAlarms(t *testing.T, w *watchProc, alerts *alertEvalua
 		})
 	})
 	t.Logf("serving rotation: every replica served the new certificate %s after the annotation", took.Round(time.Millisecond))
-	settle()
+	settle("serving rotation")
 
 	origCAs, _, _, err := e.secretMaterial(ctx)
 	if err != nil {
@@ -139,12 +165,15 @@ func (e *env) watchNoFalseAlarms(t *testing.T, w *watchProc, alerts *alertEvalua
 		return e.everyReplicaServes(func(l *x509.Certificate) error { return verifyAgainst(l, cas[0]) })
 	})
 	t.Logf("CA rotation: only the new CA in ca.crt and every caBundle, served by every replica, %s after the annotation", took.Round(time.Millisecond))
-	settle()
+	settle("CA rotation")
 
 	// Rolling restart, as a Deployment rollout with maxSurge 1 and
-	// maxUnavailable 0: a new replica, ready and published, then the
-	// oldest one removed.
+	// maxUnavailable 0: a new ReplicaSet; a new replica (pod), ready and
+	// published, then the oldest one removed; three times.
 	restartAt := time.Now()
+	if err := pods.rollout(ctx, "8d6f5b7c2"); err != nil {
+		t.Fatal(err)
+	}
 	for _, old := range c.live() {
 		nr := c.startReplica(t, nil)
 		eventually(t, 60*time.Second, nr.name+" ready and published", func() error {
@@ -163,7 +192,7 @@ func (e *env) watchNoFalseAlarms(t *testing.T, w *watchProc, alerts *alertEvalua
 	eventually(t, 30*time.Second, "three replicas ready after the restart", func() error { return e.allReady(3) })
 	t.Logf("rolling restart of the replicas took %s", time.Since(restartAt).Round(time.Millisecond))
 	eventually(t, 30*time.Second, "kadmit's webhooks tracked after the restart", func() error { return kadmitTracked(w, 3) })
-	settle()
+	settle("rolling restart")
 	end := time.Now()
 
 	scrapes := w.scr.between(start, end)
