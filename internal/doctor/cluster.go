@@ -132,11 +132,7 @@ func loadBackend(ctx context.Context, cs kubernetes.Interface, ns, name string) 
 	case apierrors.IsNotFound(err):
 		return b, nil
 	case isAccessGap(err):
-		// The namespace may exist; its labels are unknown. The API server
-		// always sets kubernetes.io/metadata.name, so selectors on the name
-		// are still decided exactly.
-		b.NamespaceExists = true
-		b.gap("get", "namespaces", "", ns, err, "whether namespace "+ns+" still exists ("+IDOrphan+") and its labels, which namespaceSelectors are matched against ("+IDSelfInterception+" is a warning, not an error, unless the selector decides on the name alone)")
+		b.MarkUnreadable("namespaces", err)
 	case err != nil:
 		return nil, fmt.Errorf("get namespace %s: %w", ns, err)
 	default:
@@ -147,8 +143,7 @@ func loadBackend(ctx context.Context, cs kubernetes.Interface, ns, name string) 
 	case apierrors.IsNotFound(err):
 		return b, nil
 	case isAccessGap(err):
-		b.ServiceUnknown = true
-		b.gap("get", "services", "", ns, err, "whether Service "+ns+"/"+name+" exists ("+IDServiceMissing+"), its ports ("+IDServicePortMissing+") and selector: no endpoint, collision or certificate check was made")
+		b.MarkUnreadable("services", err)
 		return b, nil
 	case err != nil:
 		return nil, fmt.Errorf("get service %s/%s: %w", ns, name, err)
@@ -157,8 +152,7 @@ func loadBackend(ctx context.Context, cs kubernetes.Interface, ns, name string) 
 	sl, err := cs.DiscoveryV1().EndpointSlices(ns).List(ctx, metav1.ListOptions{LabelSelector: discoveryv1.LabelServiceName + "=" + name})
 	switch {
 	case isAccessGap(err):
-		b.SlicesUnknown = true
-		b.gap("list", "endpointslices", "discovery.k8s.io", ns, err, "which endpoints the API server would call: ready endpoints ("+IDNoReadyEndpoints+"), refused connections ("+IDEndpointRefused+") and the serving certificates (KD4xx) were not checked")
+		b.MarkUnreadable("endpointslices", err)
 	case err != nil:
 		return nil, fmt.Errorf("list EndpointSlices of service %s/%s: %w", ns, name, err)
 	default:
@@ -170,8 +164,7 @@ func loadBackend(ctx context.Context, cs kubernetes.Interface, ns, name string) 
 		pl, err := cs.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{LabelSelector: labels.SelectorFromSet(svc.Spec.Selector).String()})
 		switch {
 		case isAccessGap(err):
-			b.PodsUnknown = true
-			b.gap("list", "pods", "", ns, err, "which running pods the Service selects: the selector collision check ("+IDSelectorCollision+") saw only workload templates, and the pods' container ports ("+IDTargetPortMismatch+") were not compared")
+			b.MarkUnreadable("pods", err)
 		case err != nil:
 			return nil, fmt.Errorf("list pods selected by service %s/%s: %w", ns, name, err)
 		default:
@@ -210,8 +203,7 @@ func loadBackend(ctx context.Context, cs kubernetes.Interface, ns, name string) 
 	rsl, err := cs.AppsV1().ReplicaSets(ns).List(ctx, metav1.ListOptions{})
 	switch {
 	case isAccessGap(err):
-		b.ReplicaSetsUnknown = true
-		b.gap("list", "replicasets", "apps", ns, err, "which ReplicaSet, and so which Deployment, owns each pod: owners were inferred from the pod-template-hash label and the <deployment>-<hash> naming, so a selector collision ("+IDSelectorCollision+") is an error only where the Deployments read confirm it")
+		b.MarkUnreadable("replicasets", err)
 	case err != nil:
 		return nil, fmt.Errorf("list ReplicaSets in %s: %w", ns, err)
 	default:
@@ -222,8 +214,7 @@ func loadBackend(ctx context.Context, cs kubernetes.Interface, ns, name string) 
 	dl, err := cs.AppsV1().Deployments(ns).List(ctx, metav1.ListOptions{})
 	switch {
 	case isAccessGap(err):
-		b.DeploymentsUnknown = true
-		b.gap("list", "deployments", "apps", ns, err, "the Deployments behind the pods: pods of Deployments that run none were not modelled (the bootstrap deadlock "+IDSelfInterception+" and "+IDSelectorCollision+" may be missed), and owners inferred from names stay unconfirmed")
+		b.MarkUnreadable("deployments", err)
 	case err != nil:
 		return nil, fmt.Errorf("list Deployments in %s: %w", ns, err)
 	default:
@@ -231,12 +222,10 @@ func loadBackend(ctx context.Context, cs kubernetes.Interface, ns, name string) 
 			b.Deployments[dl.Items[i].Name] = &dl.Items[i]
 		}
 	}
-	const lost = "pods of %s that run none were not modelled (the bootstrap deadlock " + IDSelfInterception + " and " + IDSelectorCollision + " may be missed)"
 	sts, err := cs.AppsV1().StatefulSets(ns).List(ctx, metav1.ListOptions{})
 	switch {
 	case isAccessGap(err):
-		b.OtherTemplatesUnknown = append(b.OtherTemplatesUnknown, "StatefulSets")
-		b.gap("list", "statefulsets", "apps", ns, err, fmt.Sprintf(lost, "StatefulSets"))
+		b.MarkUnreadable("statefulsets", err)
 	case err != nil:
 		return nil, fmt.Errorf("list StatefulSets in %s: %w", ns, err)
 	default:
@@ -245,8 +234,7 @@ func loadBackend(ctx context.Context, cs kubernetes.Interface, ns, name string) 
 	dss, err := cs.AppsV1().DaemonSets(ns).List(ctx, metav1.ListOptions{})
 	switch {
 	case isAccessGap(err):
-		b.OtherTemplatesUnknown = append(b.OtherTemplatesUnknown, "DaemonSets")
-		b.gap("list", "daemonsets", "apps", ns, err, fmt.Sprintf(lost, "DaemonSets"))
+		b.MarkUnreadable("daemonsets", err)
 	case err != nil:
 		return nil, fmt.Errorf("list DaemonSets in %s: %w", ns, err)
 	default:
@@ -257,8 +245,7 @@ func loadBackend(ctx context.Context, cs kubernetes.Interface, ns, name string) 
 	pdbs, err := cs.PolicyV1().PodDisruptionBudgets(ns).List(ctx, metav1.ListOptions{})
 	switch {
 	case isAccessGap(err):
-		b.PDBsUnknown = true
-		b.gap("list", "poddisruptionbudgets", "policy", ns, err, "whether a PodDisruptionBudget covers the webhook's pods ("+IDNoPodDisruptionBudget+" was not checked)")
+		b.MarkUnreadable("poddisruptionbudgets", err)
 	case err != nil:
 		return nil, fmt.Errorf("list PodDisruptionBudgets in %s: %w", ns, err)
 	default:
@@ -292,6 +279,54 @@ func (b *Backend) Resolve() {
 	if b.Service != nil && len(b.Service.Spec.Selector) > 0 {
 		b.addTemplates(b.Service.Spec.Selector, live)
 		b.addOtherTemplates(b.Service.Spec.Selector, live)
+	}
+}
+
+// MarkUnreadable records that resource ("namespaces", "services",
+// "endpointslices", "pods", "replicasets", "deployments", "statefulsets",
+// "daemonsets" or "poddisruptionbudgets") could not be read for this
+// backend (err: the API server's refusal, e.g. 403 Forbidden; any other
+// error, or nil when a caller knows beforehand, as kadmit watch does from a
+// SelfSubjectAccessReview, counts as "forbidden" if err is nil): it sets
+// the matching ...Unknown field and adds the AccessGap saying what the
+// checks cannot tell. loadBackend calls it for every refused read.
+// An unknown resource name panics (a programming error).
+func (b *Backend) MarkUnreadable(resource string, err error) {
+	ns, name := b.Namespace, b.Name
+	const lostTemplates = "pods of %s that run none were not modelled (the bootstrap deadlock " + IDSelfInterception + " and " + IDSelectorCollision + " may be missed)"
+	switch resource {
+	case "namespaces":
+		// The namespace may exist; its labels are unknown. The API server
+		// always sets kubernetes.io/metadata.name, so selectors on the name
+		// are still decided exactly.
+		b.NamespaceExists = true
+		b.gap("get", "namespaces", "", ns, err, "whether namespace "+ns+" still exists ("+IDOrphan+") and its labels, which namespaceSelectors are matched against ("+IDSelfInterception+" is a warning, not an error, unless the selector decides on the name alone)")
+	case "services":
+		b.ServiceUnknown = true
+		b.gap("get", "services", "", ns, err, "whether Service "+ns+"/"+name+" exists ("+IDServiceMissing+"), its ports ("+IDServicePortMissing+") and selector: no endpoint, collision or certificate check was made")
+	case "endpointslices":
+		b.SlicesUnknown = true
+		b.gap("list", "endpointslices", "discovery.k8s.io", ns, err, "which endpoints the API server would call: ready endpoints ("+IDNoReadyEndpoints+"), refused connections ("+IDEndpointRefused+") and the serving certificates (KD4xx) were not checked")
+	case "pods":
+		b.PodsUnknown = true
+		b.gap("list", "pods", "", ns, err, "which running pods the Service selects: the selector collision check ("+IDSelectorCollision+") saw only workload templates, and the pods' container ports ("+IDTargetPortMismatch+") were not compared")
+	case "replicasets":
+		b.ReplicaSetsUnknown = true
+		b.gap("list", "replicasets", "apps", ns, err, "which ReplicaSet, and so which Deployment, owns each pod: owners were inferred from the pod-template-hash label and the <deployment>-<hash> naming, so a selector collision ("+IDSelectorCollision+") is an error only where the Deployments read confirm it")
+	case "deployments":
+		b.DeploymentsUnknown = true
+		b.gap("list", "deployments", "apps", ns, err, "the Deployments behind the pods: pods of Deployments that run none were not modelled (the bootstrap deadlock "+IDSelfInterception+" and "+IDSelectorCollision+" may be missed), and owners inferred from names stay unconfirmed")
+	case "statefulsets":
+		b.OtherTemplatesUnknown = append(b.OtherTemplatesUnknown, "StatefulSets")
+		b.gap("list", "statefulsets", "apps", ns, err, fmt.Sprintf(lostTemplates, "StatefulSets"))
+	case "daemonsets":
+		b.OtherTemplatesUnknown = append(b.OtherTemplatesUnknown, "DaemonSets")
+		b.gap("list", "daemonsets", "apps", ns, err, fmt.Sprintf(lostTemplates, "DaemonSets"))
+	case "poddisruptionbudgets":
+		b.PDBsUnknown = true
+		b.gap("list", "poddisruptionbudgets", "policy", ns, err, "whether a PodDisruptionBudget covers the webhook's pods ("+IDNoPodDisruptionBudget+" was not checked)")
+	default:
+		panic("doctor: MarkUnreadable: unknown resource " + resource)
 	}
 }
 

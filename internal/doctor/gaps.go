@@ -31,7 +31,7 @@ func newGap(verb, resource, group, ns string, err error, lost string) AccessGap 
 	if group != "" {
 		g.Resource += "." + group
 	}
-	if !apierrors.IsForbidden(err) {
+	if err != nil && !apierrors.IsForbidden(err) {
 		g.Reason = "not served"
 	}
 	return g

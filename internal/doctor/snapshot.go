@@ -75,8 +75,7 @@ func LoadSnapshot(ctx context.Context, cs kubernetes.Interface) (*Snapshot, erro
 	nl, err := cs.CoreV1().Namespaces().List(ctx, metav1.ListOptions{})
 	switch {
 	case isAccessGap(err):
-		s.Gaps = append(s.Gaps, newGap("list", "namespaces", "", "", err,
-			"the labels of kube-system, kube-node-lease and the namespaces probes would use: namespaceSelectors were matched on kubernetes.io/metadata.name alone, which the API server always sets ("+IDInterceptsKubeSystem+", "+IDInterceptsNodeLeases+" and probes may be off)"))
+		s.MarkNamespacesUnreadable(err)
 	case err != nil:
 		return nil, fmt.Errorf("list namespaces: %w", err)
 	default:
@@ -103,4 +102,13 @@ func LoadSnapshot(ctx context.Context, cs kubernetes.Interface) (*Snapshot, erro
 		return nil, err
 	}
 	return s, nil
+}
+
+// MarkNamespacesUnreadable records that namespaces could not be listed
+// (err: the refusal; nil counts as forbidden): NamespacesKnown becomes
+// false and a cluster-wide AccessGap says what the checks cannot tell.
+func (s *Snapshot) MarkNamespacesUnreadable(err error) {
+	s.NamespacesKnown = false
+	s.Gaps = append(s.Gaps, newGap("list", "namespaces", "", "", err,
+		"the labels of kube-system, kube-node-lease and the namespaces probes would use: namespaceSelectors were matched on kubernetes.io/metadata.name alone, which the API server always sets ("+IDInterceptsKubeSystem+", "+IDInterceptsNodeLeases+" and probes may be off)"))
 }

@@ -51,7 +51,8 @@ type Controller struct {
 	users   map[hsKey][]series
 }
 
-// New builds a controller: informers registered (not started), metrics
+// New builds a controller: informer factory (informers registered by Run,
+// once it knows what it may read), metrics
 // on their own registry, Events through rec (nil: a client-go recorder
 // writing core/v1 Events through o.Client is made by Run).
 //
@@ -67,9 +68,7 @@ func New(o Options, rec record.EventRecorder) (*Controller, error) {
 	}
 	c := &Controller{o: o, conf: newConfirmer(), metrics: m, extra: newExtraFindings(), rec: rec, kickCh: make(chan struct{}, 1),
 		tracked: map[wkey]bool{}, counted: map[countKey]uint64{}, users: map[hsKey][]series{}}
-	if c.cl, err = newCluster(o.Client, c.kick); err != nil {
-		return nil, err
-	}
+	c.cl = newCluster(o.Client)
 	c.hs = newHandshaker(&c.o, c.handshakeDone)
 	if !o.LeaderElect {
 		c.leading.Store(true)
@@ -117,7 +116,8 @@ func (c *Controller) Ready() bool { return c.synced.Load() }
 // and evaluates on every debounced informer event, every handshake result
 // that changed, and every HandshakeInterval, until ctx ends.
 //
-// Errors: the metrics listener could not be opened, or an evaluation
+// Errors: the metrics listener could not be opened, the webhook
+// configurations may not be listed and watched, or an evaluation
 // failed (the informers' store is corrupt; wrapped). ctx ending is not an
 // error.
 func (c *Controller) Run(ctx context.Context, addr string) error {
@@ -158,6 +158,16 @@ func (c *Controller) Run(ctx context.Context, addr string) error {
 			defer scancel()
 			_ = srv.Shutdown(sctx)
 		}()
+	}
+	unreadable, err := unreadableResources(ctx, c.o.Client)
+	if err != nil {
+		return err
+	}
+	if len(unreadable) > 0 {
+		c.o.Log.Warn("some resources may not be listed and watched: the checks that need them report an access gap (KD001)", "resources", fmt.Sprint(unreadable))
+	}
+	if err := c.cl.register(unreadable, c.kick); err != nil {
+		return err
 	}
 	c.cl.start(ctx)
 	if err := c.cl.waitSynced(ctx); err != nil {

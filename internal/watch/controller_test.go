@@ -28,14 +28,18 @@ func TestNoEndpointsDetectedAndResolved(t *testing.T) {
 	if _, err := r.cs.DiscoveryV1().EndpointSlices(testNS).Update(ctx, slice("svc-a", srv.port(), "127.0.0.2!"), metav1.UpdateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, 10*time.Second, "KD201", func() bool { return has(r.states()["cfg-a/a.example.com"], doctor.IDNoReadyEndpoints, doctor.SeverityError) })
+	waitFor(t, 10*time.Second, "KD201", func() bool {
+		return has(r.states()["cfg-a/a.example.com"], doctor.IDNoReadyEndpoints, doctor.SeverityError)
+	})
 	waitFor(t, 5*time.Second, "Warning KD201 event", func() bool {
 		return strings.Contains(strings.Join(peek(r), "\n"), "Warning KD201 webhook a.example.com:")
 	})
 	if _, err := r.cs.DiscoveryV1().EndpointSlices(testNS).Update(ctx, slice("svc-a", srv.port(), "127.0.0.2"), metav1.UpdateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, 10*time.Second, "KD201 cleared", func() bool { return !has(r.states()["cfg-a/a.example.com"], doctor.IDNoReadyEndpoints, doctor.SeverityError) })
+	waitFor(t, 10*time.Second, "KD201 cleared", func() bool {
+		return !has(r.states()["cfg-a/a.example.com"], doctor.IDNoReadyEndpoints, doctor.SeverityError)
+	})
 	waitFor(t, 5*time.Second, "Normal KD201Resolved event", func() bool {
 		return strings.Contains(strings.Join(peek(r), "\n"), "Normal KD201Resolved")
 	})

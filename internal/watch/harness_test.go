@@ -13,6 +13,7 @@ import (
 	"time"
 
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
+	authorizationv1 "k8s.io/api/authorization/v1"
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -20,6 +21,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/client-go/kubernetes/fake"
+	k8stesting "k8s.io/client-go/testing"
 	"k8s.io/client-go/tools/record"
 
 	"github.com/kadmit/kadmit/internal/certs"
@@ -160,8 +162,30 @@ type running struct {
 
 func startController(t *testing.T, mod func(*Options), objs ...runtime.Object) *running {
 	t.Helper()
+	return startControllerDenying(t, nil, mod, objs...)
+}
+
+// startControllerDenying is startController with the resources in deny
+// refused to list and watch (SelfSubjectAccessReview not allowed).
+func startControllerDenying(t *testing.T, deny map[string]bool, mod func(*Options), objs ...runtime.Object) *running {
+	t.Helper()
+	return startControllerWith(t, nil, deny, mod, objs...)
+}
+
+// startControllerWith lets setup add reactors to the fake clientset before
+// anything runs (its reactor chain is not safe to change concurrently).
+func startControllerWith(t *testing.T, setup func(*fake.Clientset), deny map[string]bool, mod func(*Options), objs ...runtime.Object) *running {
+	t.Helper()
 	objs = append(objs, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: testNS}})
 	cs := fake.NewClientset(objs...)
+	cs.PrependReactor("create", "selfsubjectaccessreviews", func(a k8stesting.Action) (bool, runtime.Object, error) {
+		rev := a.(k8stesting.CreateAction).GetObject().(*authorizationv1.SelfSubjectAccessReview).DeepCopy()
+		rev.Status.Allowed = !deny[rev.Spec.ResourceAttributes.Resource]
+		return true, rev, nil
+	})
+	if setup != nil {
+		setup(cs)
+	}
 	rec := record.NewFakeRecorder(1000)
 	o := Options{Client: cs, HandshakeInterval: time.Second, Debounce: 50 * time.Millisecond, ConfirmDelay: 300 * time.Millisecond,
 		HandshakeTimeout: time.Second, Dial: loopbackDial}

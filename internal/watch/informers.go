@@ -35,6 +35,10 @@ type cluster struct {
 	daemonSets   appslisters.DaemonSetLister
 	pdbs         policylisters.PodDisruptionBudgetLister
 
+	// unreadable names the resources this replica may not list and watch
+	// (access.go): no informer runs for them, and every backend says so.
+	unreadable map[string]bool
+
 	// backendNS holds the namespaces of the Services webhooks call, as of
 	// the last evaluation: workload and pod events elsewhere cannot change
 	// a finding, so they do not trigger one.
@@ -42,17 +46,24 @@ type cluster struct {
 	backendNS map[string]bool
 }
 
-// newCluster registers the informers and calls kick on every event that
-// may change a finding. Objects are stored without managedFields, which no
-// check reads, to keep the cluster-wide pod cache small.
-func newCluster(cs kubernetes.Interface, kick func()) (*cluster, error) {
+// newCluster prepares the informer factory. Objects are stored without
+// managedFields, which no check reads, to keep the cluster-wide pod cache
+// small.
+func newCluster(cs kubernetes.Interface) *cluster {
 	f := informers.NewSharedInformerFactoryWithOptions(cs, 0, informers.WithTransform(func(o any) (any, error) {
 		if m, ok := o.(metav1.ObjectMetaAccessor); ok {
 			m.GetObjectMeta().SetManagedFields(nil)
 		}
 		return o, nil
 	}))
-	c := &cluster{factory: f, backendNS: map[string]bool{}}
+	return &cluster{factory: f, backendNS: map[string]bool{}, unreadable: map[string]bool{}}
+}
+
+// register adds the informers of every readable resource, calling kick on
+// every event that may change a finding. Call it once, before start.
+func (c *cluster) register(unreadable map[string]bool, kick func()) error {
+	f := c.factory
+	c.unreadable = unreadable
 	always := cache.ResourceEventHandlerFuncs{
 		AddFunc:    func(any) { kick() },
 		UpdateFunc: func(any, any) { kick() },
@@ -86,38 +97,66 @@ func newCluster(cs kubernetes.Interface, kick func()) (*cluster, error) {
 		return nil
 	}
 	reg := f.Admissionregistration().V1()
-	c.mutating = reg.MutatingWebhookConfigurations().Lister()
-	c.validating = reg.ValidatingWebhookConfigurations().Lister()
-	c.namespaces = f.Core().V1().Namespaces().Lister()
-	c.services = f.Core().V1().Services().Lister()
-	c.slices = f.Discovery().V1().EndpointSlices().Lister()
-	c.pods = f.Core().V1().Pods().Lister()
-	c.replicaSets = f.Apps().V1().ReplicaSets().Lister()
-	c.deployments = f.Apps().V1().Deployments().Lister()
-	c.statefulSets = f.Apps().V1().StatefulSets().Lister()
-	c.daemonSets = f.Apps().V1().DaemonSets().Lister()
-	c.pdbs = f.Policy().V1().PodDisruptionBudgets().Lister()
+	// Lister() starts an informer in the factory: only for readable ones.
+	ok := func(r string) bool { return !unreadable[r] }
+	if ok("mutatingwebhookconfigurations") {
+		c.mutating = reg.MutatingWebhookConfigurations().Lister()
+	}
+	if ok("validatingwebhookconfigurations") {
+		c.validating = reg.ValidatingWebhookConfigurations().Lister()
+	}
+	if ok("namespaces") {
+		c.namespaces = f.Core().V1().Namespaces().Lister()
+	}
+	if ok("services") {
+		c.services = f.Core().V1().Services().Lister()
+	}
+	if ok("endpointslices") {
+		c.slices = f.Discovery().V1().EndpointSlices().Lister()
+	}
+	if ok("pods") {
+		c.pods = f.Core().V1().Pods().Lister()
+	}
+	if ok("replicasets") {
+		c.replicaSets = f.Apps().V1().ReplicaSets().Lister()
+	}
+	if ok("deployments") {
+		c.deployments = f.Apps().V1().Deployments().Lister()
+	}
+	if ok("statefulsets") {
+		c.statefulSets = f.Apps().V1().StatefulSets().Lister()
+	}
+	if ok("daemonsets") {
+		c.daemonSets = f.Apps().V1().DaemonSets().Lister()
+	}
+	if ok("poddisruptionbudgets") {
+		c.pdbs = f.Policy().V1().PodDisruptionBudgets().Lister()
+	}
 	for _, x := range []struct {
-		inf cache.SharedIndexInformer
-		h   cache.ResourceEventHandler
+		resource string
+		inf      func() cache.SharedIndexInformer
+		h        cache.ResourceEventHandler
 	}{
-		{reg.MutatingWebhookConfigurations().Informer(), always},
-		{reg.ValidatingWebhookConfigurations().Informer(), always},
-		{f.Core().V1().Namespaces().Informer(), always},
-		{f.Core().V1().Services().Informer(), scoped},
-		{f.Discovery().V1().EndpointSlices().Informer(), scoped},
-		{f.Core().V1().Pods().Informer(), scoped},
-		{f.Apps().V1().ReplicaSets().Informer(), scoped},
-		{f.Apps().V1().Deployments().Informer(), scoped},
-		{f.Apps().V1().StatefulSets().Informer(), scoped},
-		{f.Apps().V1().DaemonSets().Informer(), scoped},
-		{f.Policy().V1().PodDisruptionBudgets().Informer(), scoped},
+		{"mutatingwebhookconfigurations", reg.MutatingWebhookConfigurations().Informer, always},
+		{"validatingwebhookconfigurations", reg.ValidatingWebhookConfigurations().Informer, always},
+		{"namespaces", f.Core().V1().Namespaces().Informer, always},
+		{"services", f.Core().V1().Services().Informer, scoped},
+		{"endpointslices", f.Discovery().V1().EndpointSlices().Informer, scoped},
+		{"pods", f.Core().V1().Pods().Informer, scoped},
+		{"replicasets", f.Apps().V1().ReplicaSets().Informer, scoped},
+		{"deployments", f.Apps().V1().Deployments().Informer, scoped},
+		{"statefulsets", f.Apps().V1().StatefulSets().Informer, scoped},
+		{"daemonsets", f.Apps().V1().DaemonSets().Informer, scoped},
+		{"poddisruptionbudgets", f.Policy().V1().PodDisruptionBudgets().Informer, scoped},
 	} {
-		if err := add(x.inf, x.h); err != nil {
-			return nil, err
+		if unreadable[x.resource] {
+			continue
+		}
+		if err := add(x.inf(), x.h); err != nil {
+			return err
 		}
 	}
-	return c, nil
+	return nil
 }
 
 // start runs the informers until ctx ends.

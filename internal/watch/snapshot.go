@@ -58,8 +58,10 @@ func (c *cluster) snapshot(policies *doctor.PolicySet) (*view, error) {
 		s.Webhooks = append(s.Webhooks, doctor.FromValidating(m)...)
 		v.uids[doctor.KindValidating+"/"+m.Name], v.annotations[doctor.KindValidating+"/"+m.Name] = m.UID, m.Annotations
 	}
-	nl, err := c.namespaces.List(labels.Everything())
-	if err != nil {
+	var nl []*corev1.Namespace
+	if c.unreadable["namespaces"] {
+		s.MarkNamespacesUnreadable(nil)
+	} else if nl, err = c.namespaces.List(labels.Everything()); err != nil {
 		return nil, fmt.Errorf("list namespaces: %w", err)
 	}
 	for _, n := range nl {
@@ -77,6 +79,9 @@ func (c *cluster) snapshot(policies *doctor.PolicySet) (*view, error) {
 			return nil, fmt.Errorf("webhook %s: %w", w.Name, err)
 		}
 		s.Backends[w.ServiceKey()] = b
+		if !s.NamespacesKnown && b.NamespaceLabelsKnown {
+			s.Namespaces[b.Namespace] = b.NamespaceLabels
+		}
 	}
 	v.snap = s
 	return v, nil
@@ -86,14 +91,23 @@ func (c *cluster) snapshot(policies *doctor.PolicySet) (*view, error) {
 // way doctor's loadBackend reads it from the API server, and resolves it.
 func (c *cluster) backend(ns, name string) (*doctor.Backend, error) {
 	b := &doctor.Backend{Namespace: ns, Name: name, ReplicaSets: map[string]*appsv1.ReplicaSet{}, Deployments: map[string]*appsv1.Deployment{}}
-	nsObj, err := c.namespaces.Get(ns)
-	switch {
-	case apierrors.IsNotFound(err):
-		return b, nil
-	case err != nil:
-		return nil, fmt.Errorf("get namespace %s: %w", ns, err)
+	u := c.unreadable
+	if u["namespaces"] {
+		b.MarkUnreadable("namespaces", nil)
+	} else {
+		nsObj, err := c.namespaces.Get(ns)
+		switch {
+		case apierrors.IsNotFound(err):
+			return b, nil
+		case err != nil:
+			return nil, fmt.Errorf("get namespace %s: %w", ns, err)
+		}
+		b.NamespaceExists, b.NamespaceLabelsKnown, b.NamespaceLabels = true, true, nsObj.Labels
 	}
-	b.NamespaceExists, b.NamespaceLabelsKnown, b.NamespaceLabels = true, true, nsObj.Labels
+	if u["services"] {
+		b.MarkUnreadable("services", nil)
+		return b, nil
+	}
 	svc, err := c.services.Services(ns).Get(name)
 	switch {
 	case apierrors.IsNotFound(err):
@@ -103,16 +117,23 @@ func (c *cluster) backend(ns, name string) (*doctor.Backend, error) {
 		return nil, fmt.Errorf("get service %s/%s: %w", ns, name, err)
 	}
 	b.Service = svc
-	sl, err := c.slices.EndpointSlices(ns).List(labels.SelectorFromSet(labels.Set{discoveryv1.LabelServiceName: name}))
-	if err != nil {
-		return nil, fmt.Errorf("list EndpointSlices of service %s/%s: %w", ns, name, err)
-	}
-	sort.Slice(sl, func(a, b int) bool { return sl[a].Name < sl[b].Name })
-	for _, x := range sl {
-		b.Slices = append(b.Slices, *x)
+	if u["endpointslices"] {
+		b.MarkUnreadable("endpointslices", nil)
+	} else {
+		sl, err := c.slices.EndpointSlices(ns).List(labels.SelectorFromSet(labels.Set{discoveryv1.LabelServiceName: name}))
+		if err != nil {
+			return nil, fmt.Errorf("list EndpointSlices of service %s/%s: %w", ns, name, err)
+		}
+		sort.Slice(sl, func(a, b int) bool { return sl[a].Name < sl[b].Name })
+		for _, x := range sl {
+			b.Slices = append(b.Slices, *x)
+		}
 	}
 	pods := map[string]*corev1.Pod{}
-	if len(svc.Spec.Selector) > 0 {
+	if u["pods"] {
+		b.MarkUnreadable("pods", nil)
+	}
+	if len(svc.Spec.Selector) > 0 && !u["pods"] {
 		pl, err := c.pods.Pods(ns).List(labels.SelectorFromSet(svc.Spec.Selector))
 		if err != nil {
 			return nil, fmt.Errorf("list pods selected by service %s/%s: %w", ns, name, err)
@@ -124,7 +145,7 @@ func (c *cluster) backend(ns, name string) (*doctor.Backend, error) {
 	// Endpoints may name pods the selector does not (hand-made slices).
 	for _, s := range b.Slices {
 		for _, e := range s.Endpoints {
-			if e.TargetRef == nil || e.TargetRef.Kind != "Pod" || pods[e.TargetRef.Name] != nil {
+			if u["pods"] || e.TargetRef == nil || e.TargetRef.Kind != "Pod" || pods[e.TargetRef.Name] != nil {
 				continue
 			}
 			tns := e.TargetRef.Namespace
@@ -140,44 +161,64 @@ func (c *cluster) backend(ns, name string) (*doctor.Backend, error) {
 		b.Pods = append(b.Pods, p)
 	}
 	sort.Slice(b.Pods, func(i, j int) bool { return b.Pods[i].Name < b.Pods[j].Name })
-	rsl, err := c.replicaSets.ReplicaSets(ns).List(labels.Everything())
-	if err != nil {
-		return nil, fmt.Errorf("list ReplicaSets in %s: %w", ns, err)
+	if u["replicasets"] {
+		b.MarkUnreadable("replicasets", nil)
+	} else {
+		rsl, err := c.replicaSets.ReplicaSets(ns).List(labels.Everything())
+		if err != nil {
+			return nil, fmt.Errorf("list ReplicaSets in %s: %w", ns, err)
+		}
+		for _, rs := range rsl {
+			b.ReplicaSets[rs.Name] = rs
+		}
 	}
-	for _, rs := range rsl {
-		b.ReplicaSets[rs.Name] = rs
+	if u["deployments"] {
+		b.MarkUnreadable("deployments", nil)
+	} else {
+		dl, err := c.deployments.Deployments(ns).List(labels.Everything())
+		if err != nil {
+			return nil, fmt.Errorf("list Deployments in %s: %w", ns, err)
+		}
+		for _, d := range dl {
+			b.Deployments[d.Name] = d
+		}
 	}
-	dl, err := c.deployments.Deployments(ns).List(labels.Everything())
-	if err != nil {
-		return nil, fmt.Errorf("list Deployments in %s: %w", ns, err)
+	if u["statefulsets"] {
+		b.MarkUnreadable("statefulsets", nil)
+	} else {
+		sts, err := c.statefulSets.StatefulSets(ns).List(labels.Everything())
+		if err != nil {
+			return nil, fmt.Errorf("list StatefulSets in %s: %w", ns, err)
+		}
+		sort.Slice(sts, func(a, b int) bool { return sts[a].Name < sts[b].Name })
+		for _, x := range sts {
+			b.StatefulSets = append(b.StatefulSets, *x)
+		}
 	}
-	for _, d := range dl {
-		b.Deployments[d.Name] = d
-	}
-	sts, err := c.statefulSets.StatefulSets(ns).List(labels.Everything())
-	if err != nil {
-		return nil, fmt.Errorf("list StatefulSets in %s: %w", ns, err)
-	}
-	sort.Slice(sts, func(a, b int) bool { return sts[a].Name < sts[b].Name })
-	for _, x := range sts {
-		b.StatefulSets = append(b.StatefulSets, *x)
-	}
-	dss, err := c.daemonSets.DaemonSets(ns).List(labels.Everything())
-	if err != nil {
-		return nil, fmt.Errorf("list DaemonSets in %s: %w", ns, err)
-	}
-	sort.Slice(dss, func(a, b int) bool { return dss[a].Name < dss[b].Name })
-	for _, x := range dss {
-		b.DaemonSets = append(b.DaemonSets, *x)
+	if u["daemonsets"] {
+		b.MarkUnreadable("daemonsets", nil)
+	} else {
+		dss, err := c.daemonSets.DaemonSets(ns).List(labels.Everything())
+		if err != nil {
+			return nil, fmt.Errorf("list DaemonSets in %s: %w", ns, err)
+		}
+		sort.Slice(dss, func(a, b int) bool { return dss[a].Name < dss[b].Name })
+		for _, x := range dss {
+			b.DaemonSets = append(b.DaemonSets, *x)
+		}
 	}
 	b.Resolve()
-	pdbs, err := c.pdbs.PodDisruptionBudgets(ns).List(labels.Everything())
-	if err != nil {
-		return nil, fmt.Errorf("list PodDisruptionBudgets in %s: %w", ns, err)
-	}
-	sort.Slice(pdbs, func(a, b int) bool { return pdbs[a].Name < pdbs[b].Name })
-	for _, x := range pdbs {
-		b.PDBs = append(b.PDBs, *x)
+	if u["poddisruptionbudgets"] {
+		b.MarkUnreadable("poddisruptionbudgets", nil)
+	} else {
+		pdbs, err := c.pdbs.PodDisruptionBudgets(ns).List(labels.Everything())
+		if err != nil {
+			return nil, fmt.Errorf("list PodDisruptionBudgets in %s: %w", ns, err)
+		}
+		sort.Slice(pdbs, func(a, b int) bool { return pdbs[a].Name < pdbs[b].Name })
+		for _, x := range pdbs {
+			b.PDBs = append(b.PDBs, *x)
+		}
 	}
 	return b, nil
 }
