@@ -245,6 +245,9 @@ type faultClass struct {
 	check    string // the finding's check ID
 	alert    string // the alert expected true
 	informer bool   // detection is informer-driven: limit 5s, else 30s
+	// hsReason, when set, is the reason kadmit_watch_handshake_failures_total
+	// must count for the class.
+	hsReason string
 	inject   func(ctx context.Context, t *testing.T, b *faultBackend) error
 	repair   func(ctx context.Context, t *testing.T, b *faultBackend) error
 }
@@ -274,7 +277,7 @@ func (e *env) faultClasses() []faultClass {
 				}
 				return b.writeSlice(ctx)
 			}},
-		{name: "endpoint refuses", key: "refused", check: "KD202", alert: "KadmitWebhookTLSBroken",
+		{name: "endpoint refuses", key: "refused", check: "KD202", alert: "KadmitWebhookTLSBroken", hsReason: "refused",
 			inject: func(ctx context.Context, t *testing.T, b *faultBackend) error {
 				// A ready endpoint at an address on lo where nothing listens.
 				ip := b.spareIP(8)
@@ -302,7 +305,7 @@ func (e *env) faultClasses() []faultClass {
 			repair: func(ctx context.Context, _ *testing.T, b *faultBackend) error {
 				return b.updateConfig(ctx, func(w *admissionregistrationv1.ValidatingWebhook) { w.ClientConfig.CABundle = b.ca.pem })
 			}},
-		{name: "certificate for another Service", key: "othername", check: "KD405", alert: "KadmitWebhookTLSBroken",
+		{name: "certificate for another Service", key: "othername", check: "KD405", alert: "KadmitWebhookTLSBroken", hsReason: "san_mismatch",
 			inject: func(_ context.Context, t *testing.T, b *faultBackend) error {
 				b.swapped = b.servers[0].cert.Load()
 				b.servers[0].cert.Store(b.ca.issue(t, "other."+systemNS+".svc", time.Now(), healthyValidity))
@@ -312,7 +315,7 @@ func (e *env) faultClasses() []faultClass {
 				b.servers[0].cert.Store(b.swapped)
 				return nil
 			}},
-		{name: "expired certificate", key: "expired", check: "KD406", alert: "KadmitWebhookCertificateExpiringSoon",
+		{name: "expired certificate", key: "expired", check: "KD406", alert: "KadmitWebhookCertificateExpiringSoon", hsReason: "expired",
 			inject: func(_ context.Context, t *testing.T, b *faultBackend) error {
 				b.swapped = b.servers[0].cert.Load()
 				b.servers[0].cert.Store(b.ca.issue(t, b.serverName(), time.Now().Add(-48*time.Hour), 24*time.Hour))
@@ -334,7 +337,7 @@ func (e *env) faultClasses() []faultClass {
 					w.Rules = []admissionregistrationv1.RuleWithOperations{configMapCreate}
 				})
 			}},
-		{name: "timeout", key: "timeout", check: "KD409", alert: "KadmitWebhookTLSBroken",
+		{name: "timeout", key: "timeout", check: "KD409", alert: "KadmitWebhookTLSBroken", hsReason: "timeout",
 			inject: func(ctx context.Context, t *testing.T, b *faultBackend) error {
 				// A ready endpoint that accepts TCP and never answers.
 				ip := b.spareIP(8)
@@ -404,7 +407,12 @@ func (e *env) measureClass(t *testing.T, w *watchProc, alerts *alertEvaluator, f
 	if fc.informer {
 		limit = 5 * time.Second
 	}
-	wh := map[string]string{"configuration": b.name, "check": fc.check}
+	wh := map[string]string{"configuration": b.name, "webhook": b.webhook, "check": fc.check}
+	hsFailures := func() float64 {
+		v, _ := w.scr.latest().value("kadmit_watch_handshake_failures_total", map[string]string{"configuration": b.name, "webhook": b.webhook, "reason": fc.hsReason})
+		return v
+	}
+	hsBefore := hsFailures()
 	injectAt := time.Now()
 	if err := fc.inject(ctx, t, b); err != nil {
 		t.Fatalf("inject %s: %v", fc.name, err)
@@ -455,8 +463,17 @@ func (e *env) measureClass(t *testing.T, w *watchProc, alerts *alertEvaluator, f
 	if d.severity != "error" && d.severity != "" {
 		t.Errorf("%s: finding %s has severity %q; want error", fc.name, fc.check, d.severity)
 	}
+	if fc.hsReason != "" {
+		if after := hsFailures(); after <= hsBefore {
+			t.Errorf("%s: kadmit_watch_handshake_failures_total{reason=%q} stayed at %v", fc.name, fc.hsReason, after)
+		}
+	}
 
 	repairAt := time.Now()
+	// Deduplicated: one Warning Event while the finding is active.
+	if evs := w.events.matching(injectAt, onConfig(b.name, "Warning", fc.check)); len(evs) > 1 {
+		t.Errorf("%s: %d Warning %s Events while the finding was active; want one", fc.name, len(evs), fc.check)
+	}
 	if err := fc.repair(ctx, t, b); err != nil {
 		t.Fatalf("repair %s: %v", fc.name, err)
 	}
