@@ -38,6 +38,9 @@ type cluster struct {
 	// unreadable names the resources this replica may not list and watch
 	// (access.go): no informer runs for them, and every backend says so.
 	unreadable map[string]bool
+	// hookCache holds the converted webhooks of each configuration
+	// version (snapshot.go); pruned to the existing configurations.
+	hookCache map[string]cachedHooks
 
 	// backendNS holds the namespaces of the Services webhooks call, as of
 	// the last evaluation: workload and pod events elsewhere cannot change
@@ -56,7 +59,7 @@ func newCluster(cs kubernetes.Interface) *cluster {
 		}
 		return o, nil
 	}))
-	return &cluster{factory: f, backendNS: map[string]bool{}, unreadable: map[string]bool{}}
+	return &cluster{factory: f, backendNS: map[string]bool{}, unreadable: map[string]bool{}, hookCache: map[string]cachedHooks{}}
 }
 
 // register adds the informers of every readable resource, calling kick on

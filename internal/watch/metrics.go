@@ -66,10 +66,14 @@ type Metrics struct {
 	out map[series]*exported
 }
 
-// HandshakeReasons and ProbeReasons are the values of the reason label.
+// HandshakeReasons and ProbeReasons are every value the reason label of
+// kadmit_watch_handshake_failures_total and
+// kadmit_watch_probe_failures_total takes (failureReason,
+// handshakeReason, probeReasons). A denied or inconclusive probe is no
+// failure: the webhook, or another, answered.
 var (
 	HandshakeReasons = []string{"refused", "timeout", "unknown_authority", "san_mismatch", "expired", "tls", "unreachable", "other"}
-	ProbeReasons     = []string{"denied", "refused", "unknown_authority", "san_mismatch", "timeout", "bad_response", "cert_expired", "no_endpoints", "inconclusive", "other"}
+	ProbeReasons     = []string{"refused", "unknown_authority", "san_mismatch", "timeout", "bad_response", "cert_expired", "no_endpoints"}
 )
 
 // NewMetrics registers the watch's collectors on a new registry.

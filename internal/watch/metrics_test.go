@@ -127,3 +127,25 @@ func TestMaxWebhooksBoundsLabelSets(t *testing.T) {
 		t.Fatalf("%d handshake keys, bound %d", n, max*r.c.o.MaxEndpoints)
 	}
 }
+
+// Every reason the code can produce is in the documented lists.
+func TestReasonsListed(t *testing.T) {
+	in := func(list []string, v string) bool {
+		for _, x := range list {
+			if x == v {
+				return true
+			}
+		}
+		return false
+	}
+	for _, r := range probeReasons {
+		if !in(ProbeReasons, r) {
+			t.Errorf("probe reason %q not in ProbeReasons", r)
+		}
+	}
+	for _, id := range []string{doctor.IDUnknownAuthority, doctor.IDSANMismatch, doctor.IDServingCertExpiry, doctor.IDHandshakeFailed, "other"} {
+		if r := handshakeReason(hsResult{}, []doctor.Finding{{ID: id}}); !in(HandshakeReasons, r) {
+			t.Errorf("handshake reason %q not in HandshakeReasons", r)
+		}
+	}
+}

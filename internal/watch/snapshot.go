@@ -50,13 +50,21 @@ func (c *cluster) snapshot(policies *doctor.PolicySet) (*view, error) {
 	// The API server lists in name order; the listers do not.
 	sort.Slice(ml, func(a, b int) bool { return ml[a].Name < ml[b].Name })
 	sort.Slice(vl, func(a, b int) bool { return vl[a].Name < vl[b].Name })
+	seen := map[string]bool{}
 	for _, m := range ml {
-		s.Webhooks = append(s.Webhooks, doctor.FromMutating(m)...)
-		v.uids[doctor.KindMutating+"/"+m.Name], v.annotations[doctor.KindMutating+"/"+m.Name] = m.UID, m.Annotations
+		k := doctor.KindMutating + "/" + m.Name
+		s.Webhooks = append(s.Webhooks, c.hooks(k, m.ResourceVersion, seen, func() []*doctor.Webhook { return doctor.FromMutating(m) })...)
+		v.uids[k], v.annotations[k] = m.UID, m.Annotations
 	}
 	for _, m := range vl {
-		s.Webhooks = append(s.Webhooks, doctor.FromValidating(m)...)
-		v.uids[doctor.KindValidating+"/"+m.Name], v.annotations[doctor.KindValidating+"/"+m.Name] = m.UID, m.Annotations
+		k := doctor.KindValidating + "/" + m.Name
+		s.Webhooks = append(s.Webhooks, c.hooks(k, m.ResourceVersion, seen, func() []*doctor.Webhook { return doctor.FromValidating(m) })...)
+		v.uids[k], v.annotations[k] = m.UID, m.Annotations
+	}
+	for k := range c.hookCache {
+		if !seen[k] {
+			delete(c.hookCache, k)
+		}
 	}
 	var nl []*corev1.Namespace
 	if c.unreadable["namespaces"] {
@@ -85,6 +93,27 @@ func (c *cluster) snapshot(policies *doctor.PolicySet) (*view, error) {
 	}
 	v.snap = s
 	return v, nil
+}
+
+// cachedHooks are the doctor.Webhooks of one configuration version.
+type cachedHooks struct {
+	resourceVersion string
+	hooks           []*doctor.Webhook
+}
+
+// hooks returns the webhooks of configuration key ("<Kind>/<name>") at
+// resourceVersion, converting only when it changed: a doctor.Webhook
+// compiles its matchConditions (CEL) once, on first use, so reusing it
+// keeps an evaluation from recompiling every configuration's conditions.
+// Diagnose never modifies a Webhook. Only the evaluation loop calls it.
+func (c *cluster) hooks(key, resourceVersion string, seen map[string]bool, convert func() []*doctor.Webhook) []*doctor.Webhook {
+	seen[key] = true
+	if h, ok := c.hookCache[key]; ok && h.resourceVersion == resourceVersion && resourceVersion != "" {
+		return h.hooks
+	}
+	hs := convert()
+	c.hookCache[key] = cachedHooks{resourceVersion, hs}
+	return hs
 }
 
 // backend fills a doctor.Backend for Service ns/name from the listers, the

@@ -179,7 +179,8 @@ func event(ctx context.Context, e *e2eenv.Env, config, typ, reason string) (stri
 // /metrics and as a Warning Event within 5s of the configuration's
 // creation, and clears both (series gone, Normal KD201Resolved) within 5s
 // of a ready endpoint appearing; the endpoint, a TLS server with a
-// certificate from the caBundle's CA, is handshaken and raises nothing;
+// certificate from the caBundle's CA, is handshaken and raises nothing; a
+// caBundle from another CA is KD404 within 5s, resolved when restored;
 // deleting the configuration deletes its series.
 func TestNoEndpointsFoundAndResolved(t *testing.T) {
 	e := suite.Env(t)
@@ -317,7 +318,55 @@ func TestNoEndpointsFoundAndResolved(t *testing.T) {
 		t.Error(err)
 	}
 
-	// 4. Deleting the configuration deletes its series.
+	// 4. A caBundle from another CA (handshake-driven: the chain the
+	// endpoint serves no longer verifies): KD404, then resolved.
+	otherCA, _, err := certs.NewCA(time.Now(), 24*time.Hour, certs.ECDSAP256)
+	if err != nil {
+		t.Fatal(err)
+	}
+	setBundle := func(bundle []byte) {
+		t.Helper()
+		cur, err := reg.Get(ctx, config, metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		cur.Webhooks[0].ClientConfig.CABundle = bundle
+		if _, err := reg.Update(ctx, cur, metav1.UpdateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	kd404 := map[string]string{"configuration": config, "webhook": hook, "check": "KD404", "severity": "error"}
+	t2 := time.Now()
+	setBundle(certs.EncodeCertificates(otherCA))
+	toMetric, toEvent = both(t, ctx, 30*time.Second, t2,
+		func(ctx context.Context) (bool, error) {
+			body, err := w.scrape(ctx)
+			v, ok := metric(body, "kadmit_watch_findings", kd404)
+			return ok && v == 1, err
+		},
+		func(ctx context.Context) (bool, error) {
+			_, ok, err := event(ctx, e, config, corev1.EventTypeWarning, "KD404")
+			return ok, err
+		})
+	fmt.Printf("watch e2e: caBundle from another CA (KD404): metric after %s, Warning Event after %s\n", toMetric.Round(time.Millisecond), toEvent.Round(time.Millisecond))
+	if toMetric > informerDriven || toEvent > informerDriven {
+		t.Errorf("KD404 took %s to the metric and %s to the Event; want both under %s", toMetric, toEvent, informerDriven)
+	}
+	t3 := time.Now()
+	setBundle(certs.EncodeCertificates(caCert))
+	toClear, toResolved = both(t, ctx, 30*time.Second, t3,
+		func(ctx context.Context) (bool, error) {
+			body, err := w.scrape(ctx)
+			_, ok := metric(body, "kadmit_watch_findings", kd404)
+			return !ok, err
+		},
+		func(ctx context.Context) (bool, error) {
+			_, ok, err := event(ctx, e, config, corev1.EventTypeNormal, "KD404Resolved")
+			return ok, err
+		})
+	fmt.Printf("watch e2e: caBundle restored: KD404 series gone after %s, Normal KD404Resolved after %s\n", toClear.Round(time.Millisecond), toResolved.Round(time.Millisecond))
+
+	// 5. Deleting the configuration deletes its series.
 	if err := reg.Delete(ctx, config, metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)
 	}

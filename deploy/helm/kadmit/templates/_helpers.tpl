@@ -130,3 +130,34 @@ capabilities:
 seccompProfile:
   type: RuntimeDefault
 {{- end -}}
+
+{{/*
+kadmit watch (watch.enabled): its own name, labels, ServiceAccount and Lease.
+Its pods carry app.kubernetes.io/name <name>-watch, so neither the webhook
+Service, the serving Deployment nor its PodDisruptionBudget (which select
+<name> + instance) ever select them: the watch would report that collision
+itself (KD301).
+*/}}
+{{- define "kadmit.watchName" -}}
+{{- printf "%s-watch" (include "kadmit.fullname" .) | trunc 63 | trimSuffix "-" -}}
+{{- end -}}
+
+{{- define "kadmit.watchSelectorLabels" -}}
+app.kubernetes.io/name: {{ printf "%s-watch" (include "kadmit.name" .) | trunc 63 | trimSuffix "-" }}
+app.kubernetes.io/instance: {{ .Release.Name }}
+{{- end -}}
+
+{{- define "kadmit.watchLabels" -}}
+{{ include "kadmit.watchSelectorLabels" . }}
+app.kubernetes.io/component: watch
+app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
+app.kubernetes.io/part-of: kadmit
+{{- end -}}
+
+{{- define "kadmit.watchServiceAccountName" -}}
+{{- default (include "kadmit.watchName" .) .Values.watch.serviceAccount.name -}}
+{{- end -}}
+
+{{- define "kadmit.watchLeaseName" -}}
+{{- default (include "kadmit.watchName" .) .Values.watch.leaderElection.leaseName -}}
+{{- end -}}
