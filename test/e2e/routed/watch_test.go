@@ -39,7 +39,9 @@ func TestWatch(t *testing.T) {
 	pods := e.startPodMirror(t)
 	eventually(t, 20*time.Second, "Pod objects for kadmit's replicas", pods.synced)
 	w := e.startWatch(t)
-	alerts := newAlertEvaluator(t, rules)
+	// The labels the chart's ServiceMonitor gives the watch's series.
+	alerts := newAlertEvaluator(t, rules, map[string]string{"job": "kadmit-watch-metrics", "service": "kadmit-watch-metrics",
+		"namespace": systemNS, "pod": watchIdentity, "container": "watch", "endpoint": "metrics", "instance": w.metricsAddr})
 	w.scr.observe(alerts.add)
 
 	begin := time.Now()

@@ -42,36 +42,18 @@ type alertRule struct {
 	name, expr string
 }
 
-// rulesFile is the chart-rendered PrometheusRule, regenerated into deploy/.
-const rulesFile = "deploy/prometheus/kadmit-rules.yaml"
+// rulesFile holds the chart's kadmit-watch alert group as `make manifests`
+// renders it (release kadmit, namespace kadmit-system).
+const rulesFile = "deploy/prometheus/kadmit-watch-rules.yaml"
 
 // alertGroup is the rule group of the watch's alerts.
 const alertGroup = "kadmit-watch"
 
-// contractRules are the expressions of WATCH-CONTRACT.md (issue 15), used
-// only while rulesFile does not hold the group yet.
-var contractRules = []alertRule{
-	{"KadmitWebhookCertificateExpiringSoon", `(min by (configuration, webhook) (kadmit_watch_serving_cert_expiry_timestamp_seconds) - time()) < 7*24*3600`},
-	{"KadmitWebhookCABundleExpiringSoon", `(min by (configuration, webhook) (kadmit_watch_ca_bundle_expiry_timestamp_seconds) - time()) < 7*24*3600`},
-	{"KadmitFailWebhookNoEndpoints", `kadmit_watch_ready_endpoints * on (configuration, webhook) group_left kadmit_watch_webhook_info{failure_policy="Fail"} == 0`},
-	{"KadmitFailWebhookOneEndpoint", `kadmit_watch_ready_endpoints * on (configuration, webhook) group_left kadmit_watch_webhook_info{failure_policy="Fail"} == 1`},
-	{"KadmitWebhookSelectorCollision", `kadmit_watch_findings{check="KD301"} > 0`},
-	{"KadmitWebhookSelfInterception", `kadmit_watch_findings{check=~"KD501|KD502"} * on (configuration, webhook) group_left kadmit_watch_webhook_info{failure_policy="Fail"} > 0`},
-	{"KadmitWebhookTLSBroken", `kadmit_watch_findings{check=~"KD40[1-5]|KD409|KD202", severity="error"} > 0`},
-	{"KadmitWebhookProbeFailing", `increase(kadmit_watch_probe_failures_total[10m]) > 0`},
-	{"KadmitWatchDown", `absent(kadmit_watch_leader == 1)`},
-}
-
 // loadAlertRules reads the group kadmit-watch from rulesFile (a
-// PrometheusRule, or a plain Prometheus rule file), or falls back to the
-// contract's expressions when the file or the group is not there yet.
+// PrometheusRule, or a plain Prometheus rule file).
 func loadAlertRules(t *testing.T, e *env) []alertRule {
 	t.Helper()
 	data, err := os.ReadFile(filepath.Join(e.RepoRoot, rulesFile))
-	if os.IsNotExist(err) {
-		t.Logf("%s not found: evaluating the contract's alert expressions", rulesFile)
-		return contractRules
-	}
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -80,8 +62,7 @@ func loadAlertRules(t *testing.T, e *env) []alertRule {
 		t.Fatalf("%s: %v", rulesFile, err)
 	}
 	if len(rules) == 0 {
-		t.Logf("%s has no group %s: evaluating the contract's alert expressions", rulesFile, alertGroup)
-		return contractRules
+		t.Fatalf("%s has no alerting rule in group %s", rulesFile, alertGroup)
 	}
 	t.Logf("alert expressions from %s (group %s): %d rules", rulesFile, alertGroup, len(rules))
 	return rules
@@ -131,6 +112,10 @@ func parseAlertRules(data []byte) ([]alertRule, error) {
 type alertEvaluator struct {
 	rules  []alertRule
 	engine *promql.Engine
+	// target are the labels Prometheus attaches to every scraped series
+	// (Prometheus Operator's ServiceMonitor: job, instance, namespace, pod,
+	// service, container, endpoint); the rules join and select on namespace.
+	target map[string]string
 
 	mu      sync.Mutex
 	series  map[string]*memSeries // by labels.Labels.String()
@@ -147,9 +132,9 @@ type memSeries struct {
 // of scrapes, the longest range the rules use); older ones are dropped.
 const maxSamplesPerSeries = maxScrapes
 
-func newAlertEvaluator(t *testing.T, rules []alertRule) *alertEvaluator {
+func newAlertEvaluator(t *testing.T, rules []alertRule, target map[string]string) *alertEvaluator {
 	t.Helper()
-	a := &alertEvaluator{rules: rules, series: map[string]*memSeries{}, scraped: map[string]bool{},
+	a := &alertEvaluator{rules: rules, target: target, series: map[string]*memSeries{}, scraped: map[string]bool{},
 		engine: promql.NewEngine(promql.EngineOpts{MaxSamples: 5_000_000, Timeout: 10 * time.Second, LookbackDelta: 5 * time.Minute})}
 	for _, r := range rules {
 		if _, err := a.eval(r.expr, time.Now()); err != nil {
@@ -177,6 +162,14 @@ func (a *alertEvaluator) add(sc *scrape) {
 		b := labels.NewBuilder(labels.EmptyLabels())
 		b.Set(labels.MetricName, s.name)
 		for k, v := range s.labels {
+			// honor_labels false (the ServiceMonitor default): an exposed
+			// label that clashes with a target label is kept as exported_<name>.
+			if _, clash := a.target[k]; clash {
+				k = "exported_" + k
+			}
+			b.Set(k, v)
+		}
+		for k, v := range a.target {
 			b.Set(k, v)
 		}
 		lset := b.Labels()
