@@ -198,6 +198,9 @@ func (e *env) watchNoFalseAlarms(t *testing.T, w *watchProc, alerts *alertEvalua
 	end := time.Now()
 
 	scrapes := w.scr.between(start, end)
+	if failed := w.scr.failedBetween(start, end); len(failed) > 0 {
+		t.Errorf("%d scrapes of the watch's /metrics failed during the rotations and restart, first: %v", len(failed), failed[0])
+	}
 	if len(scrapes) < int(end.Sub(start)/scrapeInterval)/2 {
 		t.Errorf("only %d scrapes of the watch's /metrics in %s", len(scrapes), end.Sub(start).Round(time.Second))
 	}
@@ -317,6 +320,9 @@ func (e *env) faultClasses() []faultClass {
 				b.servers[0].cert.Store(b.swapped)
 				return nil
 			}},
+		// The expiry alert is true before the KD406 finding: the watch sets
+		// kadmit_watch_serving_cert_expiry_timestamp_seconds from the first
+		// handshake, while the finding waits for the confirming one (2s).
 		{name: "expired certificate", key: "expired", check: "KD406", alert: "KadmitWebhookCertificateExpiringSoon", hsReason: "expired",
 			inject: func(_ context.Context, t *testing.T, b *faultBackend) error {
 				b.swapped = b.servers[0].cert.Load()

@@ -18,6 +18,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log"
 	"net"
 	"net/http"
 	"slices"
@@ -116,7 +117,9 @@ func startFaultServer(t *testing.T, ip string, cert *tls.Certificate) *faultServ
 		ReadHeaderTimeout: 5 * time.Second,
 		TLSConfig: &tls.Config{MinVersion: tls.VersionTLS12,
 			GetCertificate: func(*tls.ClientHelloInfo) (*tls.Certificate, error) { return s.cert.Load(), nil }},
-		ErrorLog: nil,
+		// The watch handshakes and hangs up without a request: net/http
+		// would log each such connection.
+		ErrorLog: log.New(io.Discard, "", 0),
 	}
 	go func() { _ = s.srv.ServeTLS(ln, "", "") }()
 	t.Cleanup(func() {
@@ -141,12 +144,14 @@ func admitAll(w http.ResponseWriter, r *http.Request) {
 }
 
 // stallListener accepts TCP connections and never answers: a TLS handshake
-// with it times out. It holds at most maxStalled connections, closing
-// further ones at once.
+// with it times out. It reads (and drops) what the peer sends until the peer
+// hangs up; at most maxStalled connections are held, further ones closed at
+// once.
 type stallListener struct {
-	ln    net.Listener
-	mu    sync.Mutex
-	conns []net.Conn
+	ln     net.Listener
+	mu     sync.Mutex
+	conns  map[net.Conn]bool
+	closed bool
 }
 
 const maxStalled = 64
@@ -160,7 +165,7 @@ func startStallListener(t *testing.T, ip string) *stallListener {
 	if err != nil {
 		t.Fatal(err)
 	}
-	s := &stallListener{ln: ln}
+	s := &stallListener{ln: ln, conns: map[net.Conn]bool{}}
 	go func() {
 		for {
 			c, err := ln.Accept()
@@ -168,19 +173,28 @@ func startStallListener(t *testing.T, ip string) *stallListener {
 				return
 			}
 			s.mu.Lock()
-			if len(s.conns) >= maxStalled {
+			if s.closed || len(s.conns) >= maxStalled {
+				s.mu.Unlock()
 				_ = c.Close()
-			} else {
-				s.conns = append(s.conns, c)
+				continue
 			}
+			s.conns[c] = true
 			s.mu.Unlock()
+			go func() {
+				_, _ = io.Copy(io.Discard, c)
+				_ = c.Close()
+				s.mu.Lock()
+				delete(s.conns, c)
+				s.mu.Unlock()
+			}()
 		}
 	}()
 	t.Cleanup(func() {
 		_ = ln.Close()
 		s.mu.Lock()
 		defer s.mu.Unlock()
-		for _, c := range s.conns {
+		s.closed = true
+		for c := range s.conns {
 			_ = c.Close()
 		}
 	})
