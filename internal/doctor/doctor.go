@@ -79,8 +79,10 @@ type Options struct {
 	// ErrHandshakePending.
 	Handshake HandshakeFunc
 	// InCluster says doctor runs on the cluster's pod network (kadmit
-	// watch): an endpoint that times out or has no route is then a finding
-	// (KD409, error) instead of "not reachable from here" (KD410, info).
+	// watch): a Service endpoint that times out or has no route is then a
+	// finding (KD409, error) instead of "not reachable from here" (KD410,
+	// info). URL webhooks keep KD410: the API server's host may reach what
+	// a pod cannot.
 	InCluster bool
 	// FromError is an API server error message (at most MaxErrorMessage
 	// bytes): the report is restricted to the webhook (or admission
@@ -124,6 +126,22 @@ type run struct {
 	handshakes map[string]handshakeResult
 	// probeCalls records each probe's outcome and round trip (ProbeWebhook).
 	probeCalls []ProbeCall
+	// objects memoizes Backend.objects: every webhook is checked against
+	// every backend's objects, which are the same for the whole run.
+	objects map[*Backend][]Object
+}
+
+// objectsOf returns b.objects(), computed once per run.
+func (r *run) objectsOf(b *Backend) []Object {
+	if o, ok := r.objects[b]; ok {
+		return o
+	}
+	if r.objects == nil {
+		r.objects = map[*Backend][]Object{}
+	}
+	o := b.objects()
+	r.objects[b] = o
+	return o
 }
 
 type handshakeResult struct {
@@ -629,7 +647,10 @@ func (r *run) checkEndpoint(ctx context.Context, w *Webhook, addr, serverName st
 				Why:  fmt.Sprintf("The API server gets \"dial tcp %s: connect: connection refused\" whenever it picks this endpoint; %s", addr, consequence(w)),
 				Fix:  "Make the pod report ready only once its webhook server listens (readiness probe on the webhook port or on a check that waits for the certificate), and check the webhook's listen port against the Service targetPort.",
 			}}, true, false, false
-		case r.o.InCluster && isTimeoutOrNoRoute(res.err):
+		case r.o.InCluster && w.ClientConfig.Service != nil && isTimeoutOrNoRoute(res.err):
+			// Only for Service endpoints: the API server reaches them over
+			// the pod network too, while a URL may be reachable from the
+			// API server's host and not from a pod (egress rules).
 			return []Finding{{ID: IDHandshakeFailed, Severity: SeverityError, Endpoint: addr,
 				What: fmt.Sprintf("Endpoint %s (ServerName %s) did not complete a TLS handshake within %s: %v.", addr, serverName, r.o.HandshakeTimeout, res.err),
 				Why:  "The API server, on the same pod network, waits the same way until the webhook's timeoutSeconds runs out; " + consequence(w),

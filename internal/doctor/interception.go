@@ -259,7 +259,7 @@ func (r *run) webhooksOf(key string) []*Webhook {
 // firstIntercepted returns the first of b's objects w intercepts.
 func (r *run) firstIntercepted(ctx context.Context, w *Webhook, b *Backend) (verdict, bool) {
 	var unsure *verdict
-	for _, o := range b.objects() {
+	for _, o := range r.objectsOf(b) {
 		if v, ok := r.decide(ctx, w, o); ok {
 			if len(v.unsure) == 0 {
 				return v, true

@@ -246,7 +246,7 @@ func (c *Controller) step(ctx context.Context) (reeval bool, err error) {
 		c.metrics.setLeader(lead)
 		c.events = nil
 		if lead {
-			c.events = newEvents(c.rec, c.o.EventQPS, c.o.EventBurst, c.o.EventRepeat)
+			c.events = newEvents(c.o.Log, c.rec, c.o.EventQPS, c.o.EventBurst, c.o.EventRepeat)
 		}
 		c.wasLeading = lead
 	}

@@ -7,6 +7,8 @@ import (
 	"sort"
 	"time"
 
+	"k8s.io/apimachinery/pkg/types"
+
 	"github.com/kadmit/kadmit/internal/certs"
 	"github.com/kadmit/kadmit/internal/doctor"
 )
@@ -125,6 +127,8 @@ func (c *Controller) evaluate(ctx context.Context) (states []*webhookState, reev
 		c.countFailures(k, kept, used)
 		states = append(states, st)
 	}
+	pstates, preeval := c.policyStates(now, rep.Policies)
+	states, reeval = append(states, pstates...), reeval || preeval
 	c.conf.sweep()
 	c.pruneCounted(states)
 	c.setUsers(users)
@@ -233,4 +237,35 @@ func handshakeReason(r hsResult, fs []doctor.Finding) string {
 		}
 	}
 	return "other"
+}
+
+// policyStates are the findings of the in-cluster admission policies and
+// bindings (KD9xx, from the policies slowLoop read), confirmed like a
+// webhook's informer findings, at most MaxWebhooks of them.
+func (c *Controller) policyStates(now time.Time, reports []doctor.PolicyReport) (out []*webhookState, reeval bool) {
+	uids := map[string]types.UID{}
+	if ps := c.policies.Load(); ps != nil {
+		for _, p := range ps.Validating {
+			uids["ValidatingAdmissionPolicy/"+p.Name] = p.UID
+		}
+		for _, p := range ps.ValidatingBinding {
+			uids["ValidatingAdmissionPolicyBinding/"+p.Name] = p.UID
+		}
+		for _, p := range ps.Mutating {
+			uids["MutatingAdmissionPolicy/"+p.Name] = p.UID
+		}
+		for _, p := range ps.MutatingBinding {
+			uids["MutatingAdmissionPolicyBinding/"+p.Name] = p.UID
+		}
+	}
+	for _, pr := range reports {
+		if len(out) >= c.o.MaxWebhooks {
+			break
+		}
+		k := wkey{Kind: pr.Kind, Configuration: pr.Name}
+		kept, _, re := c.conf.filter(now, k, pr.Findings, func(string) (uint64, bool) { return 0, false }, c.o.Debounce)
+		reeval = reeval || re
+		out = append(out, &webhookState{key: k, policy: true, uid: uids[pr.Kind+"/"+pr.Name], findings: kept})
+	}
+	return out, reeval
 }

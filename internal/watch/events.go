@@ -2,6 +2,7 @@ package watch
 
 import (
 	"fmt"
+	"log/slog"
 	"time"
 	"unicode/utf8"
 
@@ -27,6 +28,7 @@ type eventState struct {
 	emitted bool // the Warning went out
 	last    time.Time
 	message string
+	cleared bool // logged as cleared; its Resolved may still wait for a token
 }
 
 // events turns changes of the active warning and error findings into
@@ -39,14 +41,20 @@ type eventState struct {
 // lost or unbounded. active is bounded by the tracked webhooks times the
 // check IDs.
 type events struct {
+	log    *slog.Logger
 	rec    record.EventRecorder
 	limit  *rate.Limiter
 	repeat time.Duration
 	active map[eventKey]*eventState
 }
 
-func newEvents(rec record.EventRecorder, qps float64, burst int, repeat time.Duration) *events {
-	return &events{rec: rec, limit: rate.NewLimiter(rate.Limit(qps), burst), repeat: repeat, active: map[eventKey]*eventState{}}
+// newEvents logs each appearance and clearing at info level (log may be
+// nil), whatever the token bucket lets through as Events.
+func newEvents(log *slog.Logger, rec record.EventRecorder, qps float64, burst int, repeat time.Duration) *events {
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	return &events{log: log, rec: rec, limit: rate.NewLimiter(rate.Limit(qps), burst), repeat: repeat, active: map[eventKey]*eventState{}}
 }
 
 // sync emits what changed since the last call, at time now.
@@ -80,21 +88,27 @@ func (e *events) sync(now time.Time, states []*webhookState) {
 		if st == nil {
 			st = &eventState{}
 			e.active[k] = st
+			e.log.Info("finding appeared", "kind", k.w.Kind, "configuration", k.w.Configuration, "webhook", k.w.Webhook,
+				"check", k.id, "severity", string(c.f.Severity), "what", c.f.What)
 		}
-		st.uid = c.state.uid
+		st.uid, st.cleared = c.state.uid, false
 		if st.emitted && now.Sub(st.last) < e.repeat {
 			continue
 		}
 		if !e.limit.AllowN(now, 1) {
 			continue
 		}
-		msg := warningMessage(k.w.Webhook, c.f, c.more)
+		msg := warningMessage(subject(k.w), c.f, c.more)
 		e.rec.Event(configRef(k.w, st.uid), corev1.EventTypeWarning, k.id, msg)
 		st.emitted, st.last, st.message = true, now, msg
 	}
 	for k, st := range e.active {
 		if current[k] != nil {
 			continue
+		}
+		if !st.cleared {
+			st.cleared = true
+			e.log.Info("finding cleared", "kind", k.w.Kind, "configuration", k.w.Configuration, "webhook", k.w.Webhook, "check", k.id)
 		}
 		if !st.emitted || !present[k.w] {
 			// Never announced, or the webhook is gone with its object.
@@ -105,23 +119,33 @@ func (e *events) sync(now time.Time, states []*webhookState) {
 			continue // retried at the next evaluation
 		}
 		e.rec.Event(configRef(k.w, st.uid), corev1.EventTypeNormal, k.id+"Resolved",
-			truncate(fmt.Sprintf("webhook %s: %s no longer found (was: %s)", k.w.Webhook, k.id, st.message)))
+			truncate(fmt.Sprintf("%s: %s no longer found (was: %s)", subject(k.w), k.id, st.message)))
 		delete(e.active, k)
 	}
 }
 
-// configRef is the involvedObject: the cluster-scoped configuration, so
-// the Event lands in namespace default (client-go's record.makeEvent).
+// configRef is the involvedObject: the cluster-scoped configuration (or
+// policy, or binding), so the Event lands in namespace default (client-go's
+// record.makeEvent).
 func configRef(w wkey, uid types.UID) *corev1.ObjectReference {
 	return &corev1.ObjectReference{Kind: w.Kind, APIVersion: "admissionregistration.k8s.io/v1", Name: w.Configuration, UID: uid}
 }
 
-func warningMessage(webhook string, f doctor.Finding, more int) string {
+// subject names what an Event is about: "webhook <name>", or for a policy
+// state "<Kind> <name>".
+func subject(w wkey) string {
+	if w.Webhook == "" {
+		return w.Kind + " " + w.Configuration
+	}
+	return "webhook " + w.Webhook
+}
+
+func warningMessage(subject string, f doctor.Finding, more int) string {
 	what := f.What
 	if more > 0 {
 		what += fmt.Sprintf(" (and %d more like it)", more)
 	}
-	msg := fmt.Sprintf("webhook %s: %s", webhook, what)
+	msg := fmt.Sprintf("%s: %s", subject, what)
 	if f.Fix != "" {
 		msg += "; fix: " + f.Fix
 	}

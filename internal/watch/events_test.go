@@ -21,7 +21,7 @@ var kd201 = doctor.Finding{ID: doctor.IDNoReadyEndpoints, Severity: doctor.Sever
 // <ID>Resolved when it clears, and none for a webhook that was deleted.
 func TestEventsDeduplicatedRepeatedAndResolved(t *testing.T) {
 	rec := record.NewFakeRecorder(100)
-	e := newEvents(rec, 1, 10, time.Hour)
+	e := newEvents(nil, rec, 1, 10, time.Hour)
 	t0 := time.Unix(1_800_000_000, 0)
 	ep1, ep2 := kd201, kd201
 	ep1.ID, ep2.ID = doctor.IDEndpointRefused, doctor.IDEndpointRefused
@@ -58,7 +58,7 @@ func TestEventsDeduplicatedRepeatedAndResolved(t *testing.T) {
 // later evaluations, nothing is lost.
 func TestEventsRateLimited(t *testing.T) {
 	rec := record.NewFakeRecorder(1000)
-	e := newEvents(rec, 1, 5, time.Hour)
+	e := newEvents(nil, rec, 1, 5, time.Hour)
 	t0 := time.Unix(1_800_000_000, 0)
 	var states []*webhookState
 	for i := range 40 {
@@ -85,7 +85,7 @@ func TestEventsRateLimited(t *testing.T) {
 func TestEventMessageBounded(t *testing.T) {
 	f := kd201
 	f.What = strings.Repeat("é", 2000)
-	msg := warningMessage("w", f, 0)
+	msg := warningMessage("webhook w", f, 0)
 	if len(msg) > MaxEventMessage || !strings.HasSuffix(msg, "...") {
 		t.Fatalf("message of %d bytes", len(msg))
 	}

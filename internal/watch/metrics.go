@@ -12,9 +12,12 @@ import (
 	"github.com/kadmit/kadmit/internal/doctor"
 )
 
-// webhookState is what one evaluation found for one tracked webhook.
+// webhookState is what one evaluation found for one tracked webhook, or
+// (policy true) for one in-cluster admission policy or binding: then key
+// holds its kind and name (Webhook empty) and only findings are set.
 type webhookState struct {
 	key           wkey
+	policy        bool
 	uid           types.UID
 	failurePolicy string // "Fail" or "Ignore"
 	service       string // "ns/name", or the URL
@@ -57,6 +60,7 @@ type Metrics struct {
 	reg *prometheus.Registry
 
 	info, findings, ready, certExpiry, caExpiry *prometheus.GaugeVec
+	policyFindings                              *prometheus.GaugeVec
 	hsDuration, probeDuration                   *prometheus.HistogramVec
 	hsFailures, probeFailures                   *prometheus.CounterVec
 	evaluations                                 prometheus.Counter
@@ -64,6 +68,8 @@ type Metrics struct {
 
 	mu  sync.Mutex // guards out: evaluations and handshake workers both use it
 	out map[series]*exported
+	// outPolicies are the policy finding label sets set now.
+	outPolicies map[[4]string]bool
 }
 
 // HandshakeReasons and ProbeReasons are every value the reason label of
@@ -81,7 +87,10 @@ var (
 // Errors: registration failed (a duplicate name), wrapped.
 func NewMetrics() (*Metrics, error) {
 	pw := []string{"configuration", "webhook"}
-	m := &Metrics{reg: prometheus.NewRegistry(), out: map[series]*exported{},
+	m := &Metrics{reg: prometheus.NewRegistry(), out: map[series]*exported{}, outPolicies: map[[4]string]bool{},
+		policyFindings: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "kadmit_watch_policy_findings",
+			Help: "Active findings (KD9xx) of an in-cluster admission policy or binding by check ID and severity."},
+			[]string{"kind", "policy", "check", "severity"}),
 		info: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "kadmit_watch_webhook_info",
 			Help: "1 for each tracked webhook: its configuration kind, failurePolicy and target (ns/name of the Service, or the URL)."},
 			[]string{"kind", "configuration", "webhook", "failure_policy", "service"}),
@@ -114,7 +123,7 @@ func NewMetrics() (*Metrics, error) {
 		untracked: prometheus.NewGauge(prometheus.GaugeOpts{Name: "kadmit_watch_untracked_webhooks",
 			Help: "Webhooks beyond --max-webhooks: no series, Events or handshakes for them."}),
 	}
-	for _, c := range []prometheus.Collector{m.info, m.findings, m.ready, m.certExpiry, m.caExpiry, m.hsDuration, m.hsFailures,
+	for _, c := range []prometheus.Collector{m.info, m.findings, m.policyFindings, m.ready, m.certExpiry, m.caExpiry, m.hsDuration, m.hsFailures,
 		m.probeDuration, m.probeFailures, m.evaluations, m.lastEvaluation, m.leader, m.untracked,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{})} {
 		if err := m.reg.Register(c); err != nil {
@@ -144,7 +153,8 @@ func (m *Metrics) setLeader(leading bool) {
 	m.leader.Set(0)
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	for _, v := range []interface{ Reset() }{m.info, m.findings, m.ready, m.certExpiry, m.caExpiry, m.hsDuration, m.hsFailures, m.probeDuration, m.probeFailures} {
+	clear(m.outPolicies)
+	for _, v := range []interface{ Reset() }{m.policyFindings, m.info, m.findings, m.ready, m.certExpiry, m.caExpiry, m.hsDuration, m.hsFailures, m.probeDuration, m.probeFailures} {
 		v.Reset()
 	}
 	clear(m.out)
@@ -165,7 +175,14 @@ func (m *Metrics) publish(states []*webhookState) {
 		endpoints  map[string]time.Time
 	}
 	want := map[series]*agg{}
+	wantPolicies := map[[4]string]int{}
 	for _, s := range states {
+		if s.policy {
+			for _, f := range s.findings {
+				wantPolicies[[4]string{s.key.Kind, s.key.Configuration, f.ID, string(f.Severity)}]++
+			}
+			continue
+		}
 		p := series{s.key.Configuration, s.key.Webhook}
 		a := want[p]
 		if a == nil {
@@ -244,6 +261,16 @@ func (m *Metrics) publish(states []*webhookState) {
 		if want[p] == nil {
 			m.deleteSeries(p)
 		}
+	}
+	for l := range m.outPolicies {
+		if wantPolicies[l] == 0 {
+			m.policyFindings.DeleteLabelValues(l[:]...)
+			delete(m.outPolicies, l)
+		}
+	}
+	for l, n := range wantPolicies {
+		m.policyFindings.WithLabelValues(l[:]...).Set(float64(n))
+		m.outPolicies[l] = true
 	}
 }
 
