@@ -15,7 +15,7 @@ func TestValidate(t *testing.T) {
 	if err := o.Validate(); err != nil {
 		t.Fatal(err)
 	}
-	if o.HandshakeInterval != 30*time.Second || o.Debounce != 500*time.Millisecond || o.MaxWebhooks != 500 || o.MaxEndpoints != 10 ||
+	if o.HandshakeInterval != 20*time.Second || o.Debounce != 500*time.Millisecond || o.MaxWebhooks != 500 || o.MaxEndpoints != 10 ||
 		o.ProbeQPS != 0.2 || o.Namespace != "kadmit-system" || o.LeaseName != "kadmit-watch" {
 		t.Fatalf("defaults: %+v", o)
 	}

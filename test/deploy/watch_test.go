@@ -64,7 +64,7 @@ func TestWatchRender(t *testing.T) {
 	}
 	c := spec.Containers[0]
 	want := []string{"watch", "--namespace=kadmit-system", "--lease-name=kadmit-watch", "--lease-duration=15s",
-		"--renew-deadline=10s", "--retry-period=2s", "--metrics-addr=:8080", "--handshake-interval=30s",
+		"--renew-deadline=10s", "--retry-period=2s", "--metrics-addr=:8080", "--handshake-interval=20s",
 		"--debounce=500ms", "--max-webhooks=500", "--log-format=json", "--log-level=info"}
 	if !slices.Equal(c.Args, want) {
 		t.Errorf("watch args\n got %q\nwant %q", c.Args, want)
