@@ -763,6 +763,26 @@ func TestInstallOnRealAPIServer(t *testing.T) {
 	})
 }
 
+// auditedCalls returns the API calls user made with agent, from c's audit
+// log, logging them (and the non-resource requests) for the reader; it
+// fails t when the log cannot be read or holds none.
+func auditedCalls(t *testing.T, c *cluster, user, agent string) []audit.Call {
+	t.Helper()
+	calls, nonResource, err := audit.Calls(c.auditLog, user, agent)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(calls) == 0 {
+		t.Fatalf("no audited calls by %s", user)
+	}
+	var lines []string
+	for _, cl := range calls {
+		lines = append(lines, "  "+cl.String())
+	}
+	t.Logf("%s made these calls:\n%s\nand non-resource requests %q", user, strings.Join(lines, "\n"), nonResource)
+	return calls
+}
+
 // rbacMatches compares user's calls in the audit log with what the
 // RoleBindings and ClusterRoleBindings among objs grant user through the
 // Roles and ClusterRoles among objs (bindings → roles, as RBAC authorizes):
@@ -779,18 +799,7 @@ func rbacMatches(t *testing.T, c *cluster, user, agent string, objs []*unstructu
 	if len(grants) == 0 {
 		t.Fatalf("no binding among the objects grants %s anything", user)
 	}
-	calls, nonResource, err := audit.Calls(c.auditLog, user, agent)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if len(calls) == 0 {
-		t.Fatalf("no audited calls by %s", user)
-	}
-	var lines []string
-	for _, cl := range calls {
-		lines = append(lines, "  "+cl.String())
-	}
-	t.Logf("%s made these calls:\n%s\nand non-resource requests %q", user, strings.Join(lines, "\n"), nonResource)
+	calls := auditedCalls(t, c, user, agent)
 	uncovered, unused := audit.Compare(calls, grants)
 	for _, u := range uncovered {
 		t.Errorf("%s: call not granted by the chart (or forbidden): %s", user, u)

@@ -201,18 +201,7 @@ func TestWatchRBACOnRealAPIServer(t *testing.T) {
 	}
 
 	// The audit log against the chart.
-	calls, nonResource, err := audit.Calls(c.auditLog, watchUser, "kadmit-watch")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if len(calls) == 0 {
-		t.Fatalf("no audited calls by %s", watchUser)
-	}
-	var lines []string
-	for _, cl := range calls {
-		lines = append(lines, "  "+cl.String())
-	}
-	t.Logf("%s made these calls:\n%s\nand non-resource requests %q", watchUser, strings.Join(lines, "\n"), nonResource)
+	calls := auditedCalls(t, c, watchUser, "kadmit-watch")
 	grants, err := audit.BoundGrants(watchUser, watchObjs...)
 	if err != nil {
 		t.Fatal(err)
