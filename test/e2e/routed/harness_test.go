@@ -747,3 +747,30 @@ func (e *env) webhookCounters(ctx context.Context) (webhookCounters, error) {
 }
 
 var webhookLabel = regexp.MustCompile(`[{,]name="([a-z0-9-]+\.kadmit\.io)"`)
+
+// rotateServing asks the leader for a serving-certificate rotation (the
+// kadmit.io/rotate annotation) and waits, at most 30 s, until the Secret holds
+// a leaf other than origLeaf, the annotation is consumed and every replica
+// serves the new leaf, verified against the Secret's CAs; it returns how long
+// that took and fails t otherwise (what names the wait).
+func (e *env) rotateServing(ctx context.Context, t *testing.T, what string, origLeaf *x509.Certificate) time.Duration {
+	t.Helper()
+	if err := e.annotateRotate(ctx, "serving"); err != nil {
+		t.Fatal(err)
+	}
+	return eventually(t, 30*time.Second, what, func() error {
+		cas, leaf, s, err := e.secretMaterial(ctx)
+		if err != nil {
+			return err
+		}
+		if _, ok := s.Annotations["kadmit.io/rotate"]; ok || leaf.Equal(origLeaf) {
+			return errors.New("not rotated yet")
+		}
+		return e.everyReplicaServes(func(l *x509.Certificate) error {
+			if !l.Equal(leaf) {
+				return errors.New("not the Secret's new certificate")
+			}
+			return verifyAgainst(l, cas...)
+		})
+	})
+}

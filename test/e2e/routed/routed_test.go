@@ -530,24 +530,7 @@ func TestLeaderKilled(t *testing.T) {
 		t.Errorf("take-over took %s; want within lease duration + margin (%s)", takeover.Round(time.Millisecond), limit)
 	}
 
-	if err := e.annotateRotate(ctx, "serving"); err != nil {
-		t.Fatal(err)
-	}
-	took := eventually(t, 30*time.Second, "serving rotation by the new leader", func() error {
-		cas, leaf, s, err := e.secretMaterial(ctx)
-		if err != nil {
-			return err
-		}
-		if _, ok := s.Annotations["kadmit.io/rotate"]; ok || leaf.Equal(origLeaf) {
-			return errors.New("not rotated yet")
-		}
-		return e.everyReplicaServes(func(l *x509.Certificate) error {
-			if !l.Equal(leaf) {
-				return errors.New("not the Secret's new certificate")
-			}
-			return verifyAgainst(l, cas...)
-		})
-	})
+	took := e.rotateServing(ctx, t, "serving rotation by the new leader", origLeaf)
 	t.Logf("forced serving rotation completed by %s in %s", successor, took.Round(time.Millisecond))
 	time.Sleep(3 * time.Second)
 	rs := load.finish()

@@ -119,24 +119,7 @@ func (e *env) watchNoFalseAlarms(t *testing.T, w *watchProc, alerts *alertEvalua
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := e.annotateRotate(ctx, "serving"); err != nil {
-		t.Fatal(err)
-	}
-	took := eventually(t, 30*time.Second, "serving rotation", func() error {
-		cas, leaf, s, err := e.secretMaterial(ctx)
-		if err != nil {
-			return err
-		}
-		if _, ok := s.Annotations["kadmit.io/rotate"]; ok || leaf.Equal(origLeaf) {
-			return errors.New("not rotated yet")
-		}
-		return e.everyReplicaServes(func(l *x509.Certificate) error {
-			if !l.Equal(leaf) {
-				return errors.New("not the Secret's new certificate")
-			}
-			return verifyAgainst(l, cas...)
-		})
-	})
+	took := e.rotateServing(ctx, t, "serving rotation", origLeaf)
 	t.Logf("serving rotation: every replica served the new certificate %s after the annotation", took.Round(time.Millisecond))
 	settle("serving rotation")
 
