@@ -259,12 +259,39 @@ func BenchmarkServeHTTP_MutatePodColocationAllMatch(b *testing.B) {
 	benchColocation(b, 10)
 }
 
+// BenchmarkServeHTTP_MutatePodColocationRealistic is `make bench`'s "kadmit
+// +10 colocation" row in process: the realistic pod (lifespan adds twelve
+// tolerations) and benchrun's ten profiles, each adding a label and a
+// toleration, the first selecting the pod.
+func BenchmarkServeHTTP_MutatePodColocationRealistic(b *testing.B) {
+	ps := make([]colocation.Profile, 10)
+	for i := range ps {
+		team := "payments"
+		if i > 0 {
+			team = fmt.Sprintf("nobody-%d", i)
+		}
+		ps[i] = colocation.Profile{
+			Name:        fmt.Sprintf("p%d", i),
+			Selector:    &metav1.LabelSelector{MatchLabels: map[string]string{"team": team}},
+			Labels:      map[string]string{fmt.Sprintf("colocation.kadmit.io/p%d", i): "true"},
+			Tolerations: []corev1.Toleration{{Key: fmt.Sprintf("colocation-p%d", i), Operator: corev1.TolerationOpExists, Effect: corev1.TaintEffectNoSchedule}},
+		}
+	}
+	serveChain(b, ps, realisticPodJSON(b))
+}
+
 func benchColocation(b *testing.B, matching int) {
+	serveChain(b, colocationProfiles(10, matching), benchPodJSON(b))
+}
+
+// serveChain serves pod on /mutate-pod with lifespan then colocation with
+// profiles.
+func serveChain(b *testing.B, profiles []colocation.Profile, pod []byte) {
 	ls, err := lifespan.New(lifespan.DefaultConfig())
 	if err != nil {
 		b.Fatal(err)
 	}
-	co, err := colocation.New(colocation.Config{Profiles: colocationProfiles(10, matching), DisableValidation: true}, nil)
+	co, err := colocation.New(colocation.Config{Profiles: profiles, DisableValidation: true}, nil)
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -272,7 +299,7 @@ func benchColocation(b *testing.B, matching int) {
 	if err != nil || len(whs) != 1 {
 		b.Fatalf("webhooks %v: %v", whs, err)
 	}
-	serveWebhook(b, whs[0], reviewFor(b, "Pod", "pods", benchPodJSON(b)))
+	serveWebhook(b, whs[0], reviewFor(b, "Pod", "pods", pod))
 }
 
 // BenchmarkServeHTTP_AllPolicies sends, per iteration, the pod to both pod

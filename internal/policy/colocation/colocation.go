@@ -14,6 +14,7 @@ package colocation
 
 import (
 	"cmp"
+	"encoding/json"
 	"fmt"
 	"maps"
 	"math/rand/v2"
@@ -29,6 +30,7 @@ import (
 
 	"github.com/kadmit/kadmit/internal/jsonedit"
 	"github.com/kadmit/kadmit/internal/policy/resourceflavor"
+	"github.com/kadmit/kadmit/internal/policy/toleration"
 )
 
 // Profile is one colocation profile: the spec of Koordinator's
@@ -366,13 +368,22 @@ func readRest(doc *jsonedit.Doc, sp *SpecPath, o *Object, need specFields) error
 	if !o.HasSpec {
 		return nil
 	}
-	for i, v := range []any{&o.SchedulerName, &o.PriorityClassName, &o.Priority, &o.PreemptionPolicy, &o.NodeSelector, &o.Tolerations} {
+	for i, v := range []any{&o.SchedulerName, &o.PriorityClassName, &o.Priority, &o.PreemptionPolicy, &o.NodeSelector} {
 		if need&(1<<i) == 0 {
 			continue
 		}
 		if _, err := doc.Decode(v, sp.fields[i]...); err != nil {
 			return err
 		}
+	}
+	if need&(1<<fTolerations) != 0 {
+		// A pod lifespan has just given a dozen tolerations: read them
+		// without reflection, as lifespan itself does.
+		ts, err := toleration.Of(doc, sp.fields[fTolerations]...)
+		if err != nil {
+			return err
+		}
+		o.Tolerations = ts
 	}
 	return nil
 }
@@ -558,11 +569,14 @@ func Write(doc *jsonedit.Doc, sp *SpecPath, have, want *Object) error {
 		}
 	}
 	if added := want.Tolerations[len(have.Tolerations):]; len(added) > 0 && err == nil {
-		vals := make([]any, len(added))
+		vals := make([]json.RawMessage, len(added))
+		buf := make([]byte, 0, 96*len(added))
 		for i, t := range added {
-			vals[i] = t
+			start := len(buf)
+			buf = toleration.AppendJSON(buf, t)
+			vals[i] = buf[start:len(buf):len(buf)]
 		}
-		err = doc.Append(sp.fields[fTolerations], vals...)
+		err = doc.AppendJSON(sp.fields[fTolerations], vals...)
 	}
 	return err
 }

@@ -17,6 +17,7 @@ import (
 
 	"github.com/kadmit/kadmit/internal/admission"
 	"github.com/kadmit/kadmit/internal/jsonedit"
+	"github.com/kadmit/kadmit/internal/policy/toleration"
 )
 
 // The policy states its change as JSONPatch operations.
@@ -181,7 +182,7 @@ func (p *Policy) Mutate(_ context.Context, req *admission.Request) ([]jsonedit.O
 	if _, err := doc.Decode(&labels, "metadata", "labels"); err != nil {
 		return nil, admission.Invalid("%s: cannot parse the pod: %v", Name, err)
 	}
-	have, err := tolerationsOf(doc)
+	have, err := toleration.Of(doc, "spec", "tolerations")
 	if err != nil {
 		return nil, admission.Invalid("%s: cannot parse the pod: %v", Name, err)
 	}
@@ -199,7 +200,7 @@ func (p *Policy) Mutate(_ context.Context, req *admission.Request) ([]jsonedit.O
 	for _, t := range want {
 		if !hasToleration(have, t) {
 			start := len(buf)
-			buf = appendToleration(buf, t)
+			buf = toleration.AppendJSON(buf, t)
 			missing = append(missing, buf[start:len(buf):len(buf)])
 		}
 	}
@@ -207,22 +208,6 @@ func (p *Policy) Mutate(_ context.Context, req *admission.Request) ([]jsonedit.O
 		return nil, admission.Invalid("%s: cannot edit the pod: %v", Name, err)
 	}
 	return doc.Ops(), admission.Allow()
-}
-
-// tolerationsOf reads the pod's spec.tolerations as the decoder reads them
-// into []corev1.Toleration: with readTolerations when it can, else with
-// doc.Decode (whose error the caller reports).
-func tolerationsOf(doc *jsonedit.Doc) ([]corev1.Toleration, error) {
-	raw, err := doc.Get("spec", "tolerations")
-	if err != nil || raw == nil || raw[0] == 'n' {
-		return nil, err
-	}
-	if have, ok := readTolerations(raw, make([]corev1.Toleration, 0, 4)); ok {
-		return have, nil
-	}
-	var have []corev1.Toleration
-	_, err = doc.Decode(&have, "spec", "tolerations")
-	return have, err
 }
 
 // hasToleration reports whether have holds t, comparing the fields that decide

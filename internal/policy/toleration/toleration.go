@@ -1,4 +1,9 @@
-package lifespan
+// Package toleration reads and writes a pod's tolerations in its raw JSON
+// without reflection: the two mutators that add tolerations (lifespan and
+// colocation) read the list the pod has, to add only what is missing, and
+// write the ones they add. One reader and one writer, each checked against
+// encoding/json by its tests, so both policies read a pod alike.
+package toleration
 
 import (
 	"bytes"
@@ -10,20 +15,37 @@ import (
 	"github.com/kadmit/kadmit/internal/jsonedit"
 )
 
-// maxFastTolerations bounds the tolerations readTolerations reads itself;
-// a longer list goes through the decoder (same result, higher cost).
-const maxFastTolerations = 256
+// Of reads the tolerations list at path in doc (nil when absent or null)
+// as the decoder reads it into []corev1.Toleration: with Read when it can,
+// else with doc.Decode, whose error (naming the path) it returns.
+func Of(doc *jsonedit.Doc, path ...string) ([]corev1.Toleration, error) {
+	raw, err := doc.Get(path...)
+	if err != nil || raw == nil || raw[0] == 'n' {
+		return nil, err
+	}
+	if have, ok := Read(raw, make([]corev1.Toleration, 0, 4)); ok {
+		return have, nil
+	}
+	var have []corev1.Toleration
+	_, err = doc.Decode(&have, path...)
+	return have, err
+}
 
-// readTolerations reads spec.tolerations, the valid JSON raw (an array, as
-// jsonedit.Doc.Get returns it), as the decoder reads it into
-// []corev1.Toleration, for the fields hasToleration compares (key,
-// operator, value, effect) and checking tolerationSeconds' type, without
-// reflection. ok is false, and the caller decodes with jsonedit.Doc.Decode,
+// maxRead bounds the tolerations Read reads itself; a longer list goes
+// through the decoder (same result, higher cost), so a hostile pod cannot
+// make Read's fast path grow without bound.
+const maxRead = 256
+
+// Read reads a tolerations list, the valid JSON raw (an array, as
+// jsonedit.Doc.Get returns it), appending to dst exactly what
+// sigs.k8s.io/json's case-sensitive decoder reads into []corev1.Toleration
+// (key, operator, value, effect, tolerationSeconds), without reflection.
+// ok is false, and the caller decodes with jsonedit.Doc.Decode (Of does),
 // for anything the decoder might read differently or refuse: a non-array,
 // an element that is not an object, a member that is not one of the five
 // fields, a null or escaped string, a tolerationSeconds that is not a plain
-// int64, or more than maxFastTolerations elements.
-func readTolerations(raw []byte, dst []corev1.Toleration) (_ []corev1.Toleration, ok bool) {
+// int64, or more than maxRead elements.
+func Read(raw []byte, dst []corev1.Toleration) (_ []corev1.Toleration, ok bool) {
 	if len(raw) == 0 || raw[0] != '[' {
 		return nil, false
 	}
@@ -32,11 +54,11 @@ func readTolerations(raw []byte, dst []corev1.Toleration) (_ []corev1.Toleration
 		return dst, true
 	}
 	for {
-		if len(dst) == maxFastTolerations || i >= len(raw) || raw[i] != '{' {
+		if len(dst) == maxRead || i >= len(raw) || raw[i] != '{' {
 			return nil, false
 		}
 		var t corev1.Toleration
-		if i, ok = readToleration(raw, i, &t); !ok {
+		if i, ok = readOne(raw, i, &t); !ok {
 			return nil, false
 		}
 		dst = append(dst, t)
@@ -51,9 +73,9 @@ func readTolerations(raw []byte, dst []corev1.Toleration) (_ []corev1.Toleration
 	}
 }
 
-// readToleration reads the object at raw[i] into t and returns the index
-// past it.
-func readToleration(raw []byte, i int, t *corev1.Toleration) (int, bool) {
+// readOne reads the object at raw[i] into t and returns the index past
+// it.
+func readOne(raw []byte, i int, t *corev1.Toleration) (int, bool) {
 	i = jsonedit.SkipSpace(raw, i+1)
 	if i < len(raw) && raw[i] == '}' {
 		return i + 1, true
@@ -117,10 +139,10 @@ func readToleration(raw []byte, i int, t *corev1.Toleration) (int, bool) {
 	}
 }
 
-// appendToleration appends t as json.Marshal writes a corev1.Toleration
+// AppendJSON appends t as json.Marshal writes a corev1.Toleration
 // (fields in declaration order, each omitted when empty), strings escaped
 // by jsonedit.AppendString (no HTML escaping, as every value a Doc writes).
-func appendToleration(b []byte, t corev1.Toleration) json.RawMessage {
+func AppendJSON(b []byte, t corev1.Toleration) json.RawMessage {
 	b = append(b, '{')
 	sep := false
 	field := func(name, v string) {
