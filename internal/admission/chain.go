@@ -111,13 +111,22 @@ func (w *Webhook) review(ctx context.Context, req *Request, withObject bool) (Ou
 	var pending []jsonedit.Op // the last mutator's operations, not yet in cur
 	var pendingPolicy string
 	apply := func() error {
-		obj, err := jsonedit.Apply(cur.Object.Raw, pending)
+		// The next mutator reads the result: ApplyIndexed starts from the
+		// located top level of the object it edits and, for edits below the
+		// top level (every policy's so far), locates the result's by shifting
+		// offsets, so neither the splice nor the next Doc scans the object
+		// from the start.
+		ix := new(jsonedit.Index)
+		obj, err := jsonedit.ApplyIndexed(cur.Object.Raw, cur.objectIndex, pending, ix)
 		if err != nil {
 			return fmt.Errorf("policy %s: its JSONPatch does not apply to the object it was given: %w", pendingPolicy, err)
 		}
 		next := *cur
 		next.Object = runtime.RawExtension{Raw: obj}
 		next.objectIndex = nil // it located the members of the previous bytes
+		if _, ok := ix.Len(obj); ok {
+			next.objectIndex = ix
+		}
 		cur, pending = &next, nil
 		return nil
 	}

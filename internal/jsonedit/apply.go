@@ -22,12 +22,33 @@ import (
 // the API server does; its error is returned. Its cost is about one scan of
 // doc per run of operations on the same container.
 func Apply(doc []byte, ops []Op) ([]byte, error) {
+	return ApplyIndexed(doc, nil, ops, nil)
+}
+
+// ApplyIndexed is Apply for a mutating chain, where the result is read
+// again by the next mutator. When ix is bound to doc itself (as
+// NewDocIndexed takes it), splicing starts from ix instead of scanning
+// doc's top level. When out is not nil it is reset, and, when the result
+// was spliced and its top-level members can be located from doc's by
+// shifting offsets (edits below the top level, at most IndexMembers
+// members), filled with them and bound to the result: a Doc over the
+// result (NewDocIndexed) then does not scan it from the start either. The
+// result and errors are Apply's.
+func ApplyIndexed(doc []byte, ix *Index, ops []Op, out *Index) ([]byte, error) {
+	if out != nil {
+		*out = Index{}
+	}
 	if len(ops) == 0 {
 		return doc, nil
 	}
-	if out, err := applySplice(doc, ops); err == nil {
-		return out, nil
+	var next Index // the index of the result of each run, input to the next
+	if out == nil {
+		out = &next
 	}
+	if res, err := applySplice(doc, ix, ops, out); err == nil {
+		return res, nil
+	}
+	*out = Index{}
 	return applyLibrary(doc, ops)
 }
 
@@ -59,7 +80,10 @@ func applyLibrary(doc []byte, ops []Op) (_ []byte, err error) {
 // to the library, which applies it or says why not.
 var errSplice = errors.New("patch not applied by splicing")
 
-func applySplice(doc []byte, ops []Op) ([]byte, error) {
+// applySplice applies ops by splicing, each run of operations on one
+// container at a time; ix, when bound to doc, locates doc's top level, and
+// out receives the result's (see ApplyIndexed).
+func applySplice(doc []byte, ix *Index, ops []Op, out *Index) ([]byte, error) {
 	paths := make([][]string, len(ops))
 	for i := range ops {
 		op := &ops[i]
@@ -84,10 +108,20 @@ func applySplice(doc []byte, ops []Op) ([]byte, error) {
 		for j < len(ops) && slices.Equal(paths[j][:len(paths[j])-1], parent) {
 			j++
 		}
-		var err error
-		if doc, err = applyRun(doc, parent, ops[i:j], paths[i:j]); err != nil {
+		var (
+			err  error
+			next Index
+		)
+		if doc, err = applyRun(doc, ix, parent, ops[i:j], paths[i:j], &next); err != nil {
 			return nil, err
 		}
+		// The run's output index is bound to the new doc; copying it keeps
+		// it usable (Bind points items at the copy's own array).
+		*out = next
+		if out.bound && !out.Bind(doc) {
+			*out = Index{}
+		}
+		ix = out
 		i = j
 	}
 	return doc, nil
@@ -101,15 +135,23 @@ type entry struct {
 	value  []byte
 }
 
-// applyRun applies ops, all on members of the container at parent, to doc.
-func applyRun(doc []byte, parent []string, ops []Op, paths [][]string) ([]byte, error) {
+// applyRun applies ops, all on members of the container at parent, to doc;
+// ix, when bound to doc, locates doc's top level; out is filled with the
+// result's top level when it can be (see ApplyIndexed).
+func applyRun(doc []byte, ix *Index, parent []string, ops []Op, paths [][]string, out *Index) ([]byte, error) {
 	root := SkipSpace(doc, 0)
 	if root >= len(doc) || (doc[root] != '{' && doc[root] != '[') {
 		return nil, errSplice
 	}
-	rc, err := parseContainer(doc, root, 0)
-	if err != nil || SkipSpace(doc, rc.end) != len(doc) {
-		return nil, errSplice
+	var rc *container
+	if ix.boundTo(doc) {
+		rc = &ix.c // read only; an Index is built over valid JSON
+	} else {
+		var err error
+		rc, err = parseContainer(doc, root, 0)
+		if err != nil || SkipSpace(doc, rc.end) != len(doc) {
+			return nil, errSplice
+		}
 	}
 	m := &memo{}
 	m.put(rc)
@@ -140,24 +182,28 @@ func applyRun(doc []byte, parent []string, ops []Op, paths [][]string) ([]byte, 
 	for _, en := range entries {
 		n += len(en.rawKey) + len(en.value) + 2
 	}
-	out := make([]byte, 0, n)
-	out = append(out, doc[:s]...)
+	res := make([]byte, 0, n)
+	res = append(res, doc[:s]...)
 	open, close := byte('['), byte(']')
 	if c.object {
 		open, close = '{', '}'
 	}
-	out = append(out, open)
+	res = append(res, open)
 	for i, en := range entries {
 		if i > 0 {
-			out = append(out, ',')
+			res = append(res, ',')
 		}
 		if c.object {
-			out = append(append(out, en.rawKey...), ':')
+			res = append(append(res, en.rawKey...), ':')
 		}
-		out = append(out, en.value...)
+		res = append(res, en.value...)
 	}
-	out = append(out, close)
-	return append(out, doc[e:]...), nil
+	res = append(res, close)
+	res = append(res, doc[e:]...)
+	if s != root {
+		out.shift(rc, s, e, len(res)-len(doc), res)
+	}
+	return res, nil
 }
 
 // edit applies one operation on the member or element seg of a container

@@ -111,3 +111,41 @@ func (ix *Index) Member(k int) (ks, ke, vs, ve int) {
 	it := &ix.c.items[k]
 	return it.ks, it.ke, it.vs, it.ve
 }
+
+// shift fills ix with the top-level members of res, the document rc (the
+// located top level of the document res was made from, an object) became
+// when the bytes [s, e) inside one of its members' values were replaced,
+// growing the document by delta bytes, and binds it to res. It leaves ix
+// empty when rc is not an object, has more than IndexMembers members, or
+// no member's value holds [s, e), or space surrounds it.
+func (ix *Index) shift(rc *container, s, e, delta int, res []byte) {
+	*ix = Index{}
+	// A Doc over res starts from an Index as the object spanning all of
+	// res, so a document with space around its object gets none.
+	if !rc.object || len(rc.items) > IndexMembers || rc.start != 0 || rc.end+delta != len(res) {
+		return
+	}
+	at := -1
+	for k := range rc.items {
+		if it := &rc.items[k]; it.vs <= s && e <= it.ve {
+			at = k
+			break
+		}
+	}
+	if at < 0 {
+		return
+	}
+	ix.c.object, ix.c.start, ix.c.end = true, rc.start, rc.end+delta
+	ix.c.items = append(ix.buf[:0], rc.items...)
+	for k := range ix.c.items {
+		it := &ix.c.items[k]
+		switch {
+		case k == at:
+			it.ve += delta
+		case k > at:
+			it.ks, it.ke, it.vs, it.ve = it.ks+delta, it.ke+delta, it.vs+delta, it.ve+delta
+		}
+	}
+	ix.ok = true
+	ix.c.data, ix.bound = res, true
+}

@@ -112,6 +112,7 @@ func checkApply(t *testing.T, doc []byte, ops []Op) {
 		}
 	}
 	got, err := Apply(doc, ops)
+	checkApplyIndexed(t, doc, ops, got, err)
 	if !valid {
 		if err == nil {
 			t.Fatalf("%s with invalid value %v: no error", doc, ops)
@@ -132,13 +133,85 @@ func checkApply(t *testing.T, doc []byte, ops []Op) {
 	}
 }
 
+// checkApplyIndexed checks ApplyIndexed, given doc's Index when it has one,
+// answers as Apply did (got, err), and that the Index it makes of the
+// result locates what a scan of the result locates.
+func checkApplyIndexed(t *testing.T, doc []byte, ops []Op, got []byte, err error) {
+	t.Helper()
+	var ix, out Index
+	if len(doc) > 0 && doc[0] == '{' && ScanIndexed(doc, 0, 0, &ix) == len(doc) {
+		ix.Bind(doc)
+	}
+	gotIx, errIx := ApplyIndexed(doc, &ix, ops, &out)
+	if !bytes.Equal(gotIx, got) || (errIx == nil) != (err == nil) {
+		t.Fatalf("%s %v: ApplyIndexed %s, %v; Apply %s, %v", doc, ops, gotIx, errIx, got, err)
+	}
+	n, bound := out.Len(gotIx)
+	if !bound {
+		return
+	}
+	var fresh Index
+	if ScanIndexed(gotIx, 0, 0, &fresh) != len(gotIx) || !fresh.Bind(gotIx) {
+		t.Fatalf("%s %v: result %s indexed, but a scan does not index it", doc, ops, gotIx)
+	}
+	if m, _ := fresh.Len(gotIx); m != n {
+		t.Fatalf("%s %v: %d members indexed, a scan finds %d", doc, ops, n, m)
+	}
+	for k := range n {
+		a0, a1, a2, a3 := out.Member(k)
+		b0, b1, b2, b3 := fresh.Member(k)
+		if [4]int{a0, a1, a2, a3} != [4]int{b0, b1, b2, b3} {
+			t.Fatalf("%s %v: member %d at %v, a scan finds %v", doc, ops, k, [4]int{a0, a1, a2, a3}, [4]int{b0, b1, b2, b3})
+		}
+		key := gotIx[a0+1 : a1-1]
+		ga, ea := NewDocIndexed(gotIx, &out).Get(string(key))
+		gb, eb := NewDoc(gotIx).Get(string(key))
+		if !bytes.Equal(ga, gb) || fmt.Sprint(ea) != fmt.Sprint(eb) {
+			t.Fatalf("%s %v: Get %s through the index %s, %v; fresh %s, %v", doc, ops, key, ga, ea, gb, eb)
+		}
+	}
+}
+
+// TestApplyIndexedKeepsTheIndex: edits below the top level leave an index
+// of the result (checked by checkApplyIndexed), so the next mutator's Doc
+// does not scan the document from the start.
+func TestApplyIndexedKeepsTheIndex(t *testing.T) {
+	doc := []byte(`{"metadata":{"labels":{"a":"b"}},"spec":{"tolerations":[{"key":"k"}]},"status":{}}`)
+	ops := []Op{
+		{Op: "add", Path: "/spec/tolerations/-", Value: []byte(`{"key":"l"}`)},
+		{Op: "add", Path: "/spec/tolerations/-", Value: []byte(`{"key":"m"}`)},
+		{Op: "add", Path: "/metadata/labels/c", Value: []byte(`"d"`)},
+	}
+	var ix, out Index
+	if ScanIndexed(doc, 0, 0, &ix) != len(doc) || !ix.Bind(doc) {
+		t.Fatal("not indexed")
+	}
+	got, err := ApplyIndexed(doc, &ix, ops, &out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	checkApplyIndexed(t, doc, ops, got, nil)
+	if n, ok := out.Len(got); !ok || n != 3 {
+		t.Fatalf("result %s: index of %d members, bound %v; want 3, bound", got, n, ok)
+	}
+	// A top-level edit rebuilds the top level: no index, same result.
+	top := []Op{{Op: "add", Path: "/kind", Value: []byte(`"Pod"`)}}
+	got, err = ApplyIndexed(doc, &ix, top, &out)
+	if err != nil || string(got) != `{"metadata":{"labels":{"a":"b"}},"spec":{"tolerations":[{"key":"k"}]},"status":{},"kind":"Pod"}` {
+		t.Fatalf("%s, %v", got, err)
+	}
+	if _, ok := out.Len(got); ok {
+		t.Fatal("a top-level edit left an index")
+	}
+}
+
 // TestApplySplicesNumbersExact checks the splicing path itself (not the
 // library fallback) keeps integers above 2^53 and the spelling of every
 // untouched byte.
 func TestApplySplicesNumbersExact(t *testing.T) {
 	doc := []byte(`{"spec":{"activeDeadlineSeconds":9007199254740993,"f":1.50e+3,"h":"<&>"},"metadata":{}}`)
 	ops := []Op{{Op: "add", Path: "/spec/suspend", Value: []byte(`true`)}, {Op: "add", Path: "/metadata/labels", Value: []byte(`{"q":"<x>"}`)}}
-	out, err := applySplice(doc, ops)
+	out, err := applySplice(doc, nil, ops, &Index{})
 	if err != nil {
 		t.Fatal(err)
 	}
