@@ -49,6 +49,7 @@ vet:
 	cd test && $(GO) vet ./...
 	@test -z "$$(gofmt -l cmd internal hack test)" || { gofmt -l cmd internal hack test; echo "gofmt needed"; exit 1; }
 	@! $(GO) mod graph | grep -E '$(TEST_ONLY_MODULES)' || { echo "kadmit's go.mod depends on a test-only module (above)"; exit 1; }
+	bash hack/samedeps.sh
 
 unit: ## unit tests (no control plane)
 	$(GO) test -count=1 ./...
