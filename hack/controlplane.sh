@@ -6,7 +6,14 @@
 #        hack/controlplane.sh --print-dir print the cache directory and exit
 #
 # Environment: KUBE_VERSION (default v1.37.1), ETCD_VERSION (default v3.6.16),
-#              KADMIT_CONTROLPLANE_DIR (default ~/.cache/kadmit/controlplane/$KUBE_VERSION).
+#              KADMIT_CONTROLPLANE_DIR (default ~/.cache/kadmit/controlplane/$KUBE_VERSION),
+#              KUBE_APISERVER_GCFLAGS (go build -gcflags for kube-apiserver; empty:
+#              the compiler's defaults. `make controlplane-minors` passes
+#              'all=-N -l' for the older minors: about a fifth less compile CPU,
+#              for binaries that serve a few tests).
+#
+# Two builds of the same directory at once (make test starts the older minors
+# in the background) take turns: the second finds the binaries built.
 #
 # Why from source: no network but the module proxy is reachable here, so the
 # release tarballs envtest normally downloads are out of reach. k8s.io/kubernetes
@@ -26,6 +33,8 @@ fi
 
 mkdir -p "$OUT"
 log() { echo "controlplane: $*" >&2; }
+exec 9>"$OUT/.build.lock"
+flock 9
 
 build_apiserver() {
   if [[ -x "$OUT/kube-apiserver" ]] && "$OUT/kube-apiserver" --version 2>/dev/null | grep -q "$KUBE_VERSION"; then
@@ -62,7 +71,7 @@ func main() {
 GO
   local minor="${KUBE_VERSION#v1.}"; minor="${minor%%.*}"
   local pkg=k8s.io/component-base/version
-  (cd "$work" && GOFLAGS=-mod=mod CGO_ENABLED=0 go build -trimpath \
+  (cd "$work" && GOFLAGS=-mod=mod CGO_ENABLED=0 go build -trimpath ${KUBE_APISERVER_GCFLAGS:+-gcflags="$KUBE_APISERVER_GCFLAGS"} \
       -ldflags "-s -w -X ${pkg}.gitVersion=${KUBE_VERSION} -X ${pkg}.gitMajor=1 -X ${pkg}.gitMinor=${minor} -X ${pkg}.gitTreeState=clean" \
       -o "$OUT/kube-apiserver.tmp" .)
   mv "$OUT/kube-apiserver.tmp" "$OUT/kube-apiserver"
