@@ -33,11 +33,15 @@ fi
 
 mkdir -p "$OUT"
 log() { echo "controlplane: $*" >&2; }
+# reports whether binary $1 prints $2 in its --version. Not `--version |
+# grep -q`: grep stops at the first match, the binary then gets SIGPIPE, and
+# under pipefail a built binary would look missing and be built again.
+has_version() { [[ -x "$1" ]] && [[ "$("$1" --version 2>/dev/null)" == *"$2"* ]]; }
 exec 9>"$OUT/.build.lock"
 flock 9
 
 build_apiserver() {
-  if [[ -x "$OUT/kube-apiserver" ]] && "$OUT/kube-apiserver" --version 2>/dev/null | grep -q "$KUBE_VERSION"; then
+  if has_version "$OUT/kube-apiserver" "$KUBE_VERSION"; then
     log "kube-apiserver $KUBE_VERSION already built in $OUT"
     return
   fi
@@ -80,7 +84,7 @@ GO
 }
 
 build_etcd() {
-  if [[ -x "$OUT/etcd" ]] && "$OUT/etcd" --version 2>/dev/null | grep -q "${ETCD_VERSION#v}"; then
+  if has_version "$OUT/etcd" "${ETCD_VERSION#v}"; then
     log "etcd $ETCD_VERSION already built in $OUT"
     return
   fi
@@ -89,7 +93,7 @@ build_etcd() {
   # the project's own cache root) rather than build it again.
   local sib
   for sib in "${HOME}/.cache/kadmit/controlplane"/*/etcd; do
-    if [[ -x "$sib" && "$sib" != "$OUT/etcd" ]] && "$sib" --version 2>/dev/null | grep -q "${ETCD_VERSION#v}"; then
+    if [[ "$sib" != "$OUT/etcd" ]] && has_version "$sib" "${ETCD_VERSION#v}"; then
       cp "$sib" "$OUT/etcd.tmp" && mv "$OUT/etcd.tmp" "$OUT/etcd"
       log "etcd $ETCD_VERSION copied from $sib"
       return
