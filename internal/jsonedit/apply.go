@@ -41,14 +41,12 @@ func ApplyIndexed(doc []byte, ix *Index, ops []Op, out *Index) ([]byte, error) {
 	if len(ops) == 0 {
 		return doc, nil
 	}
-	var next Index // the index of the result of each run, input to the next
-	if out == nil {
-		out = &next
-	}
 	if res, err := applySplice(doc, ix, ops, out); err == nil {
 		return res, nil
 	}
-	*out = Index{}
+	if out != nil {
+		*out = Index{}
+	}
 	return applyLibrary(doc, ops)
 }
 
@@ -82,7 +80,7 @@ var errSplice = errors.New("patch not applied by splicing")
 
 // applySplice applies ops by splicing, each run of operations on one
 // container at a time; ix, when bound to doc, locates doc's top level, and
-// out receives the result's (see ApplyIndexed).
+// out, when not nil, receives the result's (see ApplyIndexed).
 func applySplice(doc []byte, ix *Index, ops []Op, out *Index) ([]byte, error) {
 	paths := make([][]string, len(ops))
 	for i := range ops {
@@ -108,15 +106,22 @@ func applySplice(doc []byte, ix *Index, ops []Op, out *Index) ([]byte, error) {
 		for j < len(ops) && slices.Equal(paths[j][:len(paths[j])-1], parent) {
 			j++
 		}
-		var (
-			err  error
-			next Index
-		)
+		if out == nil { // nobody reads the result's index: locate nothing
+			var err error
+			if doc, err = applyRun(doc, ix, parent, ops[i:j], paths[i:j], nil); err != nil {
+				return nil, err
+			}
+			ix, i = nil, j
+			continue
+		}
+		// The next run reads ix while this one fills next, so they are
+		// two Indexes; copying next into out keeps it usable (Bind points
+		// items at the copy's own array).
+		var next Index
+		var err error
 		if doc, err = applyRun(doc, ix, parent, ops[i:j], paths[i:j], &next); err != nil {
 			return nil, err
 		}
-		// The run's output index is bound to the new doc; copying it keeps
-		// it usable (Bind points items at the copy's own array).
 		*out = next
 		if out.bound && !out.Bind(doc) {
 			*out = Index{}
@@ -136,8 +141,8 @@ type entry struct {
 }
 
 // applyRun applies ops, all on members of the container at parent, to doc;
-// ix, when bound to doc, locates doc's top level; out is filled with the
-// result's top level when it can be (see ApplyIndexed).
+// ix, when bound to doc, locates doc's top level; out, when not nil, is
+// filled with the result's top level when it can be (see ApplyIndexed).
 func applyRun(doc []byte, ix *Index, parent []string, ops []Op, paths [][]string, out *Index) ([]byte, error) {
 	root := SkipSpace(doc, 0)
 	if root >= len(doc) || (doc[root] != '{' && doc[root] != '[') {
@@ -200,7 +205,7 @@ func applyRun(doc []byte, ix *Index, parent []string, ops []Op, paths [][]string
 	}
 	res = append(res, close)
 	res = append(res, doc[e:]...)
-	if s != root {
+	if out != nil && s != root {
 		out.shift(rc, s, e, len(res)-len(doc), res)
 	}
 	return res, nil
