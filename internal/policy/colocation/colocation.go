@@ -14,7 +14,6 @@ package colocation
 
 import (
 	"cmp"
-	"encoding/json"
 	"fmt"
 	"maps"
 	"math/rand/v2"
@@ -569,14 +568,7 @@ func Write(doc *jsonedit.Doc, sp *SpecPath, have, want *Object) error {
 		}
 	}
 	if added := want.Tolerations[len(have.Tolerations):]; len(added) > 0 && err == nil {
-		vals := make([]json.RawMessage, len(added))
-		buf := make([]byte, 0, 96*len(added))
-		for i, t := range added {
-			start := len(buf)
-			buf = toleration.AppendJSON(buf, t)
-			vals[i] = buf[start:len(buf):len(buf)]
-		}
-		err = doc.AppendJSON(sp.fields[fTolerations], vals...)
+		err = doc.AppendJSON(sp.fields[fTolerations], toleration.Encode(added)...)
 	}
 	return err
 }

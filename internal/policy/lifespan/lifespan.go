@@ -7,9 +7,9 @@ package lifespan
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
@@ -194,17 +194,10 @@ func (p *Policy) Mutate(_ context.Context, req *admission.Request) ([]jsonedit.O
 	if err != nil {
 		return nil, admission.Invalid("%s", err.Error())
 	}
-	// The tolerations to add, each encoded once into one buffer.
-	var missing []json.RawMessage
-	buf := make([]byte, 0, 96*len(want))
-	for _, t := range want {
-		if !hasToleration(have, t) {
-			start := len(buf)
-			buf = toleration.AppendJSON(buf, t)
-			missing = append(missing, buf[start:len(buf):len(buf)])
-		}
-	}
-	if err := doc.AppendJSON([]string{"spec", "tolerations"}, missing...); err != nil {
+	// The tolerations to add (want is a new slice: filtered in place), each
+	// encoded once into one buffer.
+	missing := slices.DeleteFunc(want, func(t corev1.Toleration) bool { return hasToleration(have, t) })
+	if err := doc.AppendJSON([]string{"spec", "tolerations"}, toleration.Encode(missing)...); err != nil {
 		return nil, admission.Invalid("%s: cannot edit the pod: %v", Name, err)
 	}
 	return doc.Ops(), admission.Allow()

@@ -170,3 +170,16 @@ func AppendJSON(b []byte, t corev1.Toleration) json.RawMessage {
 	}
 	return append(b, '}')
 }
+
+// Encode returns ts as AppendJSON writes them, each a slice of one shared
+// buffer (one allocation for the bytes), ready for jsonedit.Doc.AppendJSON.
+func Encode(ts []corev1.Toleration) []json.RawMessage {
+	out := make([]json.RawMessage, len(ts))
+	buf := make([]byte, 0, 96*len(ts))
+	for i, t := range ts {
+		start := len(buf)
+		buf = AppendJSON(buf, t)
+		out[i] = buf[start:len(buf):len(buf)]
+	}
+	return out
+}
