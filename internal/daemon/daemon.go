@@ -226,13 +226,16 @@ func (d *daemon) loadPolicies(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	d.reloads = &reloader{ctx: ctx, opts: d.opts, log: d.log, cfg: cfg, kube: d.kube}
+	d.reloads = &reloader{ctx: ctx, opts: d.opts, log: d.log, cfg: cfg, wantCfg: cfg, kube: d.kube}
+	var docsErr error
 	if d.opts.PolicyConfigMap != "" {
-		if d.reloads.policyDocs, err = loadPolicyConfigMap(ctx, d.client, d.opts); err != nil {
-			return err
+		// A ConfigMap that cannot be read is a declared set that does not
+		// load: serve starts with the built-in policies (reloader.start).
+		if d.reloads.wantDocs, docsErr = loadPolicyConfigMap(ctx, d.client, d.opts); docsErr == nil {
+			d.reloads.haveDocs = true
 		}
 	}
-	d.hooks, err = d.reloads.build(ctx, cfg, d.reloads.policyDocs)
+	d.hooks, err = d.reloads.start(ctx, docsErr)
 	return err
 }
 
@@ -246,8 +249,14 @@ func (d *daemon) newMetrics(context.Context) error {
 	if d.certs, err = metrics.NewCertificates(d.promReg); err != nil {
 		return err
 	}
-	d.reloads.metrics, err = metrics.NewConfigReloads(d.promReg)
-	return err
+	if d.reloads.metrics, err = metrics.NewConfigReloads(d.promReg); err != nil {
+		return err
+	}
+	if d.reloads.declaredMetric, err = metrics.NewDeclaredPolicies(d.promReg); err != nil {
+		return err
+	}
+	d.reloads.declaredMetric.Served(d.reloads.declaredReady() == nil)
+	return nil
 }
 
 // newRegistrar builds the registrar: with --register it writes and repairs
@@ -320,6 +329,9 @@ func (d *daemon) ready() readiness.Gate {
 	return readiness.Gate{
 		{Name: "certificate", Check: d.source.Ready},
 		{Name: "caBundle", Check: trust},
+		// Degraded, not unready: a replica serving the built-in policies
+		// must stay in the Service's endpoints (docs/policies-cel.md).
+		{Name: "declaredPolicies", Check: d.reloads.declaredReady, Degraded: true},
 	}
 }
 
@@ -338,7 +350,7 @@ func (d *daemon) newServer(context.Context) error {
 	d.srv, err = server.New(server.Options{
 		Addr: o.Addr, MetricsAddr: o.MetricsAddr, Webhooks: webhooks, Certs: d.source.Holder(),
 		Logger: d.log, ShutdownGrace: o.ShutdownGrace, MaxRequestBytes: o.MaxRequestBytes,
-		Registry: d.promReg, Ready: d.ready().Check, Pprof: o.Pprof,
+		Registry: d.promReg, Ready: d.ready().Check, Degraded: d.ready().Degraded, Pprof: o.Pprof,
 		MetricsAuth: metricsAuth, ReadTimeout: o.ReadTimeout, MaxConnections: o.MaxConnections,
 		MaxInFlight: o.MaxInFlight, MaxBodyBytesInFlight: o.MaxBodyBytesInFlight, HTTP2: o.HTTP2,
 		ClientCAFile: o.ClientCAFile, ClientAllowedNames: o.ClientAllowedNames,

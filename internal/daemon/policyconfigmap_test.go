@@ -60,7 +60,7 @@ func testReloader(t *testing.T) (*reloader, func() []string) {
 	var mu sync.Mutex
 	var served, registered []string
 	r := &reloader{ctx: ctx, opts: Options{PolicyConfigMap: "kadmit-system/policies"}, log: slog.New(slog.NewTextHandler(io.Discard, nil)),
-		cfg: cfg, cluster: cluster, clusterKey: clustercache.Key(resources)}
+		cfg: cfg, wantCfg: cfg, cluster: cluster, clusterKey: clustercache.Key(resources)}
 	r.serve = func(whs []*admission.Webhook) {
 		mu.Lock()
 		defer mu.Unlock()

@@ -2,12 +2,14 @@ package daemon
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"reflect"
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/client-go/kubernetes"
@@ -52,6 +54,13 @@ func configKey(opts Options) string {
 // policies that read cluster state) live as long as the configuration that
 // needs them: a reload that changes what is read starts new ones and stops
 // the old.
+//
+// Three sources make one set of hooks: the configuration (--config-map),
+// the --policies files and the policies ConfigMap. Each keeps its latest
+// version (the files are read at every build); a change of any of them
+// builds all three, so an edit refused because of another source (a valid
+// configuration edit while a --policies file does not compile) is applied
+// as soon as that other source changes, not only at its own next edit.
 type reloader struct {
 	// ctx is serve's: cluster caches and reloads end with it.
 	ctx context.Context
@@ -60,20 +69,41 @@ type reloader struct {
 	opts    Options
 	log     *slog.Logger
 	metrics *metrics.ConfigReloads
+	// declaredMetric reports whether the declared policies are served.
+	declaredMetric *metrics.DeclaredPolicies
 	// serve and register apply new hooks; set once the server and the
 	// registration exist.
 	serve    func([]*admission.Webhook)
 	register func([]admission.Hook)
 
-	mu  sync.Mutex
-	cfg *config.Configuration
-	// policyDocs are the running documents of --policies-configmap: the
-	// last edit that built.
-	policyDocs  []celpolicy.Document
+	mu sync.Mutex
+	// cfg and policyDocs are the running configuration and documents of
+	// --policies-configmap (policyDocs: the last edit that built).
+	cfg        *config.Configuration
+	policyDocs []celpolicy.Document
+	// wantCfg and wantDocs are the latest valid configuration and policies
+	// ConfigMap seen (haveDocs: one was seen); they differ from the running
+	// ones while they do not build, and are retried at every change.
+	wantCfg     *config.Configuration
+	wantDocs    []celpolicy.Document
+	haveDocs    bool
 	cluster     *clustercache.Caches
 	clusterKey  string
 	stopCluster context.CancelFunc
+
+	// unserved is why no declared policy is served (nil while they are, or
+	// when there are none): set when serve starts with a declared set that
+	// does not load, cleared by the first that does. Read by /readyz
+	// without r.mu, which a build may hold for seconds.
+	unserved atomic.Pointer[error]
 }
+
+// declaredError marks a build error of the declared policies (not of the
+// built-in configuration).
+type declaredError struct{ err error }
+
+func (e *declaredError) Error() string { return e.err.Error() }
+func (e *declaredError) Unwrap() error { return e.err }
 
 // declared reports whether serve runs declared policies (--policies or
 // --policies-configmap).
@@ -81,10 +111,11 @@ func (r *reloader) declared() bool {
 	return len(r.opts.PolicyPaths) > 0 || r.opts.PolicyConfigMap != ""
 }
 
-// build returns the hooks of cfg and of the declared policies (the
-// --policies files, read now, and docs), starting the cluster caches cfg needs (and
-// waiting for them to sync) when they differ from the running ones.
-func (r *reloader) build(ctx context.Context, cfg *config.Configuration, docs []celpolicy.Document) ([]admission.Hook, error) {
+// build returns the hooks of cfg and, with withDeclared, of the declared
+// policies (the --policies files, read now, and docs), starting the
+// cluster caches cfg needs (and waiting for them to sync) when they differ
+// from the running ones. A declared policy error is a *declaredError.
+func (r *reloader) build(ctx context.Context, cfg *config.Configuration, docs []celpolicy.Document, withDeclared bool) ([]admission.Hook, error) {
 	cluster, stop := r.cluster, context.CancelFunc(nil)
 	resources := builtin.Caches(cfg)
 	if r.declared() {
@@ -111,11 +142,13 @@ func (r *reloader) build(ctx context.Context, cfg *config.Configuration, docs []
 			stop = cancel
 		}
 	}
-	hooks, err := builtin.Hooks(cfg, policy.Env{Cluster: cluster, Log: r.log})
-	if err == nil && r.declared() {
+	hooks, err := builtin.Hooks(cfg, r.env(cluster))
+	if err == nil && withDeclared && r.declared() {
 		var declared []admission.Hook
 		if declared, err = declaredHooks(r.opts.PolicyPaths, docs, cluster); err == nil {
 			hooks = append(hooks, declared...)
+		} else {
+			err = &declaredError{err}
 		}
 	}
 	if err != nil {
@@ -133,29 +166,135 @@ func (r *reloader) build(ctx context.Context, cfg *config.Configuration, docs []
 	return hooks, nil
 }
 
+// env is what the built-in policies get: the cluster caches and, with
+// --policies-configmap, the ConfigMap and the loader the kadmit-policies
+// guard checks its writes with (declaredHooks, as a start and a reload
+// load it, with the --policies files as they are then).
+func (r *reloader) env(cluster *clustercache.Caches) policy.Env {
+	env := policy.Env{Cluster: cluster, Log: r.log}
+	if ns, name, err := policyConfigMapName(r.opts); err == nil && r.opts.PolicyConfigMap != "" {
+		env.PoliciesConfigMap = &policy.PoliciesConfigMap{Namespace: ns, Name: name, Load: func(cm *corev1.ConfigMap) error {
+			_, err := declaredHooks(r.opts.PolicyPaths, celpolicy.ConfigMapDocuments(cm), nil)
+			return err
+		}}
+	}
+	return env
+}
+
+// start builds the hooks serve starts with. A declared set that does not
+// load (or a policies ConfigMap that cannot be read: docsErr) does not stop
+// the start: serve then runs the built-in policies, reports the
+// declaredPolicies condition as degraded, and loads the declared set at
+// the first change of its sources that builds. Exiting instead would take
+// every kadmit webhook down with the replica, on every restart, until
+// someone repairs the set.
+func (r *reloader) start(ctx context.Context, docsErr error) ([]admission.Hook, error) {
+	hooks, err := r.build(ctx, r.cfg, r.wantDocs, docsErr == nil)
+	var de *declaredError
+	if errors.As(err, &de) {
+		docsErr = err
+		hooks, err = r.build(ctx, r.cfg, nil, false)
+	}
+	if err != nil {
+		return nil, err
+	}
+	if docsErr != nil {
+		r.setUnserved(docsErr)
+		r.log.Error("declared policies not served; serving the built-in policies until the declared set loads",
+			"policies", r.opts.PolicyPaths, "policiesConfigMap", r.opts.PolicyConfigMap, "error", docsErr)
+		return hooks, nil
+	}
+	r.policyDocs = r.wantDocs
+	return hooks, nil
+}
+
+// setUnserved records why the declared policies are not served (nil: they
+// are) for /readyz and the metric.
+func (r *reloader) setUnserved(err error) {
+	if err == nil {
+		r.unserved.Store(nil)
+	} else {
+		r.unserved.Store(&err)
+	}
+	r.declaredMetric.Served(err == nil)
+}
+
+// declaredReady is the declaredPolicies readiness condition (Degraded):
+// nil unless serve started with a declared set that does not load and has
+// not loaded one since.
+func (r *reloader) declaredReady() error {
+	if p := r.unserved.Load(); p != nil {
+		return fmt.Errorf("declared policies not served (only the built-in policies are): %w", *p)
+	}
+	return nil
+}
+
 // reload applies a new valid configuration from the ConfigMap.
 func (r *reloader) reload(cfg *config.Configuration) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	if reflect.DeepEqual(cfg, r.cfg) {
+	if reflect.DeepEqual(cfg, r.wantCfg) {
 		return
 	}
-	webhooks, err := r.swap(cfg, r.policyDocs)
+	r.wantCfg = cfg
+	r.apply("configuration", "configMap", r.opts.ConfigMap)
+}
+
+// apply builds the wanted configuration and documents with the --policies
+// files as they are now and, when they build, swaps them in; otherwise it
+// logs why, keeps the running hooks and leaves the wanted versions to be
+// retried at the next change of any source. Two cases still apply part of
+// the change: while no declared set is served, a configuration is applied
+// to the built-in policies alone; and a configuration that fails on its
+// own does not hold back a declared change, which is applied with the
+// running configuration. The caller holds r.mu.
+func (r *reloader) apply(what string, attrs ...any) {
+	webhooks, err := r.swap(r.wantCfg, r.wantDocs, true)
+	if err == nil {
+		r.cfg, r.policyDocs = r.wantCfg, r.wantDocs
+		if r.declared() {
+			r.setUnserved(nil)
+		}
+		r.metrics.Reloaded(true)
+		r.log.Info(what+" reloaded", append(attrs, "paths", paths(webhooks))...)
+		return
+	}
+	r.metrics.Reloaded(false)
+	r.log.Error(what+" not applied; keeping the running configuration and policies", append(attrs, "error", err)...)
+	var de *declaredError
+	pendingCfg := !reflect.DeepEqual(r.wantCfg, r.cfg)
+	switch {
+	case errors.As(err, &de) && pendingCfg && r.unserved.Load() != nil:
+		webhooks, err = r.swap(r.wantCfg, nil, false)
+		if err == nil {
+			r.cfg = r.wantCfg
+		}
+		r.partial("configuration applied to the built-in policies; the declared policies are still not served", webhooks, err)
+	case !errors.As(err, &de) && pendingCfg && r.declared() && what != "configuration":
+		webhooks, err = r.swap(r.cfg, r.wantDocs, true)
+		if err == nil {
+			r.policyDocs = r.wantDocs
+			r.setUnserved(nil)
+		}
+		r.partial("declared policies applied with the running configuration; the new configuration is retried at the next change", webhooks, err)
+	}
+}
+
+// partial records the outcome of applying part of a refused change.
+func (r *reloader) partial(msg string, webhooks []*admission.Webhook, err error) {
+	r.metrics.Reloaded(err == nil)
 	if err != nil {
-		r.metrics.Reloaded(false)
-		r.log.Error("configuration not applied; keeping the running one", "configMap", r.opts.ConfigMap, "error", err)
+		r.log.Error(msg+": not applied either", "error", err)
 		return
 	}
-	r.cfg = cfg
-	r.metrics.Reloaded(true)
-	r.log.Info("configuration reloaded", "configMap", r.opts.ConfigMap, "paths", paths(webhooks))
+	r.log.Info(msg, "paths", paths(webhooks))
 }
 
 // swap builds the hooks of cfg and docs and, when they build, puts them in
 // the server and the registration at once; on an error nothing changes.
 // The caller holds r.mu.
-func (r *reloader) swap(cfg *config.Configuration, docs []celpolicy.Document) ([]*admission.Webhook, error) {
-	hooks, err := r.build(r.ctx, cfg, docs)
+func (r *reloader) swap(cfg *config.Configuration, docs []celpolicy.Document, withDeclared bool) ([]*admission.Webhook, error) {
+	hooks, err := r.build(r.ctx, cfg, docs, withDeclared)
 	if err != nil {
 		return nil, err
 	}
@@ -170,29 +309,21 @@ func (r *reloader) swap(cfg *config.Configuration, docs []celpolicy.Document) ([
 	return webhooks, nil
 }
 
-// rebuild rebuilds the running configuration's hooks after the declared
-// policy files (--policies) changed: the new policies are swapped in as a
-// ConfigMap edit is, and an invalid edit is refused, keeping the running
-// ones.
+// rebuild rebuilds the hooks after the declared policy files (--policies)
+// changed: the new policies are swapped in as a ConfigMap edit is, and an
+// invalid edit is refused, keeping the running ones.
 func (r *reloader) rebuild() {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	webhooks, err := r.swap(r.cfg, r.policyDocs)
-	if err != nil {
-		r.metrics.Reloaded(false)
-		r.log.Error("declared policies not applied; keeping the running ones", "policies", r.opts.PolicyPaths, "error", err)
-		return
-	}
-	r.metrics.Reloaded(true)
-	r.log.Info("declared policies reloaded", "policies", r.opts.PolicyPaths, "paths", paths(webhooks))
+	r.apply("declared policies", "policies", r.opts.PolicyPaths)
 }
 
 // policyConfigMap applies an add, edit or deletion (cm nil) of
 // --policies-configmap: a change of its data that builds (with the
-// --policies files and the running configuration) is swapped in; one that
-// does not is refused and logged, and so is a deletion, keeping the
-// running policies (an edit or a deletion by mistake never takes policies
-// away; an empty ConfigMap serves none).
+// --policies files and the configuration) is swapped in; one that does not
+// is refused and logged, and so is a deletion, keeping the running
+// policies (an edit or a deletion by mistake never takes policies away; an
+// empty ConfigMap serves none).
 func (r *reloader) policyConfigMap(cm *corev1.ConfigMap) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
@@ -202,18 +333,11 @@ func (r *reloader) policyConfigMap(cm *corev1.ConfigMap) {
 		return
 	}
 	docs := celpolicy.ConfigMapDocuments(cm)
-	if slices.Equal(docs, r.policyDocs) {
+	if r.haveDocs && slices.Equal(docs, r.wantDocs) {
 		return
 	}
-	webhooks, err := r.swap(r.cfg, docs)
-	if err != nil {
-		r.metrics.Reloaded(false)
-		r.log.Error("declared policies not applied; keeping the running ones", "policiesConfigMap", r.opts.PolicyConfigMap, "resourceVersion", cm.ResourceVersion, "error", err)
-		return
-	}
-	r.policyDocs = docs
-	r.metrics.Reloaded(true)
-	r.log.Info("declared policies reloaded", "policiesConfigMap", r.opts.PolicyConfigMap, "resourceVersion", cm.ResourceVersion, "paths", paths(webhooks))
+	r.wantDocs, r.haveDocs = docs, true
+	r.apply("declared policies", "policiesConfigMap", r.opts.PolicyConfigMap, "resourceVersion", cm.ResourceVersion)
 }
 
 // invalid reports a ConfigMap edit that does not validate.

@@ -77,6 +77,20 @@ type Env struct {
 	// Log receives what a policy reports outside a review, such as a cached
 	// object it cannot use; nil discards.
 	Log *slog.Logger
+	// PoliciesConfigMap is serve's --policies-configmap, for the
+	// kadmit-policies policy that guards it; nil when serve follows none
+	// (and offline).
+	PoliciesConfigMap *PoliciesConfigMap
+}
+
+// PoliciesConfigMap locates the ConfigMap of declared policies serve
+// follows, and loads one version of it as serve would.
+type PoliciesConfigMap struct {
+	Namespace, Name string
+	// Load loads and compiles cm's documents together with serve's
+	// --policies files exactly as serve does at start and on a reload,
+	// returning the error serve would log (nil: a restart loads it).
+	Load func(cm *corev1.ConfigMap) error
 }
 
 // Validator is the constraint on a policy's config type: Validate reports

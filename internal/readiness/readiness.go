@@ -10,6 +10,13 @@ import "fmt"
 type Condition struct {
 	Name  string
 	Check func() error
+	// Degraded marks a condition that /readyz reports but that does not
+	// make the replica unready: the API server can still call it for
+	// everything else it serves, and taking it out of the Service's
+	// endpoints would fail every webhook, not only the part the condition
+	// is about (kadmit's declaredPolicies: a set that did not load at
+	// start). Check skips it; Degraded reports it.
+	Degraded bool
 }
 
 // Gate is an ordered list of conditions, all of which must hold.
@@ -19,7 +26,22 @@ type Gate []Condition
 // as "<name>: <reason>" (wrapping the reason). A nil Check is skipped.
 func (g Gate) Check() error {
 	for _, c := range g {
-		if c.Check == nil {
+		if c.Check == nil || c.Degraded {
+			continue
+		}
+		if err := c.Check(); err != nil {
+			return fmt.Errorf("%s: %w", c.Name, err)
+		}
+	}
+	return nil
+}
+
+// Degraded returns nil when every Degraded condition holds, else the first
+// failing one as "<name>: <reason>" (wrapping the reason). /readyz still
+// answers 200 and says so in its body.
+func (g Gate) Degraded() error {
+	for _, c := range g {
+		if c.Check == nil || !c.Degraded {
 			continue
 		}
 		if err := c.Check(); err != nil {

@@ -23,3 +23,18 @@ func TestGateReportsFirstFailure(t *testing.T) {
 		t.Fatalf("all holding: %v", err)
 	}
 }
+
+func TestGateDegradedDoesNotGate(t *testing.T) {
+	boom := errors.New("declared set does not compile")
+	g := Gate{{Name: "certificate", Check: func() error { return nil }}, {Name: "declaredPolicies", Check: func() error { return boom }, Degraded: true}}
+	if err := g.Check(); err != nil {
+		t.Fatalf("Check = %v: a degraded condition must not make the replica unready", err)
+	}
+	if err := g.Degraded(); !errors.Is(err, boom) || err.Error() != "declaredPolicies: declared set does not compile" {
+		t.Fatalf("Degraded = %v", err)
+	}
+	g[1].Check = func() error { return nil }
+	if err := g.Degraded(); err != nil {
+		t.Fatalf("Degraded with all holding = %v", err)
+	}
+}

@@ -119,6 +119,10 @@ type Options struct {
 	// (readiness.Gate.Check, which includes Serving). Default: Serving and
 	// a valid certificate in Certs.
 	Ready func() error
+	// Degraded, when set, reports what this replica does not serve while
+	// it stays ready (readiness.Gate.Degraded): /readyz answers 200 with
+	// "ok\ndegraded: <reason>\n".
+	Degraded func() error
 	// Pprof serves net/http/pprof under /debug/pprof/ on the metrics
 	// listener (never on the admission listener), for debugging: heap and
 	// CPU profiles of a running server. Off by default; ignored when the
@@ -324,7 +328,13 @@ func (s *Server) health(mux *http.ServeMux) {
 			http.Error(w, "not ready: "+err.Error(), http.StatusServiceUnavailable)
 			return
 		}
-		_, _ = w.Write([]byte("ok\n"))
+		msg := "ok\n"
+		if s.opts.Degraded != nil {
+			if err := s.opts.Degraded(); err != nil {
+				msg += "degraded: " + err.Error() + "\n"
+			}
+		}
+		_, _ = w.Write([]byte(msg))
 	})
 }
 

@@ -16,6 +16,7 @@ import (
 	"github.com/kadmit/kadmit/internal/policy/elasticquota"
 	"github.com/kadmit/kadmit/internal/policy/jobqueue"
 	"github.com/kadmit/kadmit/internal/policy/kadmitconfig"
+	"github.com/kadmit/kadmit/internal/policy/kadmitpolicies"
 	"github.com/kadmit/kadmit/internal/policy/lifespan"
 	"github.com/kadmit/kadmit/internal/policy/nodeamplification"
 	"github.com/kadmit/kadmit/internal/policy/nodeovercommit"
@@ -38,6 +39,7 @@ var Registry = policy.Registry{
 	elasticquota.Definition,
 	colocation.Definition,
 	kadmitconfig.Definition,
+	kadmitpolicies.Definition,
 	sloconfig.Definition,
 	nodeamplification.Definition,
 }
