@@ -853,7 +853,7 @@ func checkMetricNames(t *testing.T, ctx context.Context, c *cluster, ps []*proc.
 		t.Fatal(err)
 	}
 	var source strings.Builder
-	for _, f := range []string{"metrics.go", "certificates.go"} {
+	for _, f := range []string{"metrics.go", "certificates.go", "config.go"} {
 		b, err := os.ReadFile(filepath.Join(root, "internal", "metrics", f))
 		if err != nil {
 			t.Fatal(err)
