@@ -18,6 +18,15 @@ var Definition = &policy.Definition[Config]{
 		if env.PoliciesConfigMap == nil {
 			return nil, nil
 		}
+		if env.PoliciesConfigMap.Namespace == "kube-system" {
+			// kadmit never intercepts kube-system (a Fail webhook on its
+			// ConfigMaps could stall the control plane's own writes):
+			// there the ConfigMap is guarded by RBAC alone.
+			if env.Log != nil {
+				env.Log.Warn("policies ConfigMap in kube-system: not guarded by the kadmit-policies webhook, which never intercepts kube-system", "namespace", env.PoliciesConfigMap.Namespace, "name", env.PoliciesConfigMap.Name)
+			}
+			return nil, nil
+		}
 		p, err := New(*env.PoliciesConfigMap)
 		if err != nil {
 			return nil, err

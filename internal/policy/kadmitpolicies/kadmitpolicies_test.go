@@ -105,6 +105,9 @@ func TestRegistered(t *testing.T) {
 	if got := names(policy.Env{PoliciesConfigMap: &policy.PoliciesConfigMap{Namespace: "n", Name: "p", Load: load}}); len(got) != 1 {
 		t.Fatalf("guard with a ConfigMap: %v", got)
 	}
+	if got := names(policy.Env{PoliciesConfigMap: &policy.PoliciesConfigMap{Namespace: "kube-system", Name: "p", Load: load}}); len(got) != 0 {
+		t.Fatalf("guard registered for kube-system: %v", got)
+	}
 	off, err := builtin.Config.Parse([]byte("apiVersion: kadmit.io/v1alpha1\nkind: Configuration\npolicies:\n  kadmitPolicies: {enabled: false}\n"))
 	if err != nil {
 		t.Fatal(err)
