@@ -68,7 +68,7 @@ whatever the --tls mode.`,
 	f.StringVar(&o.ConfigMap, "config-map", "", "NAMESPACE/NAME of a ConfigMap holding the configuration, followed live (exclusive with --config)")
 	f.StringVar(&o.ConfigKey, "config-key", "config.yaml", "data key of --config-map")
 	f.StringArrayVar(&o.PolicyPaths, "policies", nil, "ValidatingAdmissionPolicy / MutatingAdmissionPolicy files or directories (with bindings and params) to serve next to the built-in policies, on /validate-policies and /mutate-policies; repeatable")
-	f.StringVar(&o.PolicyConfigMap, "policies-configmap", "", "NAMESPACE/NAME of a ConfigMap whose data keys hold more declared policies (with bindings and params), served with --policies and followed live: an invalid edit is refused, keeping the running policies")
+	f.StringVar(&o.PolicyConfigMap, "policies-configmap", "", "NAMESPACE/NAME of a ConfigMap whose data keys hold more declared policies (with bindings and params), served with --policies and followed live: an invalid edit is refused, keeping the running policies, and writes that do not compile are denied by the kadmit-policies webhook; a set that does not load at start leaves the built-in policies served and /readyz reporting declaredPolicies degraded")
 	f.StringVar(&o.Addr, "addr", ":9443", "HTTPS admission listen address")
 	f.StringVar(&o.MetricsAddr, "metrics-addr", "", `address for /metrics, /healthz and /readyz ("0" disables); default 127.0.0.1:8080, or :8443 with --metrics-secure`)
 	f.BoolVar(&o.Pprof, "pprof", false, "serve net/http/pprof under /debug/pprof/ on the --metrics-addr listener, for debugging (heap and CPU profiles); keep that address private")

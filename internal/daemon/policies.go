@@ -48,8 +48,9 @@ func policyConfigMapName(opts Options) (namespace, name string, err error) {
 }
 
 // loadPolicyConfigMap reads --policies-configmap's documents at start; a
-// missing or unreadable ConfigMap is an error (serve does not start
-// without the policies it was told to enforce).
+// missing or unreadable ConfigMap is an error, which serve treats as a
+// declared set that does not load (reloader.start: the built-in policies
+// are served until the ConfigMap's informer delivers one that builds).
 func loadPolicyConfigMap(ctx context.Context, cs kubernetes.Interface, opts Options) ([]celpolicy.Document, error) {
 	ns, name, err := policyConfigMapName(opts)
 	if err != nil {
