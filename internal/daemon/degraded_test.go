@@ -102,6 +102,16 @@ func TestStartWithBrokenPoliciesServesBuiltins(t *testing.T) {
 	_ = declared
 }
 
+// /readyz repeats at most maxReadyzReason bytes of the load error.
+func TestDeclaredReadyBounded(t *testing.T) {
+	r, _ := testReloader(t)
+	r.setUnserved(errors.New(strings.Repeat("x", 100_000)))
+	err := r.declaredReady()
+	if err == nil || len(err.Error()) > maxReadyzReason+200 || !strings.Contains(err.Error(), "bytes cut]") {
+		t.Fatalf("declaredPolicies reason of %d bytes", len(err.Error()))
+	}
+}
+
 // A ConfigMap that cannot be read at start (missing) degrades the same way.
 func TestStartWithUnreadablePoliciesConfigMap(t *testing.T) {
 	r, _ := testReloader(t)

@@ -224,10 +224,19 @@ func (r *reloader) setUnserved(err error) {
 // not loaded one since.
 func (r *reloader) declaredReady() error {
 	if p := r.unserved.Load(); p != nil {
-		return fmt.Errorf("declared policies not served (only the built-in policies are): %w", *p)
+		// /readyz is unauthenticated (the kubelet probes it): it carries
+		// the start of the error, the log the whole.
+		msg := (*p).Error()
+		if len(msg) > maxReadyzReason {
+			msg = fmt.Sprintf("%s…[%d bytes cut]", strings.ToValidUTF8(msg[:maxReadyzReason], ""), len(msg)-maxReadyzReason)
+		}
+		return fmt.Errorf("declared policies not served (only the built-in policies are): %s", msg)
 	}
 	return nil
 }
+
+// maxReadyzReason bounds the load error /readyz repeats, in bytes.
+const maxReadyzReason = 1024
 
 // reload applies a new valid configuration from the ConfigMap.
 func (r *reloader) reload(cfg *config.Configuration) {
