@@ -421,17 +421,16 @@ func (r *Registrar) deleteEmpty(ctx context.Context, mutating, validating bool) 
 	if r.mutating == nil {
 		return nil
 	}
-	ar := r.o.Client.AdmissionregistrationV1()
 	if mutating {
 		if live, err := r.mutating.Get(r.Name()); err == nil {
-			if err := r.deleteOwn(ctx, "MutatingWebhookConfiguration", live.ObjectMeta, ar.MutatingWebhookConfigurations().Delete); err != nil {
+			if err := r.deleteOwn(ctx, admission.Mutating, live.ObjectMeta); err != nil {
 				return err
 			}
 		}
 	}
 	if validating {
 		if live, err := r.validating.Get(r.Name()); err == nil {
-			if err := r.deleteOwn(ctx, "ValidatingWebhookConfiguration", live.ObjectMeta, ar.ValidatingWebhookConfigurations().Delete); err != nil {
+			if err := r.deleteOwn(ctx, admission.Validating, live.ObjectMeta); err != nil {
 				return err
 			}
 		}
@@ -439,30 +438,59 @@ func (r *Registrar) deleteEmpty(ctx context.Context, mutating, validating bool) 
 	return nil
 }
 
-func (r *Registrar) deleteOwn(ctx context.Context, kind string, live metav1.ObjectMeta, del func(context.Context, string, metav1.DeleteOptions) error) error {
-	if !writtenByKadmit(live) {
+func (r *Registrar) deleteOwn(ctx context.Context, typ admission.Type, live metav1.ObjectMeta) error {
+	deleted, err := DeleteObserved(ctx, r.o.Client, typ, live)
+	switch {
+	case errors.Is(err, ErrNotWrittenByKadmit):
 		r.mu.Lock()
 		first := r.foreign != live.UID
 		r.foreign = live.UID
 		r.mu.Unlock()
 		if first {
 			r.log.Warn("no hook of this type is enabled, but the configuration of this name was not written by kadmit; not deleting it",
-				"kind", kind, "uid", live.UID, "fieldManager", FieldManager)
+				"type", typ, "uid", live.UID, "fieldManager", FieldManager)
 		}
 		return nil
+	case err != nil:
+		return err
+	case deleted:
+		r.log.Info("deleted webhook configuration: no hook of its type is enabled", "type", typ, "uid", live.UID, "resourceVersion", live.ResourceVersion)
 	}
-	uid, rv := live.UID, live.ResourceVersion
-	err := del(ctx, live.Name, metav1.DeleteOptions{Preconditions: &metav1.Preconditions{UID: &uid, ResourceVersion: &rv}})
+	return nil
+}
+
+// ErrNotWrittenByKadmit is DeleteObserved's refusal of an object kadmit's
+// field manager never wrote.
+var ErrNotWrittenByKadmit = errors.New("not written by kadmit's field manager")
+
+// DeleteObserved deletes the MutatingWebhookConfiguration (typ Mutating) or
+// ValidatingWebhookConfiguration (typ Validating) observed, exactly as it
+// was observed: the delete carries observed's UID and resourceVersion as
+// preconditions, so an object replaced or changed since (by whoever) is
+// never deleted on the strength of an old look; the API server answers 409
+// Conflict, returned wrapped. An object kadmit's field manager (FieldManager)
+// never wrote is someone else's that bears the name: ErrNotWrittenByKadmit,
+// nothing deleted. deleted is false, with a nil error, when the object is
+// already gone.
+func DeleteObserved(ctx context.Context, cs kubernetes.Interface, typ admission.Type, observed metav1.ObjectMeta) (deleted bool, err error) {
+	kind, del := "ValidatingWebhookConfiguration", cs.AdmissionregistrationV1().ValidatingWebhookConfigurations().Delete
+	if typ == admission.Mutating {
+		kind, del = "MutatingWebhookConfiguration", cs.AdmissionregistrationV1().MutatingWebhookConfigurations().Delete
+	}
+	if !writtenByKadmit(observed) {
+		return false, fmt.Errorf("delete %s %s: %w", kind, observed.Name, ErrNotWrittenByKadmit)
+	}
+	uid, rv := observed.UID, observed.ResourceVersion
+	err = del(ctx, observed.Name, metav1.DeleteOptions{Preconditions: &metav1.Preconditions{UID: &uid, ResourceVersion: &rv}})
 	switch {
 	case err == nil:
-		r.log.Info("deleted webhook configuration: no hook of its type is enabled", "kind", kind, "uid", uid, "resourceVersion", rv)
-		return nil
+		return true, nil
 	case apierrors.IsNotFound(err):
-		return nil
+		return false, nil
 	case apierrors.IsConflict(err):
-		return fmt.Errorf("delete %s %s: it changed since the registrar read it (resourceVersion %s); looking again: %w", kind, live.Name, rv, err)
+		return false, fmt.Errorf("delete %s %s: it changed since it was read (resourceVersion %s): %w", kind, observed.Name, rv, err)
 	}
-	return fmt.Errorf("delete %s %s: %w", kind, live.Name, err)
+	return false, fmt.Errorf("delete %s %s: %w", kind, observed.Name, err)
 }
 
 // writtenByKadmit reports whether kadmit's field manager owns fields of
