@@ -331,7 +331,7 @@ func TestDeleteObservedPreconditions(t *testing.T) {
 	t.Cleanup(func() { _ = vwcs.Delete(context.WithoutCancel(ctx), name, metav1.DeleteOptions{}) })
 	own := &admissionregistrationv1.ValidatingWebhookConfiguration{
 		TypeMeta:   metav1.TypeMeta{APIVersion: "admissionregistration.k8s.io/v1", Kind: "ValidatingWebhookConfiguration"},
-		ObjectMeta: metav1.ObjectMeta{Name: name},
+		ObjectMeta: metav1.ObjectMeta{Name: name, Labels: map[string]string{"app.kubernetes.io/managed-by": "kadmit"}},
 	}
 	if err := registration.Apply(ctx, e.Client, nil, own); err != nil {
 		t.Fatal(err)
