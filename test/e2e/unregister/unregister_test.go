@@ -245,6 +245,7 @@ func TestPoliciesOffAndOnUnderLoad(t *testing.T) {
 	// follow podName and lifespan.
 	state := func(what string, podName, lifespan bool) {
 		t.Helper()
+		var mismatch error // the last state seen, not a transport error
 		err := poll.Until(ctx, takeEffect, func(ctx context.Context) error {
 			for typ, want := range map[admission.Type]bool{admission.Validating: podName, admission.Mutating: lifespan} {
 				ok, err := w.exists(ctx, typ)
@@ -252,7 +253,8 @@ func TestPoliciesOffAndOnUnderLoad(t *testing.T) {
 					return err
 				}
 				if ok != want {
-					return fmt.Errorf("%s configuration registered: %t, want %t", typ, ok, want)
+					mismatch = fmt.Errorf("%s configuration registered: %t, want %t", typ, ok, want)
+					return mismatch
 				}
 			}
 			admitted, _, err := w.decide(ctx, "probe-offensive")
@@ -260,19 +262,21 @@ func TestPoliciesOffAndOnUnderLoad(t *testing.T) {
 				return err
 			}
 			if admitted == podName {
-				return fmt.Errorf("offensive pod admitted: %t with pod-name on: %t", admitted, podName)
+				mismatch = fmt.Errorf("offensive pod admitted: %t with pod-name on: %t", admitted, podName)
+				return mismatch
 			}
 			_, tolerated, err := w.decide(ctx, "probe")
 			if err != nil {
 				return err
 			}
 			if tolerated != lifespan {
-				return fmt.Errorf("lifespan toleration added: %t with lifespan on: %t", tolerated, lifespan)
+				mismatch = fmt.Errorf("lifespan toleration added: %t with lifespan on: %t", tolerated, lifespan)
+				return mismatch
 			}
 			return nil
 		})
 		if err != nil {
-			t.Fatalf("%s: %v\n%s", what, err, p.Tail(20))
+			t.Fatalf("%s: %v (last state seen: %v)\n%s", what, err, mismatch, p.Tail(20))
 		}
 	}
 
