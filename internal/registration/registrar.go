@@ -76,7 +76,9 @@ type RegistrarOptions struct {
 // certificate source's caBundle, server-side applies them (field manager
 // kadmit) and, through an informer on exactly those two objects, repairs
 // them when someone changes them (a blanked or stale caBundle, a deleted
-// configuration). The same informer answers readiness: does the served
+// configuration), and deletes one no hook of its type is left in. The same
+// informer tells the server which paths the API server may still call
+// (Calls) and answers readiness: does the served
 // certificate verify against every registered caBundle?
 //
 // Every TLS mode uses it. With files and self-signed certificates Run
@@ -357,7 +359,10 @@ func (r *Registrar) ServerBundles(ctx context.Context) ([][]byte, error) {
 }
 
 // Inject writes both configurations with bundle as every webhook's
-// caBundle, unless the cache shows them exactly so already.
+// caBundle, unless the cache shows them exactly so already, and deletes
+// either one when no hook of its type is left (deleteEmpty), first and
+// unconditionally: a webhook left calling a path no longer served would
+// deny every request it matches.
 //
 // A first registration waits until this replica serves, its own
 // certificate verifies against bundle, and (with Probe) a ready endpoint of
