@@ -468,6 +468,17 @@ func TestRegistrarDeletesConfigurationWithoutHooks(t *testing.T) {
 	// One webhook of a configuration goes: the configuration stays, without it.
 	h.reg.SetHooks(hooksOf(admission.Validating)[:1])
 	eventually(t, "validate-node webhook removed", func() bool { return len(bundles(t, cs, "kadmit")) == 1 })
+	// The tracked paths are bounded: a path gone for longer than the grace
+	// is forgotten at the next event, not kept.
+	eventually(t, "paths gone past the grace forgotten", func() bool {
+		h.reg.mu.Lock()
+		defer h.reg.mu.Unlock()
+		_, kept := h.reg.called["/mutate-pod"]
+		return !kept && len(h.reg.called) == 2
+	})
+	if !h.reg.Calls("/validate-node") {
+		t.Fatal("Calls(/validate-node) = false right after its webhook was removed")
+	}
 
 	h.reg.SetHooks(hooksOf(admission.Mutating))
 	eventually(t, "validating configuration deleted, mutating written back", func() bool {
