@@ -241,6 +241,7 @@ func TestPoliciesOffAndOnUnderLoad(t *testing.T) {
 		t.Fatalf("%v\n%s", err, p.Tail(20))
 	}
 
+	var l *load
 	// state waits until the registration and the API server's decisions
 	// follow podName and lifespan.
 	state := func(what string, podName, lifespan bool) {
@@ -276,11 +277,15 @@ func TestPoliciesOffAndOnUnderLoad(t *testing.T) {
 			return nil
 		})
 		if err != nil {
+			if l != nil {
+				l.end()
+				t.Errorf("load so far: %d creates, %d failed; first failures:\n%s", l.total.Load(), l.failed.Load(), strings.Join(l.failures, "\n"))
+			}
 			t.Fatalf("%s: %v (last state seen: %v)\n%s", what, err, mismatch, p.Tail(20))
 		}
 	}
 
-	l := w.startLoad(ctx)
+	l = w.startLoad(ctx)
 	hold := func() { time.Sleep(2 * time.Second) } // load on the settled state too
 	hold()
 	for _, step := range []struct {
@@ -299,13 +304,15 @@ func TestPoliciesOffAndOnUnderLoad(t *testing.T) {
 		hold()
 	}
 	l.end()
-	t.Logf("%d creates under load: %d denied by pod-name's own verdict, %d failed", l.total.Load(), l.denied.Load(), l.failed.Load())
-	if n := l.failed.Load(); n > 0 {
+	done := l
+	l = nil
+	t.Logf("%d creates under load: %d denied by pod-name's own verdict, %d failed", done.total.Load(), done.denied.Load(), done.failed.Load())
+	if n := done.failed.Load(); n > 0 {
 		t.Fatalf("%d creates failed while policies were turned off and on; first ones:\n%s\nkadmit:\n%s",
-			n, strings.Join(l.failures, "\n"), p.Tail(20))
+			n, strings.Join(done.failures, "\n"), p.Tail(20))
 	}
-	if l.total.Load() < 100 || l.denied.Load() == 0 {
-		t.Fatalf("load too small to show anything: %d creates, %d denied", l.total.Load(), l.denied.Load())
+	if done.total.Load() < 100 || done.denied.Load() == 0 {
+		t.Fatalf("load too small to show anything: %d creates, %d denied", done.total.Load(), done.denied.Load())
 	}
 
 	// Restart with pod-name turned off while kadmit was down: the validating
