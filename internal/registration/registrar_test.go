@@ -533,3 +533,34 @@ func TestRegistrarLeavesForeignConfiguration(t *testing.T) {
 		t.Fatal("foreign mutating configuration deleted")
 	}
 }
+
+// TestCalledPath: the path the API server calls, for a URL (query and
+// host ignored) and for a Service (unset path: "/", the API server's
+// default).
+func TestCalledPath(t *testing.T) {
+	u := func(s string) admissionregistrationv1.WebhookClientConfig {
+		return admissionregistrationv1.WebhookClientConfig{URL: &s}
+	}
+	svc := func(p *string) admissionregistrationv1.WebhookClientConfig {
+		return admissionregistrationv1.WebhookClientConfig{Service: &admissionregistrationv1.ServiceReference{Namespace: "ns", Name: "kadmit", Path: p}}
+	}
+	path := "/validate-pod"
+	for _, c := range []struct {
+		cc   admissionregistrationv1.WebhookClientConfig
+		want string
+		ok   bool
+	}{
+		{u("https://127.0.0.1:9443/validate-pod"), "/validate-pod", true},
+		{u("https://kadmit.example:443/mutate-pod?x=1"), "/mutate-pod", true},
+		{u("https://127.0.0.1:9443"), "/", true},
+		{u("://bad"), "", false},
+		{svc(&path), "/validate-pod", true},
+		{svc(nil), "/", true},
+		{admissionregistrationv1.WebhookClientConfig{}, "", false},
+	} {
+		got, ok := calledPath(c.cc)
+		if got != c.want || ok != c.ok {
+			t.Errorf("calledPath(%+v) = %q, %t; want %q, %t", c.cc, got, ok, c.want, c.ok)
+		}
+	}
+}
