@@ -347,13 +347,19 @@ func (d *daemon) newServer(context.Context) error {
 		}
 	}
 	o := d.opts
+	// A path the registered configurations still call but no hook serves
+	// (a policy just turned off) is answered "allowed", not 404.
+	var unserved func(string) bool
+	if d.registrar != nil {
+		unserved = d.registrar.Calls
+	}
 	d.srv, err = server.New(server.Options{
 		Addr: o.Addr, MetricsAddr: o.MetricsAddr, Webhooks: webhooks, Certs: d.source.Holder(),
 		Logger: d.log, ShutdownGrace: o.ShutdownGrace, MaxRequestBytes: o.MaxRequestBytes,
 		Registry: d.promReg, Ready: d.ready().Check, Degraded: d.ready().Degraded, Pprof: o.Pprof,
 		MetricsAuth: metricsAuth, ReadTimeout: o.ReadTimeout, MaxConnections: o.MaxConnections,
 		MaxInFlight: o.MaxInFlight, MaxBodyBytesInFlight: o.MaxBodyBytesInFlight, HTTP2: o.HTTP2,
-		ClientCAFile: o.ClientCAFile, ClientAllowedNames: o.ClientAllowedNames,
+		ClientCAFile: o.ClientCAFile, ClientAllowedNames: o.ClientAllowedNames, Unserved: unserved,
 	})
 	d.reloads.serve = d.srv.SetWebhooks
 	return err

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net/url"
 	"sort"
 	"sync"
 	"sync/atomic"
@@ -17,6 +18,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
 	listersadmissionv1 "k8s.io/client-go/listers/admissionregistration/v1"
@@ -29,6 +31,16 @@ import (
 // RetryInterval is how often a held back or failed write is retried: no
 // event announces a ready endpoint (EndpointSlices are not watched).
 const RetryInterval = time.Second
+
+// UnregisterGrace is how long a path stays "called" (Registrar.Calls) after
+// the last webhook calling it left the install's configurations, as this
+// replica's informer sees them: 30s. The API server's own webhook
+// configuration informer lags a write by up to about a second (more on a
+// loaded or HA control plane, one informer per API server); until it
+// catches up it still calls the path, and kadmit answers there (allowed:
+// the policy is off) instead of 404, which the failurePolicy would turn
+// into a denial.
+const UnregisterGrace = 30 * time.Second
 
 // RegistrarOptions configure a Registrar.
 type RegistrarOptions struct {
@@ -64,7 +76,9 @@ type RegistrarOptions struct {
 // certificate source's caBundle, server-side applies them (field manager
 // kadmit) and, through an informer on exactly those two objects, repairs
 // them when someone changes them (a blanked or stale caBundle, a deleted
-// configuration). The same informer answers readiness: does the served
+// configuration), and deletes one no hook of its type is left in. The same
+// informer tells the server which paths the API server may still call
+// (Calls) and answers readiness: does the served
 // certificate verify against every registered caBundle?
 //
 // Every TLS mode uses it. With files and self-signed certificates Run
@@ -82,7 +96,15 @@ type Registrar struct {
 	mu       sync.Mutex
 	hooks    []admission.Hook
 	onChange []func()
-	heldFor  string // why the last Inject held back, logged once per reason
+	heldFor  string    // why the last Inject held back, logged once per reason
+	foreign  types.UID // the last configuration deleteOwn left alone, logged once
+	// called maps each path a webhook of the configurations calls, as the
+	// informer last saw them, to the zero time, and each path that stopped
+	// being called less than UnregisterGrace ago to when it stopped (see
+	// Calls). Its size is bounded by the webhooks of two objects the API
+	// server stores (at most its 1.5 MiB request limit each) plus those
+	// that left within the grace.
+	called map[string]time.Time
 }
 
 // NewRegistrar checks opts: the configurations must build from the hooks
@@ -107,7 +129,7 @@ func NewRegistrar(opts RegistrarOptions) (*Registrar, error) {
 		opts.Bundle = func() []byte { return nil }
 	}
 	return &Registrar{o: opts, log: opts.Logger.With("component", "registrar", "configuration", opts.Registration.Name),
-		kick: make(chan struct{}, 1), hooks: opts.Hooks}, nil
+		kick: make(chan struct{}, 1), hooks: opts.Hooks, called: map[string]time.Time{}}, nil
 }
 
 // Name is the name of both configurations.
@@ -132,10 +154,14 @@ func (r *Registrar) Start(ctx context.Context) error {
 	mi := f.Admissionregistration().V1().MutatingWebhookConfigurations()
 	vi := f.Admissionregistration().V1().ValidatingWebhookConfigurations()
 	r.mutating, r.validating = mi.Lister(), vi.Lister()
+	event := func() {
+		r.trackCalled()
+		r.changed()
+	}
 	h := cache.ResourceEventHandlerFuncs{
-		AddFunc:    func(any) { r.changed() },
-		UpdateFunc: func(any, any) { r.changed() },
-		DeleteFunc: func(any) { r.changed() },
+		AddFunc:    func(any) { event() },
+		UpdateFunc: func(any, any) { event() },
+		DeleteFunc: func(any) { event() },
 	}
 	for _, inf := range []cache.SharedIndexInformer{mi.Informer(), vi.Informer()} {
 		if _, err := inf.AddEventHandler(h); err != nil {
@@ -148,8 +174,80 @@ func (r *Registrar) Start(ctx context.Context) error {
 			return fmt.Errorf("registrar: %v informer did not sync", typ)
 		}
 	}
+	r.trackCalled()
 	r.synced.Store(true)
 	return nil
+}
+
+// Calls reports whether the API server may call path on kadmit: a webhook
+// of the install's configurations, as the informer sees them, calls it, or
+// did less than UnregisterGrace ago. The server answers such a path it no
+// longer serves with "allowed" (the policy is off) rather than 404, so a
+// policy turned off never turns into denials while the API server still
+// has the old configuration (server.Options.Unserved). False before Start
+// synced.
+func (r *Registrar) Calls(path string) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	gone, ok := r.called[path]
+	return ok && (gone.IsZero() || r.o.Now().Sub(gone) < UnregisterGrace)
+}
+
+// trackCalled updates called from the informer's cache: on every event of
+// either configuration, and once synced.
+func (r *Registrar) trackCalled() {
+	now := r.o.Now()
+	live := map[string]bool{}
+	if mwc, err := r.mutating.Get(r.Name()); err == nil {
+		for _, w := range mwc.Webhooks {
+			if p, ok := calledPath(w.ClientConfig); ok {
+				live[p] = true
+			}
+		}
+	}
+	if vwc, err := r.validating.Get(r.Name()); err == nil {
+		for _, w := range vwc.Webhooks {
+			if p, ok := calledPath(w.ClientConfig); ok {
+				live[p] = true
+			}
+		}
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for p, gone := range r.called {
+		switch {
+		case live[p]:
+		case gone.IsZero():
+			r.called[p] = now
+		case now.Sub(gone) >= UnregisterGrace:
+			delete(r.called, p)
+		}
+	}
+	for p := range live {
+		r.called[p] = time.Time{}
+	}
+}
+
+// calledPath is the HTTP path the API server calls for cc: the URL's path,
+// or the Service's path ("/" when unset, as the API server defaults it).
+func calledPath(cc admissionregistrationv1.WebhookClientConfig) (string, bool) {
+	switch {
+	case cc.URL != nil:
+		u, err := url.Parse(*cc.URL)
+		if err != nil {
+			return "", false
+		}
+		if u.Path == "" {
+			return "/", true
+		}
+		return u.Path, true
+	case cc.Service != nil:
+		if cc.Service.Path == nil || *cc.Service.Path == "" {
+			return "/", true
+		}
+		return *cc.Service.Path, true
+	}
+	return "", false
 }
 
 func (r *Registrar) changed() {
@@ -261,7 +359,10 @@ func (r *Registrar) ServerBundles(ctx context.Context) ([][]byte, error) {
 }
 
 // Inject writes both configurations with bundle as every webhook's
-// caBundle, unless the cache shows them exactly so already.
+// caBundle, unless the cache shows them exactly so already, and deletes
+// either one when no hook of its type is left (deleteEmpty), first and
+// unconditionally: a webhook left calling a path no longer served would
+// deny every request it matches.
 //
 // A first registration waits until this replica serves, its own
 // certificate verifies against bundle, and (with Probe) a ready endpoint of
@@ -272,12 +373,20 @@ func (r *Registrar) ServerBundles(ctx context.Context) ([][]byte, error) {
 // endpoint is ready and waiting for one would make the outage permanent.
 // held reports such a wait; the caller retries within RetryInterval.
 func (r *Registrar) Inject(ctx context.Context, bundle []byte) (held bool, err error) {
-	if len(bundle) == 0 {
-		return true, errors.New("registrar: the certificate source has no caBundle to register")
-	}
 	mwc, vwc, err := r.build(bundle)
 	if err != nil {
 		return false, fmt.Errorf("registrar: %w", err)
+	}
+	// A configuration no hook of its type is left in is deleted, not left
+	// registered: its webhooks would call paths this replica no longer
+	// serves, and their failurePolicy Fail would deny every matched
+	// request. Deleting never sends a call anywhere, so it waits for
+	// nothing (not even this replica serving).
+	if err := r.deleteEmpty(ctx, mwc == nil, vwc == nil); err != nil {
+		return false, err
+	}
+	if len(bundle) == 0 {
+		return true, errors.New("registrar: the certificate source has no caBundle to register")
 	}
 	mUp, vUp := r.upToDate(mwc, vwc)
 	if mUp && vUp {
@@ -303,6 +412,101 @@ func (r *Registrar) Inject(ctx context.Context, bundle []byte) (held bool, err e
 	}
 	r.log.Info("wrote webhook configurations", "staleCABundles", stale, "url", r.o.Registration.URL, "service", r.o.Registration.ServiceName)
 	return false, nil
+}
+
+// deleteEmpty deletes the MutatingWebhookConfiguration (mutating) and the
+// ValidatingWebhookConfiguration (validating) of the install's name when the
+// informer's cache holds them and kadmit's field manager wrote them. The
+// delete carries the cached object's UID and resourceVersion as
+// preconditions: an object replaced or changed since (by whoever) is never
+// deleted on the strength of an old look; the write's informer event brings
+// a new look. An object nobody wrote as kadmit is someone else's that
+// happens to bear the name, and is left alone (logged).
+func (r *Registrar) deleteEmpty(ctx context.Context, mutating, validating bool) error {
+	if r.mutating == nil {
+		return nil
+	}
+	if mutating {
+		if live, err := r.mutating.Get(r.Name()); err == nil {
+			if err := r.deleteOwn(ctx, admission.Mutating, live.ObjectMeta); err != nil {
+				return err
+			}
+		}
+	}
+	if validating {
+		if live, err := r.validating.Get(r.Name()); err == nil {
+			if err := r.deleteOwn(ctx, admission.Validating, live.ObjectMeta); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+func (r *Registrar) deleteOwn(ctx context.Context, typ admission.Type, live metav1.ObjectMeta) error {
+	deleted, err := DeleteObserved(ctx, r.o.Client, typ, live)
+	switch {
+	case errors.Is(err, ErrNotWrittenByKadmit):
+		r.mu.Lock()
+		first := r.foreign != live.UID
+		r.foreign = live.UID
+		r.mu.Unlock()
+		if first {
+			r.log.Warn("no hook of this type is enabled, but the configuration of this name was not written by kadmit; not deleting it",
+				"type", typ, "uid", live.UID, "fieldManager", FieldManager)
+		}
+		return nil
+	case err != nil:
+		return err
+	case deleted:
+		r.log.Info("deleted webhook configuration: no hook of its type is enabled", "type", typ, "uid", live.UID, "resourceVersion", live.ResourceVersion)
+	}
+	return nil
+}
+
+// ErrNotWrittenByKadmit is DeleteObserved's refusal of an object kadmit's
+// field manager never wrote.
+var ErrNotWrittenByKadmit = errors.New("not written by kadmit's field manager")
+
+// DeleteObserved deletes the MutatingWebhookConfiguration (typ Mutating) or
+// ValidatingWebhookConfiguration (typ Validating) observed, exactly as it
+// was observed: the delete carries observed's UID and resourceVersion as
+// preconditions, so an object replaced or changed since (by whoever) is
+// never deleted on the strength of an old look; the API server answers 409
+// Conflict, returned wrapped. An object kadmit's field manager (FieldManager)
+// never wrote is someone else's that bears the name: ErrNotWrittenByKadmit,
+// nothing deleted. deleted is false, with a nil error, when the object is
+// already gone.
+func DeleteObserved(ctx context.Context, cs kubernetes.Interface, typ admission.Type, observed metav1.ObjectMeta) (deleted bool, err error) {
+	kind, del := "ValidatingWebhookConfiguration", cs.AdmissionregistrationV1().ValidatingWebhookConfigurations().Delete
+	if typ == admission.Mutating {
+		kind, del = "MutatingWebhookConfiguration", cs.AdmissionregistrationV1().MutatingWebhookConfigurations().Delete
+	}
+	if !writtenByKadmit(observed) {
+		return false, fmt.Errorf("delete %s %s: %w", kind, observed.Name, ErrNotWrittenByKadmit)
+	}
+	uid, rv := observed.UID, observed.ResourceVersion
+	err = del(ctx, observed.Name, metav1.DeleteOptions{Preconditions: &metav1.Preconditions{UID: &uid, ResourceVersion: &rv}})
+	switch {
+	case err == nil:
+		return true, nil
+	case apierrors.IsNotFound(err):
+		return false, nil
+	case apierrors.IsConflict(err):
+		return false, fmt.Errorf("delete %s %s: it changed since it was read (resourceVersion %s): %w", kind, observed.Name, rv, err)
+	}
+	return false, fmt.Errorf("delete %s %s: %w", kind, observed.Name, err)
+}
+
+// writtenByKadmit reports whether kadmit's field manager owns fields of
+// the object: kadmit wrote it (server-side apply records the manager).
+func writtenByKadmit(m metav1.ObjectMeta) bool {
+	for _, f := range m.ManagedFields {
+		if f.Manager == FieldManager {
+			return true
+		}
+	}
+	return false
 }
 
 // hold logs why writes are held back, once per reason ("" clears it).

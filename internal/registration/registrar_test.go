@@ -16,14 +16,17 @@ import (
 	"testing"
 	"time"
 
+	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/kubernetes/fake"
 	k8stesting "k8s.io/client-go/testing"
 
+	"github.com/kadmit/kadmit/internal/admission"
 	"github.com/kadmit/kadmit/internal/certs"
 )
 
@@ -395,5 +398,169 @@ func TestEndpointProber(t *testing.T) {
 	}
 	if _, err := (EndpointProber{Client: cs, Namespace: "kadmit-system", Service: "missing"}).Probe(context.Background()); err == nil {
 		t.Fatal("missing Service: no error")
+	}
+}
+
+// hooksOf returns the hooks of testHooks of type typ.
+func hooksOf(typ admission.Type) []admission.Hook {
+	var out []admission.Hook
+	for _, h := range testHooks() {
+		if h.Type == typ {
+			out = append(out, h)
+		}
+	}
+	return out
+}
+
+func configExists(t *testing.T, cs kubernetes.Interface, typ admission.Type, name string) bool {
+	t.Helper()
+	var err error
+	if typ == admission.Mutating {
+		_, err = cs.AdmissionregistrationV1().MutatingWebhookConfigurations().Get(context.Background(), name, metav1.GetOptions{})
+	} else {
+		_, err = cs.AdmissionregistrationV1().ValidatingWebhookConfigurations().Get(context.Background(), name, metav1.GetOptions{})
+	}
+	if err != nil && !apierrors.IsNotFound(err) {
+		t.Fatal(err)
+	}
+	return err == nil
+}
+
+// TestRegistrarDeletesConfigurationWithoutHooks: turning off the last hook of
+// a type deletes that configuration (its webhooks would call paths no longer
+// served, failurePolicy Fail); turning one on again writes it back; a
+// webhook whose hook is gone leaves its configuration; and the paths the
+// registered webhooks called stay "called" for UnregisterGrace.
+func TestRegistrarDeletesConfigurationWithoutHooks(t *testing.T) {
+	p := newPKI(t)
+	cs := fake.NewClientset()
+	var now atomic.Pointer[time.Time]
+	start := time.Now()
+	now.Store(&start)
+	h := newHarness(t, cs, "kadmit", p, func(o *RegistrarOptions) { o.Now = func() time.Time { return *now.Load() } })
+	go h.reg.Run(h.ctx)
+	eventually(t, "first registration", func() bool { return allEqual(bundles(t, cs, "kadmit"), p.ca) })
+	eventually(t, "paths called", func() bool { return h.reg.Calls("/mutate-pod") && h.reg.Calls("/validate-node") })
+	if h.reg.Calls("/not-registered") {
+		t.Fatal("Calls(/not-registered) = true")
+	}
+
+	h.reg.SetHooks(hooksOf(admission.Validating))
+	eventually(t, "mutating configuration deleted", func() bool { return !configExists(t, cs, admission.Mutating, "kadmit") })
+	if !configExists(t, cs, admission.Validating, "kadmit") {
+		t.Fatal("the validating configuration went with the mutating one")
+	}
+	// The API server may still call the mutating paths until its own
+	// informer catches up: they stay called for the grace, then not.
+	eventually(t, "informer saw the delete", func() bool { return len(h.reg.Bundles()) == 2 })
+	if !h.reg.Calls("/mutate-pod") {
+		t.Fatal("Calls(/mutate-pod) = false right after the delete; want true for UnregisterGrace")
+	}
+	later := start.Add(UnregisterGrace + time.Second)
+	now.Store(&later)
+	if h.reg.Calls("/mutate-pod") {
+		t.Fatal("Calls(/mutate-pod) = true after UnregisterGrace")
+	}
+	if !h.reg.Calls("/validate-pod") {
+		t.Fatal("Calls(/validate-pod) = false while registered")
+	}
+
+	// One webhook of a configuration goes: the configuration stays, without it.
+	h.reg.SetHooks(hooksOf(admission.Validating)[:1])
+	eventually(t, "validate-node webhook removed", func() bool { return len(bundles(t, cs, "kadmit")) == 1 })
+	// The tracked paths are bounded: a path gone for longer than the grace
+	// is forgotten at the next event, not kept.
+	eventually(t, "paths gone past the grace forgotten", func() bool {
+		h.reg.mu.Lock()
+		defer h.reg.mu.Unlock()
+		_, kept := h.reg.called["/mutate-pod"]
+		return !kept && len(h.reg.called) == 2
+	})
+	if !h.reg.Calls("/validate-node") {
+		t.Fatal("Calls(/validate-node) = false right after its webhook was removed")
+	}
+
+	h.reg.SetHooks(hooksOf(admission.Mutating))
+	eventually(t, "validating configuration deleted, mutating written back", func() bool {
+		return !configExists(t, cs, admission.Validating, "kadmit") && configExists(t, cs, admission.Mutating, "kadmit")
+	})
+}
+
+// TestRegistrarDeletesStaleConfigurationOnStart: a kadmit restarted with a
+// configuration that no longer has hooks of a type finds the old
+// configuration registered and deletes it, before anything else is
+// servable (no Listening needed: a delete sends no call anywhere).
+func TestRegistrarDeletesStaleConfigurationOnStart(t *testing.T) {
+	p := newPKI(t)
+	cs := fake.NewClientset()
+	mwc, vwc, err := Build(testHooks(), Options{Name: "kadmit", URL: "https://127.0.0.1:9443", CABundle: p.ca})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := Apply(context.Background(), cs, mwc, vwc); err != nil {
+		t.Fatal(err)
+	}
+	h := newHarness(t, cs, "kadmit", p, func(o *RegistrarOptions) {
+		o.Hooks = hooksOf(admission.Validating)
+		o.Listening = func() error { return errors.New("not yet") }
+	})
+	go h.reg.Run(h.ctx)
+	eventually(t, "stale mutating configuration deleted", func() bool { return !configExists(t, cs, admission.Mutating, "kadmit") })
+	if !configExists(t, cs, admission.Validating, "kadmit") {
+		t.Fatal("validating configuration deleted")
+	}
+}
+
+// TestRegistrarLeavesForeignConfiguration: an object of the install's name
+// that kadmit's field manager never wrote is not deleted.
+func TestRegistrarLeavesForeignConfiguration(t *testing.T) {
+	p := newPKI(t)
+	cs := fake.NewClientset()
+	foreign := &admissionregistrationv1.MutatingWebhookConfiguration{ObjectMeta: metav1.ObjectMeta{Name: "kadmit"}}
+	if _, err := cs.AdmissionregistrationV1().MutatingWebhookConfigurations().Create(context.Background(), foreign, metav1.CreateOptions{FieldManager: "kubectl"}); err != nil {
+		t.Fatal(err)
+	}
+	h := newHarness(t, cs, "kadmit", p, func(o *RegistrarOptions) { o.Hooks = hooksOf(admission.Validating) })
+	go h.reg.Run(h.ctx)
+	eventually(t, "validating configuration written", func() bool { return configExists(t, cs, admission.Validating, "kadmit") })
+	settled(t, h.reg, p.ca)
+	for _, a := range cs.Actions() {
+		if a.GetVerb() == "delete" {
+			t.Fatalf("deleted %v, which kadmit never wrote", a.GetResource())
+		}
+	}
+	if !configExists(t, cs, admission.Mutating, "kadmit") {
+		t.Fatal("foreign mutating configuration deleted")
+	}
+}
+
+// TestCalledPath: the path the API server calls, for a URL (query and
+// host ignored) and for a Service (unset path: "/", the API server's
+// default).
+func TestCalledPath(t *testing.T) {
+	u := func(s string) admissionregistrationv1.WebhookClientConfig {
+		return admissionregistrationv1.WebhookClientConfig{URL: &s}
+	}
+	svc := func(p *string) admissionregistrationv1.WebhookClientConfig {
+		return admissionregistrationv1.WebhookClientConfig{Service: &admissionregistrationv1.ServiceReference{Namespace: "ns", Name: "kadmit", Path: p}}
+	}
+	path := "/validate-pod"
+	for _, c := range []struct {
+		cc   admissionregistrationv1.WebhookClientConfig
+		want string
+		ok   bool
+	}{
+		{u("https://127.0.0.1:9443/validate-pod"), "/validate-pod", true},
+		{u("https://kadmit.example:443/mutate-pod?x=1"), "/mutate-pod", true},
+		{u("https://127.0.0.1:9443"), "/", true},
+		{u("://bad"), "", false},
+		{svc(&path), "/validate-pod", true},
+		{svc(nil), "/", true},
+		{admissionregistrationv1.WebhookClientConfig{}, "", false},
+	} {
+		got, ok := calledPath(c.cc)
+		if got != c.want || ok != c.ok {
+			t.Errorf("calledPath(%+v) = %q, %t; want %q, %t", c.cc, got, ok, c.want, c.ok)
+		}
 	}
 }

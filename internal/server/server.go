@@ -129,7 +129,19 @@ type Options struct {
 	// metrics listener is disabled; authenticated like /metrics when
 	// MetricsAuth is set.
 	Pprof bool
+	// Unserved, when set, reports whether the API server may still call a
+	// path no webhook is served on (registration.Registrar.Calls): a
+	// policy just turned off whose configuration the API server has not
+	// caught up with, or a stale one a restart finds. Such a request is
+	// answered allowed, without a patch (what "off" means), under the
+	// webhook label UnservedWebhook; any other unknown path gets 404.
+	Unserved func(path string) bool
 }
+
+// UnservedWebhook is the webhook label (metrics, log) of the answers on
+// paths the API server may still call but no webhook is served on; never a
+// path, so it names no policy.
+const UnservedWebhook = "unserved"
 
 // Server is a running or runnable kadmit server.
 type Server struct {
@@ -154,6 +166,8 @@ type Server struct {
 	// routes maps each admission path to its handler; swapped whole by
 	// SetWebhooks so a config reload never serves half a policy set.
 	routes atomic.Pointer[map[string]http.Handler]
+	// unserved answers Options.Unserved's paths: an empty webhook allows.
+	unserved http.Handler
 }
 
 // New validates opts and builds the server; call Listen, then Serve.
@@ -207,6 +221,8 @@ func New(opts Options) (*Server, error) {
 	}
 
 	s.SetWebhooks(opts.Webhooks)
+	s.unserved = s.metrics.InFlight(UnservedWebhook, admission.NewHandler(&admission.Webhook{Path: UnservedWebhook, Type: admission.Validating},
+		admission.HandlerOptions{MaxRequestBytes: opts.MaxRequestBytes, Limits: s.limits, Observe: s.observe}))
 	mux := http.NewServeMux()
 	mux.Handle("/", s.tracker.wrap(http.HandlerFunc(s.route)))
 	s.health(mux)
@@ -300,7 +316,8 @@ func (s *Server) buildMetricsServer() error {
 
 // SetWebhooks replaces the served webhooks atomically: requests already in
 // flight finish on the old set, new ones get the new set. Paths no longer
-// served answer 404.
+// served answer allowed while Options.Unserved says the API server may still
+// call them, else 404.
 func (s *Server) SetWebhooks(webhooks []*admission.Webhook) {
 	routes := make(map[string]http.Handler, len(webhooks))
 	for _, wh := range webhooks {
@@ -312,6 +329,9 @@ func (s *Server) SetWebhooks(webhooks []*admission.Webhook) {
 
 func (s *Server) route(w http.ResponseWriter, r *http.Request) {
 	h, ok := (*s.routes.Load())[r.URL.Path]
+	if !ok && s.opts.Unserved != nil && s.opts.Unserved(r.URL.Path) {
+		h, ok = s.unserved, true
+	}
 	if !ok {
 		http.Error(w, fmt.Sprintf("no webhook is served on %s", r.URL.Path), http.StatusNotFound)
 		return

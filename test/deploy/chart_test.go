@@ -359,6 +359,8 @@ func TestRBACFollowsValues(t *testing.T) {
 	want := []string{
 		"create admissionregistration.k8s.io/mutatingwebhookconfigurations name=kadmit",
 		"create admissionregistration.k8s.io/validatingwebhookconfigurations name=kadmit",
+		"delete admissionregistration.k8s.io/mutatingwebhookconfigurations name=kadmit",
+		"delete admissionregistration.k8s.io/validatingwebhookconfigurations name=kadmit",
 		"get core/services name=kadmit",
 		"list admissionregistration.k8s.io/mutatingwebhookconfigurations name=kadmit",
 		"list admissionregistration.k8s.io/validatingwebhookconfigurations name=kadmit",

@@ -729,6 +729,11 @@ func TestInstallOnRealAPIServer(t *testing.T) {
 			// are exercised against the real API server by test/e2e/mtls.
 			"create tokenreviews/":         "secure metrics, exercised by test/e2e/mtls",
 			"create subjectaccessreviews/": "secure metrics, exercised by test/e2e/mtls",
+			// Every policy stays on here; turning the last one of a type
+			// off deletes its configuration, exercised against a real API
+			// server by test/e2e/unregister.
+			"delete mutatingwebhookconfigurations/kadmit":   "deleting a configuration whose last hook is off, exercised by test/e2e/unregister",
+			"delete validatingwebhookconfigurations/kadmit": "deleting a configuration whose last hook is off, exercised by test/e2e/unregister",
 		}
 		for _, l := range lists {
 			if err := l.list(metav1.ListOptions{FieldSelector: "metadata.name=" + l.name}); err != nil {
