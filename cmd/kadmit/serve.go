@@ -68,6 +68,7 @@ whatever the --tls mode.`,
 	f.StringVar(&o.ConfigMap, "config-map", "", "NAMESPACE/NAME of a ConfigMap holding the configuration, followed live (exclusive with --config)")
 	f.StringVar(&o.ConfigKey, "config-key", "config.yaml", "data key of --config-map")
 	f.StringArrayVar(&o.PolicyPaths, "policies", nil, "ValidatingAdmissionPolicy / MutatingAdmissionPolicy files or directories (with bindings and params) to serve next to the built-in policies, on /validate-policies and /mutate-policies; repeatable")
+	f.BoolVar(&o.PolicyAllowSensitiveGroups, "policies-allow-sensitive-groups", false, "let declared policies (--policies, --policies-configmap) match resources of the rbac.authorization.k8s.io, admissionregistration.k8s.io, certificates.k8s.io, authentication.k8s.io and authorization.k8s.io groups, refused by default: whoever may write the policies can then grant themselves cluster-admin (docs/security.md)")
 	f.StringVar(&o.PolicyConfigMap, "policies-configmap", "", "NAMESPACE/NAME of a ConfigMap whose data keys hold more declared policies (with bindings and params), served with --policies and followed live: an invalid edit is refused, keeping the running policies")
 	f.StringVar(&o.Addr, "addr", ":9443", "HTTPS admission listen address")
 	f.StringVar(&o.MetricsAddr, "metrics-addr", "", `address for /metrics, /healthz and /readyz ("0" disables); default 127.0.0.1:8080, or :8443 with --metrics-secure`)

@@ -114,7 +114,7 @@ func (r *reloader) build(ctx context.Context, cfg *config.Configuration, docs []
 	hooks, err := builtin.Hooks(cfg, policy.Env{Cluster: cluster, Log: r.log})
 	if err == nil && r.declared() {
 		var declared []admission.Hook
-		if declared, err = declaredHooks(r.opts.PolicyPaths, docs, cluster); err == nil {
+		if declared, err = declaredHooks(declaredLoad(r.opts), r.opts.PolicyPaths, docs, cluster); err == nil {
 			hooks = append(hooks, declared...)
 		}
 	}
