@@ -260,8 +260,12 @@ func diffSuite(ctx context.Context, t *testing.T, file string, s *celtest.Suite)
 		// Agreeing is not enough: both must also decide what the suite
 		// records.
 		for side, o := range map[string]outcome{"kadmit": w, "the API server": g} {
-			if f := checkExpect(r.test.Expect, o); len(f) > 0 {
+			f, skipped := checkExpect(r.test.Expect, o, r.obj.Object, r.admitted.Object)
+			if len(f) > 0 {
 				t.Errorf("%s: %s does not decide what the suite expects:\n  %s", r.test.Name, side, strings.Join(f, "\n  "))
+			}
+			if len(skipped) > 0 {
+				t.Logf("%s: %s: expect.patched %v not checked: the API server's own admission changed what they point into (kadmit test checks them)", r.test.Name, side, skipped)
 			}
 		}
 	}
