@@ -85,6 +85,11 @@ func LoadWebhooksWith(lo LoadOptions, opts Options, paths ...string) ([]*admissi
 // exclusion (some operations, some versions, named objects) does not
 // count, so excludes cannot be used to pass the check while still matching
 // part of a group. The error names the rule and the group.
+//
+// matchPolicy Equivalent cannot widen a rule into these groups: the API
+// server's equivalent resources are those sharing storage (e.g.
+// extensions and apps deployments), and no other group serves these
+// groups' resources.
 func checkSensitive(m *admissionregistrationv1.MatchResources) error {
 	if m == nil {
 		return nil
