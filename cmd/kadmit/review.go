@@ -21,6 +21,7 @@ import (
 func newReviewCmd() *cobra.Command {
 	var file, configFile, operation, oldFile, subresource, output, state string
 	var policyPaths []string
+	var allowSensitive bool
 	cmd := &cobra.Command{
 		Use:   "review -f FILE|DIR|-",
 		Short: "Run manifests through kadmit's policies offline",
@@ -62,7 +63,7 @@ or input errors.`,
 				return cmdexit.New(2, err)
 			}
 			if len(policyPaths) > 0 {
-				declared, _, err := celpolicy.LoadWebhooks(celpolicy.Options{}, policyPaths...)
+				declared, _, err := celpolicy.LoadWebhooksWith(celpolicy.LoadOptions{AllowSensitiveGroups: allowSensitive}, celpolicy.Options{}, policyPaths...)
 				if err != nil {
 					return cmdexit.New(2, err)
 				}
@@ -92,6 +93,7 @@ or input errors.`,
 	f.StringVar(&operation, "operation", "CREATE", "operation to review as: CREATE, UPDATE, DELETE or CONNECT")
 	f.StringVar(&oldFile, "old", "", "old objects for UPDATE/DELETE, matched by kind, namespace and name")
 	f.StringVar(&subresource, "subresource", "", `subresource to review as, e.g. "status"`)
+	f.BoolVar(&allowSensitive, "policies-allow-sensitive-groups", false, "let --policies match resources of the rbac.authorization.k8s.io, admissionregistration.k8s.io, certificates.k8s.io, authentication.k8s.io and authorization.k8s.io groups, refused by default as kadmit serve refuses them (docs/security.md)")
 	f.StringArrayVar(&policyPaths, "policies", nil, "ValidatingAdmissionPolicy / MutatingAdmissionPolicy files or directories (with bindings and params) to run next to the built-in policies; repeatable")
 	f.StringVarP(&output, "output", "o", "text", "output: text or json (one JSON object per line)")
 	f.StringVar(&state, "state", "", "cluster state (file or directory of manifests: LocalQueues, ElasticQuotas, pods, namespaces ...) that stateful checks read")

@@ -6,12 +6,14 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/kadmit/kadmit/internal/celpolicy"
 	"github.com/kadmit/kadmit/internal/celtest"
 	"github.com/kadmit/kadmit/internal/cmdexit"
 )
 
 func newTestCmd() *cobra.Command {
-	return &cobra.Command{
+	var allowSensitive bool
+	cmd := &cobra.Command{
 		Use:   "test DIR|FILE",
 		Short: "Run test suites for ValidatingAdmissionPolicy / MutatingAdmissionPolicy files",
 		Long: `Run every test suite (kind: PolicyTest, apiVersion: kadmit.io/v1alpha1) found
@@ -36,7 +38,7 @@ Exit status: 0 when every test passes, 1 when any fails, 2 on input errors.`,
 				if err != nil {
 					return cmdexit.New(2, err)
 				}
-				rs, err := celtest.Run(cmd.Context(), s)
+				rs, err := celtest.RunWith(cmd.Context(), s, celpolicy.LoadOptions{AllowSensitiveGroups: allowSensitive})
 				if err != nil {
 					return cmdexit.New(2, err)
 				}
@@ -48,4 +50,6 @@ Exit status: 0 when every test passes, 1 when any fails, 2 on input errors.`,
 			return nil
 		},
 	}
+	cmd.Flags().BoolVar(&allowSensitive, "policies-allow-sensitive-groups", false, "let the suites' policies match resources of the rbac.authorization.k8s.io, admissionregistration.k8s.io, certificates.k8s.io, authentication.k8s.io and authorization.k8s.io groups, refused by default as kadmit serve refuses them (docs/security.md)")
+	return cmd
 }

@@ -89,8 +89,13 @@ type Document struct {
 // Set: a binding in one may name a policy or param in another. Each
 // document is held to MaxFileBytes, all of them together to MaxDocuments
 // objects, and there may be at most MaxFiles docs. Errors wrap ErrInput and
-// name the file or document.
+// name the file or document. Policies may not match SensitiveGroups (see
+// LoadWith to lift that).
 func LoadAll(paths []string, docs []Document) (*Set, error) {
+	return loadAll(LoadOptions{}, paths, docs)
+}
+
+func loadAll(opts LoadOptions, paths []string, docs []Document) (*Set, error) {
 	if len(docs) > MaxFiles {
 		return nil, fmt.Errorf("%w: %d policy documents, more than %d", ErrInput, len(docs), MaxFiles)
 	}
@@ -111,7 +116,7 @@ func LoadAll(paths []string, docs []Document) (*Set, error) {
 			return nil, err
 		}
 	}
-	if err := s.validate(); err != nil {
+	if err := s.validate(opts); err != nil {
 		return nil, err
 	}
 	return s, nil
@@ -124,7 +129,7 @@ func LoadReader(name string, r io.Reader) (*Set, error) {
 	if err := s.addReader(name, io.LimitReader(r, MaxFileBytes+1)); err != nil {
 		return nil, err
 	}
-	if err := s.validate(); err != nil {
+	if err := s.validate(LoadOptions{}); err != nil {
 		return nil, err
 	}
 	return s, nil
@@ -217,7 +222,10 @@ func (s *Set) Add(obj *unstructured.Unstructured, src Source) error {
 }
 
 // Validate checks the set as Load does once every document is read.
-func (s *Set) Validate() error { return s.validate() }
+func (s *Set) Validate() error { return s.validate(LoadOptions{}) }
+
+// ValidateWith checks the set as LoadWith(opts, ...) does.
+func (s *Set) ValidateWith(opts LoadOptions) error { return s.validate(opts) }
 
 func (s *Set) add(u *unstructured.Unstructured, src Source) error {
 	gvk := u.GroupVersionKind()
@@ -371,13 +379,19 @@ func defaultMatchResources(m *admissionregistrationv1.MatchResources) {
 
 // validate checks what the API server's validation would refuse and kadmit
 // depends on: matchConstraints present with resourceRules, bindings naming
-// a loaded policy with validationActions, expressions that compile.
-func (s *Set) validate() error {
+// a loaded policy with validationActions, expressions that compile; and,
+// unless opts allow it, that no policy matches SensitiveGroups.
+func (s *Set) validate(opts LoadOptions) error {
 	vaps := map[string]bool{}
 	for _, p := range s.Validating {
 		src := s.Sources["ValidatingAdmissionPolicy/"+p.Name]
 		if p.Spec.MatchConstraints == nil || len(p.Spec.MatchConstraints.ResourceRules) == 0 {
 			return fmt.Errorf("%w: %s: ValidatingAdmissionPolicy %s: spec.matchConstraints.resourceRules: Required value", ErrInput, src, p.Name)
+		}
+		if !opts.AllowSensitiveGroups {
+			if err := checkSensitive(p.Spec.MatchConstraints); err != nil {
+				return fmt.Errorf("%w: %s: ValidatingAdmissionPolicy %s: %w", ErrInput, src, p.Name, err)
+			}
 		}
 		if len(p.Spec.Validations) == 0 && len(p.Spec.AuditAnnotations) == 0 {
 			return fmt.Errorf("%w: %s: ValidatingAdmissionPolicy %s: spec.validations: Required value: validations or auditAnnotations must contain at least one item", ErrInput, src, p.Name)
@@ -411,6 +425,11 @@ func (s *Set) validate() error {
 		src := s.Sources["MutatingAdmissionPolicy/"+p.Name]
 		if p.Spec.MatchConstraints == nil || len(p.Spec.MatchConstraints.ResourceRules) == 0 {
 			return fmt.Errorf("%w: %s: MutatingAdmissionPolicy %s: spec.matchConstraints.resourceRules: Required value", ErrInput, src, p.Name)
+		}
+		if !opts.AllowSensitiveGroups {
+			if err := checkSensitive(p.Spec.MatchConstraints); err != nil {
+				return fmt.Errorf("%w: %s: MutatingAdmissionPolicy %s: %w", ErrInput, src, p.Name, err)
+			}
 		}
 		switch p.Spec.ReinvocationPolicy {
 		case admissionregistrationv1.NeverReinvocationPolicy, admissionregistrationv1.IfNeededReinvocationPolicy:

@@ -225,11 +225,17 @@ func (s *Suite) rel(p string) string {
 // Run runs one suite. It returns an error wrapping ErrInput when the
 // suite's policies or objects cannot be loaded; mismatches are Results.
 func Run(ctx context.Context, s *Suite) ([]Result, error) {
+	return RunWith(ctx, s, celpolicy.LoadOptions{})
+}
+
+// RunWith is Run loading the suite's policies with load (`kadmit test
+// --policies-allow-sensitive-groups`).
+func RunWith(ctx context.Context, s *Suite, load celpolicy.LoadOptions) ([]Result, error) {
 	paths := make([]string, len(s.Policies))
 	for i, p := range s.Policies {
 		paths[i] = s.rel(p)
 	}
-	set, err := celpolicy.Load(paths...)
+	set, err := celpolicy.LoadWith(load, paths, nil)
 	if err != nil {
 		return nil, fmt.Errorf("%w: %s: %w", ErrInput, s.file, err)
 	}

@@ -67,6 +67,12 @@ type Options struct {
 	MetricsAddr     string
 	ShutdownGrace   time.Duration
 	MaxRequestBytes int64
+	// PolicyAllowSensitiveGroups lets declared policies (PolicyPaths and
+	// PolicyConfigMap) match the API groups of celpolicy.SensitiveGroups
+	// (RBAC, admission, certificates, authentication, authorization);
+	// without it such a policy is refused at load. Whoever may write the
+	// policies then holds cluster-admin-equivalent power (docs/security.md).
+	PolicyAllowSensitiveGroups bool
 	// Pprof serves net/http/pprof on the metrics listener (debugging).
 	Pprof bool
 	// Hardening: bounds, mutual TLS and metrics authentication; see

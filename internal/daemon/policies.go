@@ -15,19 +15,19 @@ import (
 	"github.com/kadmit/kadmit/internal/clustercache"
 )
 
-// declaredHooks loads and compiles the declared policies at paths and in
-// docs (--policies-configmap's data keys) as one set and returns their
-// hooks, namespace lookups answered by the cluster's
-// namespace cache (nil offline: every namespace then has only its
-// kubernetes.io/metadata.name label).
-func declaredHooks(paths []string, docs []celpolicy.Document, cluster *clustercache.Caches) ([]admission.Hook, error) {
+// declaredHooks loads (with load: see celpolicy.LoadOptions) and compiles
+// the declared policies at paths and in docs (--policies-configmap's data
+// keys) as one set and returns their hooks, namespace lookups answered by
+// the cluster's namespace cache (nil offline: every namespace then has
+// only its kubernetes.io/metadata.name label).
+func declaredHooks(load celpolicy.LoadOptions, paths []string, docs []celpolicy.Document, cluster *clustercache.Caches) ([]admission.Hook, error) {
 	var opts celpolicy.Options
 	if cluster != nil {
 		if inf, ok := cluster.Informer(clustercache.Namespaces); ok {
 			opts.Namespaces = corelisters.NewNamespaceLister(inf.GetIndexer())
 		}
 	}
-	set, err := celpolicy.LoadAll(paths, docs)
+	set, err := celpolicy.LoadWith(load, paths, docs)
 	if err != nil {
 		return nil, fmt.Errorf("declared policies: %w", err)
 	}
@@ -36,6 +36,11 @@ func declaredHooks(paths []string, docs []celpolicy.Document, cluster *clusterca
 		return nil, fmt.Errorf("declared policies: %w", err)
 	}
 	return e.Hooks(), nil
+}
+
+// declaredLoad is how opts load declared policies.
+func declaredLoad(opts Options) celpolicy.LoadOptions {
+	return celpolicy.LoadOptions{AllowSensitiveGroups: opts.PolicyAllowSensitiveGroups}
 }
 
 // policyConfigMapName splits --policies-configmap NAMESPACE/NAME.

@@ -145,7 +145,7 @@ func (r *reloader) build(ctx context.Context, cfg *config.Configuration, docs []
 	hooks, err := builtin.Hooks(cfg, r.env(cluster))
 	if err == nil && withDeclared && r.declared() {
 		var declared []admission.Hook
-		if declared, err = declaredHooks(r.opts.PolicyPaths, docs, cluster); err == nil {
+		if declared, err = declaredHooks(declaredLoad(r.opts), r.opts.PolicyPaths, docs, cluster); err == nil {
 			hooks = append(hooks, declared...)
 		} else {
 			err = &declaredError{err}
@@ -174,7 +174,7 @@ func (r *reloader) env(cluster *clustercache.Caches) policy.Env {
 	env := policy.Env{Cluster: cluster, Log: r.log}
 	if ns, name, err := policyConfigMapName(r.opts); err == nil && r.opts.PolicyConfigMap != "" {
 		env.PoliciesConfigMap = &policy.PoliciesConfigMap{Namespace: ns, Name: name, Load: func(cm *corev1.ConfigMap) error {
-			_, err := declaredHooks(r.opts.PolicyPaths, celpolicy.ConfigMapDocuments(cm), nil)
+			_, err := declaredHooks(declaredLoad(r.opts), r.opts.PolicyPaths, celpolicy.ConfigMapDocuments(cm), nil)
 			return err
 		}}
 	}

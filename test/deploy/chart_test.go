@@ -292,6 +292,9 @@ func unboundRoles(r *chart.Rendered) map[string]string {
 		if o.GetKind() == "ClusterRole" && strings.HasSuffix(o.GetName(), "-metrics-reader") {
 			out["ClusterRole/"+o.GetName()] = "for users to bind to their metrics scraper"
 		}
+		if o.GetKind() == "Role" && strings.HasSuffix(o.GetName(), "-policies-writers") {
+			out["Role/"+o.GetName()] = "for users to bind to the policies ConfigMap's writers (policies.writers)"
+		}
 	}
 	return out
 }
@@ -307,6 +310,7 @@ func TestRBACBindings(t *testing.T) {
 		"no register":      {"register": false},
 		"plain metrics":    {"metrics": map[string]any{"secure": false}},
 		"cluster policies": clusterPolicies,
+		"policy ConfigMap": {"policies": map[string]any{"configMap": "my-policies"}},
 	} {
 		for _, rel := range []struct{ release, ns string }{{"kadmit", chart.Namespace}, {"alpha", "shared"}} {
 			r := render(t, rel.release, rel.ns, vals)
