@@ -104,3 +104,49 @@ func TestTimeoutGivesPartialReport(t *testing.T) {
 		t.Errorf("%d dials started (want the 2 workers'), %d warnings", started, rep.Warnings)
 	}
 }
+
+// TestHandshakeTimeout: an endpoint that accepts the connection and never
+// answers the TLS handshake costs HandshakeTimeout, not the run's bound.
+func TestHandshakeTimeout(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	var mu sync.Mutex
+	var conns []net.Conn
+	defer func() {
+		mu.Lock()
+		defer mu.Unlock()
+		for _, c := range conns {
+			c.Close()
+		}
+	}()
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			mu.Lock()
+			conns = append(conns, c) // held open, never read: the handshake hangs
+			mu.Unlock()
+		}
+	}()
+	snap := urlSnapshot(1)
+	u := "https://" + ln.Addr().String() + "/validate"
+	snap.Webhooks[0].ClientConfig.URL = &u
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	start := time.Now()
+	rep, err := Diagnose(ctx, nil, snap, Options{Names: []string{"many"}, HandshakeTimeout: 300 * time.Millisecond})
+	if err != nil {
+		t.Fatalf("after %s: %v", time.Since(start), err)
+	}
+	if took := time.Since(start); took > 3*time.Second {
+		t.Errorf("a hanging handshake took %s, want about the 300ms HandshakeTimeout", took)
+	}
+	if !rep.Webhooks[0].Has(IDEndpointUnreachable) {
+		t.Errorf("want KD410 for the hanging endpoint, got %+v", rep.Webhooks[0].Findings)
+	}
+}
