@@ -2,7 +2,9 @@ package doctor
 
 import (
 	"fmt"
+	"net"
 	"net/http"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -100,5 +102,54 @@ func TestDoctorManyWebhooks(t *testing.T) {
 	}
 	if took > 30*time.Second {
 		t.Errorf("doctor took %s for %d webhooks, want under 30s", took, len(rep.Webhooks))
+	}
+}
+
+// TestDoctorTimeoutPrintsPartialReport: `kubectl kadmit doctor` whose
+// --timeout ends while a handshake hangs prints the report so far, each
+// webhook not checked through marked KD003, and exits 2 (it used to print
+// nothing). The endpoint is a loopback listener that never answers TLS.
+func TestDoctorTimeoutPrintsPartialReport(t *testing.T) {
+	e := world(t)
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ln.Close() })
+	go func() {
+		var held []net.Conn // never read: every handshake hangs
+		defer func() {
+			for _, c := range held {
+				c.Close()
+			}
+		}()
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			held = append(held, c)
+		}
+	}()
+	rules := []admissionregistrationv1.RuleWithOperations{{
+		Operations: []admissionregistrationv1.OperationType{admissionregistrationv1.Create},
+		Rule:       admissionregistrationv1.Rule{APIGroups: []string{"many.example.com"}, APIVersions: []string{"v1"}, Resources: []string{"widgets"}},
+	}}
+	var hooks []hook
+	for i := range 3 {
+		hooks = append(hooks, hook{Name: fmt.Sprintf("h%d.hang.example.com", i), URL: fmt.Sprintf("https://%s/h%d", ln.Addr(), i), Rules: rules})
+	}
+	name := "hang-" + suffix()
+	validating(t, e, name, hooks...)
+
+	start := time.Now()
+	out, code := runPlugin(t, e, "doctor", name, "--timeout", "1500ms", "--concurrency", "1")
+	if code != 2 || time.Since(start) > time.Minute {
+		t.Fatalf("exit %d after %s; want 2 (incomplete)\n%s", code, time.Since(start), out)
+	}
+	for _, want := range []string{doctor.IDNotChecked, "report incomplete", "2 of 3 webhook(s) not checked", "h0.hang.example.com", "h2.hang.example.com"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("output lacks %q:\n%s", want, out)
+		}
 	}
 }
