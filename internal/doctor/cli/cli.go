@@ -45,6 +45,12 @@ a ReplicaSet event, an audit log line; '-' reads it from stdin, at most 64 KiB),
 finds the webhook or admission policy it names, checks only that one, and
 leads with the finding that explains the message.
 
+Doctor dials, from where it runs, every ready endpoint of a webhook Service
+(at most 10 per webhook) and the host and port of every clientConfig.url,
+whatever they name: a TCP connect and a TLS handshake, no request, 3s each,
+--concurrency at once, at most --max-handshakes endpoints per run. What it
+finds there is in the report.
+
 Where doctor may not read something (403 Forbidden), it says so (KD001) and
 what it could not tell, and raises no error that rests on it.
 
