@@ -15,7 +15,7 @@ all: build
 build: ## build bin/kadmit
 	CGO_ENABLED=0 $(GO) build -trimpath -ldflags '$(LDFLAGS)' -o $(BIN)/kadmit ./cmd/kadmit
 
-controlplane: ## build the pinned kube-apiserver and etcd into the cache (skips what is built)
+controlplane: ## build the pinned kube-apiserver, etcd and kubectl into the cache (skips what is built)
 	bash hack/controlplane.sh
 
 # The older supported minors: the wire contract (v1 and v1beta1 reviews,

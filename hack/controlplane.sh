@@ -1,6 +1,9 @@
 #!/usr/bin/env bash
-# Builds pinned kube-apiserver and etcd from the Go module proxy into a cache
-# directory that controller-runtime's envtest uses as BinaryAssetsDirectory.
+# Builds pinned kube-apiserver, etcd and kubectl from the Go module proxy into
+# a cache directory that controller-runtime's envtest uses as
+# BinaryAssetsDirectory. kubectl runs the doctor e2e's kubectl-plugin and
+# printed-fix tests (test/e2e/doctor finds it here before PATH), so a fresh
+# machine needs no kubectl of its own.
 #
 # Usage: hack/controlplane.sh            build (skips what is already built)
 #        hack/controlplane.sh --print-dir print the cache directory and exit
@@ -40,14 +43,10 @@ has_version() { [[ -x "$1" ]] && [[ "$("$1" --version 2>/dev/null)" == *"$2"* ]]
 exec 9>"$OUT/.build.lock"
 flock 9
 
-build_apiserver() {
-  if has_version "$OUT/kube-apiserver" "$KUBE_VERSION"; then
-    log "kube-apiserver $KUBE_VERSION already built in $OUT"
-    return
-  fi
-  local work; work="$(mktemp -d)"
-  log "building kube-apiserver $KUBE_VERSION in $work (cold: ~7 min on 2 cores)"
-  local gomod
+# kube_module writes into directory $1 a go.mod requiring k8s.io/kubernetes
+# at KUBE_VERSION, its staging modules replaced by the published ones.
+kube_module() {
+  local work="$1" gomod
   gomod="$(go mod download -json "k8s.io/kubernetes@${KUBE_VERSION}" | sed -n 's/.*"GoMod": "\(.*\)".*/\1/p')"
   [[ -f "$gomod" ]] || { log "cannot download k8s.io/kubernetes@${KUBE_VERSION}"; exit 1; }
   # Keep kubernetes' own require blocks so every dependency is at the version
@@ -56,6 +55,16 @@ build_apiserver() {
       -e "s#^\(\s*\)\(k8s.io/[a-z0-9-]*\) => ./staging/src/k8s.io/[a-z0-9-]*#\1\2 => \2 ${STAGING_VERSION}#" \
       -e '/^godebug/d' -e '/^tool /d' "$gomod" > "$work/go.mod"
   printf '\nrequire k8s.io/kubernetes %s\n' "$KUBE_VERSION" >> "$work/go.mod"
+}
+
+build_apiserver() {
+  if has_version "$OUT/kube-apiserver" "$KUBE_VERSION"; then
+    log "kube-apiserver $KUBE_VERSION already built in $OUT"
+    return
+  fi
+  local work; work="$(mktemp -d)"
+  log "building kube-apiserver $KUBE_VERSION in $work (cold: ~7 min on 2 cores)"
+  kube_module "$work"
   cat > "$work/main.go" <<'GO'
 package main
 
@@ -126,6 +135,28 @@ GO
   log "etcd built: $("$OUT/etcd" --version | head -1)"
 }
 
+# kubectl from the same k8s.io/kubernetes module as kube-apiserver
+# (cmd/kubectl, its own main package), stamped with the same version.
+build_kubectl() {
+  if [[ -x "$OUT/kubectl" ]] && [[ "$("$OUT/kubectl" version --client 2>/dev/null)" == *"$KUBE_VERSION"* ]]; then
+    log "kubectl $KUBE_VERSION already built in $OUT"
+    return
+  fi
+  local work; work="$(mktemp -d)"
+  log "building kubectl $KUBE_VERSION in $work (cold: ~4 min on 2 cores)"
+  kube_module "$work"
+  local minor="${KUBE_VERSION#v1.}"; minor="${minor%%.*}"
+  local flags="-s -w" pkg
+  for pkg in k8s.io/component-base/version k8s.io/client-go/pkg/version; do
+    flags+=" -X ${pkg}.gitVersion=${KUBE_VERSION} -X ${pkg}.gitMajor=1 -X ${pkg}.gitMinor=${minor} -X ${pkg}.gitTreeState=clean"
+  done
+  (cd "$work" && GOFLAGS=-mod=mod CGO_ENABLED=0 go build -trimpath -ldflags "$flags" -o "$OUT/kubectl.tmp" k8s.io/kubernetes/cmd/kubectl)
+  mv "$OUT/kubectl.tmp" "$OUT/kubectl"
+  rm -rf "$work"
+  log "kubectl built: $("$OUT/kubectl" version --client | head -1)"
+}
+
 build_etcd
 build_apiserver
+build_kubectl
 echo "$OUT"

@@ -75,7 +75,9 @@ type Test struct {
 	Operation string `json:"operation,omitempty"`
 	// Object and OldObject are the request's objects (OldObject for UPDATE
 	// and DELETE); ObjectFile / OldObjectFile read them from a file
-	// relative to the suite instead.
+	// relative to the suite instead, which must lie inside the suite's
+	// directory (no absolute path, no "..", no symlink leading out) and
+	// hold at most MaxSuiteBytes.
 	Object        json.RawMessage `json:"object,omitempty"`
 	ObjectFile    string          `json:"objectFile,omitempty"`
 	OldObject     json.RawMessage `json:"oldObject,omitempty"`
@@ -358,7 +360,7 @@ func (s *Suite) request(t *Test) (*celpolicy.Request, error) {
 
 func (s *Suite) objectJSON(inline json.RawMessage, file string) ([]byte, error) {
 	if file != "" {
-		data, err := readBounded(s.rel(file))
+		data, err := s.readObjectFile(file)
 		if err != nil {
 			return nil, err
 		}
@@ -368,6 +370,36 @@ func (s *Suite) objectJSON(inline json.RawMessage, file string) ([]byte, error) 
 		return nil, nil
 	}
 	return inline, nil
+}
+
+// readObjectFile reads an objectFile / oldObjectFile, at most MaxSuiteBytes.
+// The file must lie inside the suite's directory: a relative path without
+// "..", and no symlink on the way may lead outside (os.Root resolves them
+// and refuses an escape). A suite is often someone else's file, and what
+// it reads is printed back in the diff, so it must not be able to read
+// ~/.kube/config or /etc/shadow through the runner.
+func (s *Suite) readObjectFile(file string) ([]byte, error) {
+	if filepath.IsAbs(file) || !filepath.IsLocal(file) {
+		return nil, fmt.Errorf("%s: must be a path inside the suite's directory %s (relative, without ..)", file, filepath.Dir(s.file))
+	}
+	root, err := os.OpenRoot(filepath.Dir(s.file))
+	if err != nil {
+		return nil, err
+	}
+	defer root.Close()
+	f, err := root.Open(file)
+	if err != nil {
+		return nil, fmt.Errorf("%s: must be a file inside the suite's directory %s: %w", file, filepath.Dir(s.file), err)
+	}
+	defer f.Close()
+	data, err := io.ReadAll(io.LimitReader(f, MaxSuiteBytes+1))
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", file, err)
+	}
+	if len(data) > MaxSuiteBytes {
+		return nil, fmt.Errorf("%s: larger than %d bytes", file, MaxSuiteBytes)
+	}
+	return data, nil
 }
 
 func compare(t *Test, req *celpolicy.Request, d *celpolicy.Decision) []string {

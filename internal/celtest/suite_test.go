@@ -100,3 +100,81 @@ func TestInputErrors(t *testing.T) {
 		t.Errorf("missing policy file: %v", err)
 	}
 }
+
+// TestObjectFileConfined: objectFile and oldObjectFile read only files
+// inside the suite's directory, at most MaxSuiteBytes; anything else is an
+// input error naming the path, and nothing of the outside file is read
+// into a diff.
+func TestObjectFileConfined(t *testing.T) {
+	outside := t.TempDir()
+	secret := filepath.Join(outside, "secret.yaml")
+	if err := os.WriteFile(secret, []byte("apiVersion: v1\nkind: Pod\nmetadata: {name: topsecret}\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	dir := filepath.Join(t.TempDir(), "suite")
+	if err := os.MkdirAll(filepath.Join(dir, "objs"), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	policies, err := os.ReadFile("testdata/pass/policies.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for name, body := range map[string][]byte{
+		"policies.yaml": policies,
+		"objs/pod.yaml": []byte("apiVersion: v1\nkind: Pod\nmetadata: {name: p, namespace: default}\n"),
+		"big.yaml":      bytes.Repeat([]byte("#"), MaxSuiteBytes+1),
+	} {
+		if err := os.WriteFile(filepath.Join(dir, name), body, 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := os.Symlink(secret, filepath.Join(dir, "link.yaml")); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink("objs/pod.yaml", filepath.Join(dir, "inside-link.yaml")); err != nil {
+		t.Fatal(err)
+	}
+	rel, err := filepath.Rel(dir, secret)
+	if err != nil {
+		t.Fatal(err)
+	}
+	run := func(field, path string) error {
+		t.Helper()
+		obj := "objectFile: " + path
+		if field == "oldObjectFile" {
+			obj = "object: {apiVersion: v1, kind: Pod, metadata: {name: p}}, oldObjectFile: " + path
+		}
+		suite := filepath.Join(dir, "suite.yaml")
+		body := "apiVersion: kadmit.io/v1alpha1\nkind: PolicyTest\npolicies: [policies.yaml]\ntests: [{name: a, operation: UPDATE, " + obj + ", expect: {allowed: true}}]\n"
+		if field == "objectFile" {
+			body = "apiVersion: kadmit.io/v1alpha1\nkind: PolicyTest\npolicies: [policies.yaml]\ntests: [{name: a, " + obj + ", expect: {allowed: true}}]\n"
+		}
+		if err := os.WriteFile(suite, []byte(body), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		s, err := ReadSuite(suite)
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, err = Run(context.Background(), s)
+		return err
+	}
+	for _, field := range []string{"objectFile", "oldObjectFile"} {
+		for _, ok := range []string{"objs/pod.yaml", "./objs/pod.yaml", "inside-link.yaml"} {
+			if err := run(field, ok); err != nil {
+				t.Errorf("%s %s: %v", field, ok, err)
+			}
+		}
+		for path, want := range map[string]string{
+			secret:      "must be a path inside the suite's directory",
+			rel:         "must be a path inside the suite's directory",
+			"link.yaml": "must be a file inside the suite's directory",
+			"big.yaml":  "larger than",
+		} {
+			err := run(field, path)
+			if err == nil || !errors.Is(err, ErrInput) || !strings.Contains(err.Error(), want) || strings.Contains(err.Error(), "topsecret") {
+				t.Errorf("%s %s: err = %v, want an input error containing %q", field, path, err, want)
+			}
+		}
+	}
+}

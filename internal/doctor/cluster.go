@@ -119,15 +119,119 @@ func (b *Backend) podInfos(addrByPod map[string]string) []PodInfo {
 	return out
 }
 
-// loadBackend reads everything behind Service ns/name. A missing namespace
+// nsObjects is what doctor reads of one namespace that holds webhook
+// Services, each kind listed once however many webhooks call into the
+// namespace (624 webhooks used to cost nine reads each, minutes at
+// client-go's default 5 requests per second). An error is the refusal
+// (isAccessGap) of that list; other errors end the run.
+type nsObjects struct {
+	services                         map[string]*corev1.Service // nil: list refused, read one by one
+	slices                           map[string][]discoveryv1.EndpointSlice
+	pods                             map[string]*corev1.Pod
+	replicaSets                      *appsv1.ReplicaSetList
+	deployments                      *appsv1.DeploymentList
+	statefulSets                     *appsv1.StatefulSetList
+	daemonSets                       *appsv1.DaemonSetList
+	pdbs                             *policyv1.PodDisruptionBudgetList
+	slicesErr, podsErr, rsErr        error
+	deployErr, stsErr, dsErr, pdbErr error
+}
+
+// backendLoader reads backends, listing each namespace's objects once.
+type backendLoader struct {
+	cs kubernetes.Interface
+	// namespaces holds every namespace (Terminating included) when they
+	// could be listed; nil otherwise (then each is read by name).
+	namespaces map[string]*corev1.Namespace
+	byNS       map[string]*nsObjects
+}
+
+// namespace lists what doctor reads of namespace ns, once per run.
+func (l *backendLoader) namespace(ctx context.Context, ns string) (*nsObjects, error) {
+	if o := l.byNS[ns]; o != nil {
+		return o, nil
+	}
+	o := &nsObjects{slices: map[string][]discoveryv1.EndpointSlice{}, pods: map[string]*corev1.Pod{}}
+	svcs, err := l.cs.CoreV1().Services(ns).List(ctx, metav1.ListOptions{})
+	switch {
+	case isAccessGap(err): // read one by one, as doctor did before
+	case err != nil:
+		return nil, fmt.Errorf("list Services in %s: %w", ns, err)
+	default:
+		o.services = map[string]*corev1.Service{}
+		for i := range svcs.Items {
+			o.services[svcs.Items[i].Name] = &svcs.Items[i]
+		}
+	}
+	sl, err := l.cs.DiscoveryV1().EndpointSlices(ns).List(ctx, metav1.ListOptions{})
+	switch {
+	case isAccessGap(err):
+		o.slicesErr = err
+	case err != nil:
+		return nil, fmt.Errorf("list EndpointSlices in %s: %w", ns, err)
+	default:
+		for _, s := range sl.Items {
+			if svc := s.Labels[discoveryv1.LabelServiceName]; svc != "" {
+				o.slices[svc] = append(o.slices[svc], s)
+			}
+		}
+	}
+	pl, err := l.cs.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{})
+	switch {
+	case isAccessGap(err):
+		o.podsErr = err
+	case err != nil:
+		return nil, fmt.Errorf("list pods in %s: %w", ns, err)
+	default:
+		for i := range pl.Items {
+			o.pods[pl.Items[i].Name] = &pl.Items[i]
+		}
+	}
+	if o.replicaSets, err = l.cs.AppsV1().ReplicaSets(ns).List(ctx, metav1.ListOptions{}); err != nil && !isAccessGap(err) {
+		return nil, fmt.Errorf("list ReplicaSets in %s: %w", ns, err)
+	}
+	o.rsErr = err
+	if o.deployments, err = l.cs.AppsV1().Deployments(ns).List(ctx, metav1.ListOptions{}); err != nil && !isAccessGap(err) {
+		return nil, fmt.Errorf("list Deployments in %s: %w", ns, err)
+	}
+	o.deployErr = err
+	if o.statefulSets, err = l.cs.AppsV1().StatefulSets(ns).List(ctx, metav1.ListOptions{}); err != nil && !isAccessGap(err) {
+		return nil, fmt.Errorf("list StatefulSets in %s: %w", ns, err)
+	}
+	o.stsErr = err
+	if o.daemonSets, err = l.cs.AppsV1().DaemonSets(ns).List(ctx, metav1.ListOptions{}); err != nil && !isAccessGap(err) {
+		return nil, fmt.Errorf("list DaemonSets in %s: %w", ns, err)
+	}
+	o.dsErr = err
+	if o.pdbs, err = l.cs.PolicyV1().PodDisruptionBudgets(ns).List(ctx, metav1.ListOptions{}); err != nil && !isAccessGap(err) {
+		return nil, fmt.Errorf("list PodDisruptionBudgets in %s: %w", ns, err)
+	}
+	o.pdbErr = err
+	if l.byNS == nil {
+		l.byNS = map[string]*nsObjects{}
+	}
+	l.byNS[ns] = o
+	return o, nil
+}
+
+// load reads everything behind Service ns/name. A missing namespace
 // or Service is recorded, not an error; so is an object doctor may not read
 // (403 Forbidden) or a resource the API server does not serve: each becomes
 // an AccessGap naming what it could not tell. Other API errors are returned
 // wrapped, since doctor cannot judge without them.
-func loadBackend(ctx context.Context, cs kubernetes.Interface, ns, name string) (*Backend, error) {
+func (l *backendLoader) load(ctx context.Context, ns, name string) (*Backend, error) {
+	cs := l.cs
 	b := &Backend{Namespace: ns, Name: name, Workload: map[string]WorkloadRef{}, Inferred: map[string]Inference{},
 		ReplicaSets: map[string]*appsv1.ReplicaSet{}, Deployments: map[string]*appsv1.Deployment{}}
-	nsObj, err := cs.CoreV1().Namespaces().Get(ctx, ns, metav1.GetOptions{})
+	var nsObj *corev1.Namespace
+	var err error
+	if l.namespaces != nil {
+		if nsObj = l.namespaces[ns]; nsObj == nil {
+			err = apierrors.NewNotFound(corev1.Resource("namespaces"), ns)
+		}
+	} else {
+		nsObj, err = cs.CoreV1().Namespaces().Get(ctx, ns, metav1.GetOptions{})
+	}
 	switch {
 	case apierrors.IsNotFound(err):
 		return b, nil
@@ -138,7 +242,18 @@ func loadBackend(ctx context.Context, cs kubernetes.Interface, ns, name string) 
 	default:
 		b.NamespaceExists, b.NamespaceLabelsKnown, b.NamespaceLabels = true, true, nsObj.Labels
 	}
-	svc, err := cs.CoreV1().Services(ns).Get(ctx, name, metav1.GetOptions{})
+	o, err := l.namespace(ctx, ns)
+	if err != nil {
+		return nil, err
+	}
+	var svc *corev1.Service
+	if o.services != nil {
+		if svc = o.services[name]; svc == nil {
+			err = apierrors.NewNotFound(corev1.Resource("services"), name)
+		}
+	} else {
+		svc, err = cs.CoreV1().Services(ns).Get(ctx, name, metav1.GetOptions{})
+	}
 	switch {
 	case apierrors.IsNotFound(err):
 		return b, nil
@@ -149,27 +264,22 @@ func loadBackend(ctx context.Context, cs kubernetes.Interface, ns, name string) 
 		return nil, fmt.Errorf("get service %s/%s: %w", ns, name, err)
 	}
 	b.Service = svc
-	sl, err := cs.DiscoveryV1().EndpointSlices(ns).List(ctx, metav1.ListOptions{LabelSelector: discoveryv1.LabelServiceName + "=" + name})
-	switch {
-	case isAccessGap(err):
-		b.MarkUnreadable("endpointslices", err)
-	case err != nil:
-		return nil, fmt.Errorf("list EndpointSlices of service %s/%s: %w", ns, name, err)
-	default:
-		b.Slices = sl.Items
+	if o.slicesErr != nil {
+		b.MarkUnreadable("endpointslices", o.slicesErr)
+	} else {
+		b.Slices = o.slices[name]
 	}
 
 	pods := map[string]*corev1.Pod{}
 	if len(svc.Spec.Selector) > 0 {
-		pl, err := cs.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{LabelSelector: labels.SelectorFromSet(svc.Spec.Selector).String()})
-		switch {
-		case isAccessGap(err):
-			b.MarkUnreadable("pods", err)
-		case err != nil:
-			return nil, fmt.Errorf("list pods selected by service %s/%s: %w", ns, name, err)
-		default:
-			for i := range pl.Items {
-				pods[pl.Items[i].Name] = &pl.Items[i]
+		if o.podsErr != nil {
+			b.MarkUnreadable("pods", o.podsErr)
+		} else {
+			sel := labels.SelectorFromSet(svc.Spec.Selector)
+			for _, p := range o.pods {
+				if sel.Matches(labels.Set(p.Labels)) {
+					pods[p.Name] = p
+				}
 			}
 		}
 	}
@@ -183,6 +293,13 @@ func loadBackend(ctx context.Context, cs kubernetes.Interface, ns, name string) 
 				tns := e.TargetRef.Namespace
 				if tns == "" {
 					tns = ns
+				}
+				if p := o.pods[e.TargetRef.Name]; tns == ns && p != nil {
+					pods[p.Name] = p
+					continue
+				}
+				if tns == ns && o.podsErr == nil {
+					continue // listed: the pod is gone
 				}
 				p, err := cs.CoreV1().Pods(tns).Get(ctx, e.TargetRef.Name, metav1.GetOptions{})
 				if apierrors.IsNotFound(err) || isAccessGap(err) {
@@ -200,56 +317,35 @@ func loadBackend(ctx context.Context, cs kubernetes.Interface, ns, name string) 
 	}
 	sort.Slice(b.Pods, func(i, j int) bool { return b.Pods[i].Name < b.Pods[j].Name })
 
-	rsl, err := cs.AppsV1().ReplicaSets(ns).List(ctx, metav1.ListOptions{})
-	switch {
-	case isAccessGap(err):
-		b.MarkUnreadable("replicasets", err)
-	case err != nil:
-		return nil, fmt.Errorf("list ReplicaSets in %s: %w", ns, err)
-	default:
-		for i := range rsl.Items {
-			b.ReplicaSets[rsl.Items[i].Name] = &rsl.Items[i]
+	if o.rsErr != nil {
+		b.MarkUnreadable("replicasets", o.rsErr)
+	} else {
+		for i := range o.replicaSets.Items {
+			b.ReplicaSets[o.replicaSets.Items[i].Name] = &o.replicaSets.Items[i]
 		}
 	}
-	dl, err := cs.AppsV1().Deployments(ns).List(ctx, metav1.ListOptions{})
-	switch {
-	case isAccessGap(err):
-		b.MarkUnreadable("deployments", err)
-	case err != nil:
-		return nil, fmt.Errorf("list Deployments in %s: %w", ns, err)
-	default:
-		for i := range dl.Items {
-			b.Deployments[dl.Items[i].Name] = &dl.Items[i]
+	if o.deployErr != nil {
+		b.MarkUnreadable("deployments", o.deployErr)
+	} else {
+		for i := range o.deployments.Items {
+			b.Deployments[o.deployments.Items[i].Name] = &o.deployments.Items[i]
 		}
 	}
-	sts, err := cs.AppsV1().StatefulSets(ns).List(ctx, metav1.ListOptions{})
-	switch {
-	case isAccessGap(err):
-		b.MarkUnreadable("statefulsets", err)
-	case err != nil:
-		return nil, fmt.Errorf("list StatefulSets in %s: %w", ns, err)
-	default:
-		b.StatefulSets = sts.Items
+	if o.stsErr != nil {
+		b.MarkUnreadable("statefulsets", o.stsErr)
+	} else {
+		b.StatefulSets = o.statefulSets.Items
 	}
-	dss, err := cs.AppsV1().DaemonSets(ns).List(ctx, metav1.ListOptions{})
-	switch {
-	case isAccessGap(err):
-		b.MarkUnreadable("daemonsets", err)
-	case err != nil:
-		return nil, fmt.Errorf("list DaemonSets in %s: %w", ns, err)
-	default:
-		b.DaemonSets = dss.Items
+	if o.dsErr != nil {
+		b.MarkUnreadable("daemonsets", o.dsErr)
+	} else {
+		b.DaemonSets = o.daemonSets.Items
 	}
 	b.Resolve()
-
-	pdbs, err := cs.PolicyV1().PodDisruptionBudgets(ns).List(ctx, metav1.ListOptions{})
-	switch {
-	case isAccessGap(err):
-		b.MarkUnreadable("poddisruptionbudgets", err)
-	case err != nil:
-		return nil, fmt.Errorf("list PodDisruptionBudgets in %s: %w", ns, err)
-	default:
-		b.PDBs = pdbs.Items
+	if o.pdbErr != nil {
+		b.MarkUnreadable("poddisruptionbudgets", o.pdbErr)
+	} else {
+		b.PDBs = o.pdbs.Items
 	}
 	return b, nil
 }

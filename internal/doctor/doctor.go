@@ -12,6 +12,7 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 
@@ -62,6 +63,17 @@ type Options struct {
 	HandshakeTimeout time.Duration
 	// MaxEndpoints bounds the endpoints handshaken per webhook; default 10.
 	MaxEndpoints int
+	// MaxHandshakes bounds the distinct endpoints ("addr|serverName") doctor
+	// dials in one run, whatever the number of webhooks; default
+	// DefaultMaxHandshakes. The endpoints past it get a KD003 finding
+	// instead of a handshake. Not used with Handshake (its caller bounds
+	// its own).
+	MaxHandshakes int
+	// Concurrency is how many webhooks are checked at once (their
+	// handshakes and probes in parallel); default 1. Run uses
+	// DefaultConcurrency. A Handshake seam must be safe for concurrent use
+	// when it is above 1.
+	Concurrency int
 	// ExpiryWarning: a serving certificate closer than this to expiry (and in
 	// the last third of its life) is a warning; default DefaultExpiryWarning.
 	ExpiryWarning time.Duration
@@ -91,10 +103,22 @@ type Options struct {
 	FromError string
 }
 
+// Defaults of Run's bounds on what it dials and how much at once.
+const (
+	DefaultMaxHandshakes = 1000
+	DefaultConcurrency   = 16
+	// MaxConcurrency caps Options.Concurrency.
+	MaxConcurrency = 64
+)
+
 func (o *Options) defaults() {
 	if o.ProbeCount <= 0 {
 		o.ProbeCount = 1
 	}
+	if o.MaxHandshakes <= 0 {
+		o.MaxHandshakes = DefaultMaxHandshakes
+	}
+	o.Concurrency = min(max(o.Concurrency, 1), MaxConcurrency)
 	if o.HandshakeTimeout <= 0 {
 		o.HandshakeTimeout = 3 * time.Second
 	}
@@ -121,9 +145,13 @@ type run struct {
 	all        []*Webhook
 	namespaces map[string]map[string]string // name -> labels
 	backends   map[string]*Backend          // "ns/name" -> backend
-	// handshakes caches per "addr|serverName|bundle" the result, since the
-	// webhooks of one configuration usually share Service and caBundle.
-	handshakes map[string]handshakeResult
+	// mu guards handshakes, probeCalls and objects: webhooks are checked
+	// Concurrency at a time.
+	mu sync.Mutex
+	// handshakes caches per "addr|serverName" the result, since the
+	// webhooks of one configuration usually share Service and caBundle;
+	// at most MaxHandshakes entries.
+	handshakes map[string]*handshakeResult
 	// probeCalls records each probe's outcome and round trip (ProbeWebhook).
 	probeCalls []ProbeCall
 	// objects memoizes Backend.objects: every webhook is checked against
@@ -133,6 +161,8 @@ type run struct {
 
 // objectsOf returns b.objects(), computed once per run.
 func (r *run) objectsOf(b *Backend) []Object {
+	r.mu.Lock()
+	defer r.mu.Unlock()
 	if o, ok := r.objects[b]; ok {
 		return o
 	}
@@ -144,10 +174,20 @@ func (r *run) objectsOf(b *Backend) []Object {
 	return o
 }
 
+// handshakeResult is one endpoint's handshake; done is closed once chain
+// and err are set (other webhooks wanting the same endpoint wait for it).
 type handshakeResult struct {
+	done  chan struct{}
 	chain []*x509.Certificate
 	err   error
 }
+
+// errHandshakeBound is the result of an endpoint past MaxHandshakes.
+var errHandshakeBound = errors.New("the run's handshake bound was reached")
+
+// ErrIncomplete is wrapped by Diagnose's error when ctx ended before every
+// webhook was checked; the partial Report comes with it.
+var ErrIncomplete = errors.New("doctor: report incomplete")
 
 // Run reads a Snapshot of the cluster (LoadSnapshot) and diagnoses it
 // (Diagnose). ctx bounds the whole run, API calls, handshakes and probes.
@@ -162,6 +202,9 @@ func Run(ctx context.Context, cs kubernetes.Interface, opts Options) (*Report, e
 	if err != nil {
 		return nil, err
 	}
+	if opts.Concurrency == 0 {
+		opts.Concurrency = DefaultConcurrency
+	}
 	return Diagnose(ctx, cs, snap, opts)
 }
 
@@ -172,7 +215,7 @@ func Run(ctx context.Context, cs kubernetes.Interface, opts Options) (*Report, e
 // keeps current from informers, with its own handshake results.
 func Diagnose(ctx context.Context, cs kubernetes.Interface, snap *Snapshot, opts Options) (*Report, error) {
 	opts.defaults()
-	r := &run{cs: cs, o: opts, snap: snap, all: snap.Webhooks, backends: snap.Backends, namespaces: snap.Namespaces, handshakes: map[string]handshakeResult{}}
+	r := &run{cs: cs, o: opts, snap: snap, all: snap.Webhooks, backends: snap.Backends, namespaces: snap.Namespaces, handshakes: map[string]*handshakeResult{}}
 	configNames := map[string]bool{}
 	for _, w := range snap.Webhooks {
 		configNames[w.Configuration] = true
@@ -216,24 +259,62 @@ func Diagnose(ctx context.Context, cs kubernetes.Interface, snap *Snapshot, opts
 		if len(hookWanted) > 0 && !hookWanted[w.Configuration+"/"+w.Name] {
 			continue
 		}
-		wr := WebhookReport{Webhook: w.Name, Configuration: w.Configuration, Kind: w.Kind, FailurePolicy: string(w.FailurePolicy), Target: w.Target()}
-		wr.Findings = r.check(ctx, w)
-		if opts.Probe {
-			wr.Findings = append(wr.Findings, r.probe(ctx, w)...)
-		}
-		rep.Webhooks = append(rep.Webhooks, wr)
+		rep.Webhooks = append(rep.Webhooks, WebhookReport{Webhook: w.Name, Configuration: w.Configuration, Kind: w.Kind, FailurePolicy: string(w.FailurePolicy), Target: w.Target()})
 	}
+	// Webhooks are checked Concurrency at a time, each writing only its
+	// own report; a webhook reached after ctx ended says it was not checked.
+	byName := map[string]*Webhook{}
+	for _, w := range r.all {
+		byName[w.Kind+"/"+w.Configuration+"/"+w.Name] = w
+	}
+	var wg sync.WaitGroup
+	sem := make(chan struct{}, opts.Concurrency)
+	notChecked := 0
+	for i := range rep.Webhooks {
+		wr := &rep.Webhooks[i]
+		w := byName[wr.Kind+"/"+wr.Configuration+"/"+wr.Webhook]
+		select {
+		case sem <- struct{}{}:
+		case <-ctx.Done():
+		}
+		if ctx.Err() != nil {
+			notChecked++
+			wr.Findings = []Finding{notCheckedFinding(ctx, "no check was made")}
+			continue
+		}
+		wg.Add(1)
+		go func() {
+			defer func() { <-sem; wg.Done() }()
+			wr.Findings = r.check(ctx, w)
+			if opts.Probe {
+				wr.Findings = append(wr.Findings, r.probe(ctx, w)...)
+			}
+			if ctx.Err() != nil {
+				wr.Findings = append(wr.Findings, notCheckedFinding(ctx, "checks after it, handshakes and probes included, were cut short and may be missing"))
+			}
+		}()
+	}
+	wg.Wait()
 	if (len(want) == 0 && len(hookWanted) == 0) || (em != nil && em.Policy != "") {
 		rep.Policies = checkPolicies(snap.Policies)
 	}
 	if em != nil {
 		em.explain(rep)
 	}
-	if err := ctx.Err(); err != nil {
-		return nil, fmt.Errorf("doctor: %w", err)
-	}
 	rep.finish()
+	if err := ctx.Err(); err != nil {
+		return rep, fmt.Errorf("%w: %d of %d webhook(s) not checked, others cut short: %w", ErrIncomplete, notChecked, len(rep.Webhooks), err)
+	}
 	return rep, nil
+}
+
+// notCheckedFinding says that the run ended (ctx's error) before what
+// ended was checked.
+func notCheckedFinding(ctx context.Context, what string) Finding {
+	return Finding{ID: IDNotChecked, Severity: SeverityWarning,
+		What: fmt.Sprintf("The run ended (%v) before this webhook was checked through: %s.", ctx.Err(), what),
+		Why:  "Doctor's --timeout bounds the whole run; what it did not check may still be broken.",
+		Fix:  "kadmit doctor --timeout 5m <configuration>  # a longer bound, or fewer configurations at a time"}
 }
 
 // check runs checks 1-6 and 8 for one webhook.
@@ -627,21 +708,41 @@ func bundleFix(w *Webhook) string {
 // pending is true when the Handshake seam has no result yet: no finding,
 // and the endpoint counts neither as reached nor as unreachable.
 func (r *run) checkEndpoint(ctx context.Context, w *Webhook, addr, serverName string) (out []Finding, reached, certOK, pending bool) {
-	var res handshakeResult
+	var res struct {
+		chain []*x509.Certificate
+		err   error
+	}
 	if r.o.Handshake != nil {
 		res.chain, res.err = r.o.Handshake(ctx, w, addr, serverName)
 	} else {
 		key := addr + "|" + serverName
-		var ok bool
-		if res, ok = r.handshakes[key]; !ok {
-			res.chain, res.err = r.handshake(ctx, addr, serverName)
-			r.handshakes[key] = res
+		r.mu.Lock()
+		h, ok := r.handshakes[key]
+		switch {
+		case ok:
+			r.mu.Unlock()
+			<-h.done
+		case len(r.handshakes) >= r.o.MaxHandshakes:
+			r.mu.Unlock()
+			h = &handshakeResult{err: errHandshakeBound}
+		default:
+			h = &handshakeResult{done: make(chan struct{})}
+			r.handshakes[key] = h
+			r.mu.Unlock()
+			h.chain, h.err = r.handshake(ctx, addr, serverName)
+			close(h.done)
 		}
+		res.chain, res.err = h.chain, h.err
 	}
 	if res.err != nil {
 		switch {
 		case errors.Is(res.err, ErrHandshakePending):
 			return nil, false, false, true
+		case errors.Is(res.err, errHandshakeBound):
+			return []Finding{{ID: IDNotChecked, Severity: SeverityInfo, Endpoint: addr,
+				What: fmt.Sprintf("Endpoint %s was not handshaken: this run already dialed %d endpoints, its bound.", addr, r.o.MaxHandshakes),
+				Why:  "Doctor dials at most --max-handshakes distinct endpoints per run, so a cluster with many webhooks costs a bounded number of connections and time.",
+				Fix:  "kadmit doctor <configuration>  # check this configuration alone, or raise --max-handshakes"}}, false, false, true
 		case errors.Is(res.err, syscall.ECONNREFUSED):
 			return []Finding{{ID: IDEndpointRefused, Severity: SeverityError, Endpoint: addr,
 				What: fmt.Sprintf("Endpoint %s refuses connections: nothing listens there.", addr),

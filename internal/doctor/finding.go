@@ -46,6 +46,7 @@ func (s Severity) rank() int {
 const (
 	IDAccessGap             = "KD001"
 	IDFromError             = "KD002"
+	IDNotChecked            = "KD003"
 	IDServiceMissing        = "KD101"
 	IDServicePortMissing    = "KD102"
 	IDTargetPortMismatch    = "KD103"
@@ -248,6 +249,7 @@ func sortFindings(fs []Finding) {
 var Checks = []struct{ ID, Title string }{
 	{IDAccessGap, "doctor could not read an object (forbidden or not served): what it cannot tell"},
 	{IDFromError, "the API server's error message: which webhook, and which finding explains it"},
+	{IDNotChecked, "doctor's own bound stopped a check: the run's --timeout, or --max-handshakes endpoints already dialed"},
 	{IDServiceMissing, "clientConfig.service names a Service that does not exist"},
 	{IDServicePortMissing, "the Service does not expose clientConfig.service.port"},
 	{IDTargetPortMismatch, "the Service's targetPort does not match the pods or the EndpointSlices"},

@@ -545,7 +545,9 @@ func (r *run) probe(ctx context.Context, w *Webhook) []Finding {
 			return []Finding{g.finding()}
 		}
 		o := Classify(err, w.Name)
+		r.mu.Lock()
 		r.probeCalls = append(r.probeCalls, ProbeCall{Outcome: o, RTT: rtt})
+		r.mu.Unlock()
 		a := byID[o.ID]
 		if a == nil {
 			a = &agg{o: o, min: rtt, max: rtt}

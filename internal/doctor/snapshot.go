@@ -72,6 +72,7 @@ func LoadSnapshot(ctx context.Context, cs kubernetes.Interface) (*Snapshot, erro
 	for i := range vl.Items {
 		s.Webhooks = append(s.Webhooks, FromValidating(&vl.Items[i])...)
 	}
+	loader := &backendLoader{cs: cs}
 	nl, err := cs.CoreV1().Namespaces().List(ctx, metav1.ListOptions{})
 	switch {
 	case isAccessGap(err):
@@ -80,15 +81,20 @@ func LoadSnapshot(ctx context.Context, cs kubernetes.Interface) (*Snapshot, erro
 		return nil, fmt.Errorf("list namespaces: %w", err)
 	default:
 		s.NamespacesKnown = true
-		for _, n := range nl.Items {
+		loader.namespaces = map[string]*corev1.Namespace{}
+		for i, n := range nl.Items {
+			loader.namespaces[n.Name] = &nl.Items[i]
 			if n.Status.Phase != corev1.NamespaceTerminating {
 				s.Namespaces[n.Name] = n.Labels
 			}
 		}
 	}
+	// Each namespace's Services, EndpointSlices, pods, workloads and
+	// PodDisruptionBudgets are listed once and indexed: the reads grow
+	// with the namespaces webhooks call into, not with the webhooks.
 	for _, w := range s.Webhooks {
 		if sv := w.ClientConfig.Service; sv != nil && s.Backends[w.ServiceKey()] == nil {
-			b, err := loadBackend(ctx, cs, sv.Namespace, sv.Name)
+			b, err := loader.load(ctx, sv.Namespace, sv.Name)
 			if err != nil {
 				return nil, fmt.Errorf("webhook %s: %w", w.Name, err)
 			}

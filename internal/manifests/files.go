@@ -1,6 +1,7 @@
 // Package manifests finds the manifest files a command is pointed at: one
-// file, or the YAML and JSON files of a directory tree. `kadmit review`,
-// `--state`, `--policies` and `kadmit test` all read their inputs this way.
+// file, or the YAML and JSON files of a directory tree, and reads the
+// objects in them one at a time (Objects). `kadmit review`, `--state`,
+// `--policies` and `kadmit test` all find their inputs this way.
 package manifests
 
 import (

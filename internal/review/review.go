@@ -4,7 +4,6 @@
 package review
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -21,7 +20,6 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/uuid"
-	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
 
 	"github.com/kadmit/kadmit/internal/admission"
 	"github.com/kadmit/kadmit/internal/jsonedit"
@@ -46,7 +44,7 @@ func (d Document) String() string { return fmt.Sprintf("%s (document %d)", d.Sou
 // ErrInput and name the file and document index.
 func Read(path string, stdin io.Reader) ([]Document, error) {
 	if path == "-" {
-		return decodeAll("-", stdin)
+		return decodeAll("-", stdin, -1)
 	}
 	files, err := manifestFiles(path)
 	if err != nil {
@@ -79,45 +77,32 @@ func readFile(path string) ([]Document, error) {
 		return nil, fmt.Errorf("%w: %w", ErrInput, err)
 	}
 	defer f.Close()
-	return decodeAll(path, f)
+	return decodeAll(path, f, -1)
 }
 
-func decodeAll(source string, r io.Reader) ([]Document, error) {
-	dec := utilyaml.NewYAMLOrJSONDecoder(r, 4096)
+// decodeAll reads the objects of r (manifests.Objects: List items one at
+// a time) as Documents numbered from 0. More than maxObjects (negative: no
+// bound) is errTooMany, found as the object past the bound is decoded,
+// never after the whole file. Input errors wrap ErrInput and name source
+// and document.
+func decodeAll(source string, r io.Reader, maxObjects int) ([]Document, error) {
 	var out []Document
-	for {
-		// Errors name the document by the index it would have had, the
-		// same numbering as Document.Index (empty documents skipped, List
-		// items counted individually), so "(document N)" means one thing.
-		i := len(out)
-		var raw json.RawMessage
-		if err := dec.Decode(&raw); err != nil {
-			if errors.Is(err, io.EOF) {
-				return out, nil
-			}
-			return nil, fmt.Errorf("%w: %s (document %d): %w", ErrInput, source, i, err)
+	err := manifests.Objects(r, func(obj []byte) error {
+		if maxObjects >= 0 && len(out) >= maxObjects {
+			return errTooMany
 		}
-		if len(bytes.TrimSpace(raw)) == 0 || string(bytes.TrimSpace(raw)) == "null" {
-			continue
-		}
-		var u unstructured.Unstructured
-		if err := u.UnmarshalJSON(raw); err != nil {
-			return nil, fmt.Errorf("%w: %s (document %d): %w", ErrInput, source, i, err)
-		}
-		if u.IsList() {
-			list, _ := u.ToList()
-			for _, item := range list.Items {
-				b, err := item.MarshalJSON()
-				if err != nil {
-					return nil, fmt.Errorf("%w: %s (document %d): %w", ErrInput, source, len(out), err)
-				}
-				out = append(out, Document{Source: source, Index: len(out), Object: b})
-			}
-			continue
-		}
-		out = append(out, Document{Source: source, Index: len(out), Object: raw})
+		out = append(out, Document{Source: source, Index: len(out), Object: obj})
+		return nil
+	})
+	var de *manifests.DecodeError
+	if errors.As(err, &de) {
+		return nil, fmt.Errorf("%w: %s %w", ErrInput, source, err)
 	}
+	return out, err
 }
+
+// errTooMany stops decodeAll past its object bound.
+var errTooMany = errors.New("too many objects")
 
 // Options describe the request each object is reviewed as.
 type Options struct {

@@ -52,17 +52,20 @@ func readState(path string, maxBytes int64, maxObjects int) ([]Document, error) 
 		if err != nil {
 			return nil, fmt.Errorf("%w: %w", ErrInput, err)
 		}
-		docs, err := decodeAll(name, budgetReader{r: f, left: &left})
+		// The object bound is the rest of the state's; decodeAll stops at
+		// the first object past it, so a huge List is refused after the
+		// bound's worth of items, not after decoding it whole.
+		docs, err := decodeAll(name, budgetReader{r: f, left: &left}, maxObjects-len(out))
 		f.Close()
 		if errors.Is(err, errBudget) {
 			return nil, fmt.Errorf("%w: %s: cluster state is larger than %d bytes", ErrInput, name, maxBytes)
 		}
-		if err != nil {
-			return nil, err
-		}
-		if len(out)+len(docs) > maxObjects {
+		if errors.Is(err, errTooMany) {
 			return nil, fmt.Errorf("%w: %s (document %d): cluster state has more than %d objects", ErrInput, name,
 				maxObjects-len(out), maxObjects)
+		}
+		if err != nil {
+			return nil, err
 		}
 		out = append(out, docs...)
 	}

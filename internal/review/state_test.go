@@ -1,14 +1,19 @@
 package review
 
 import (
+	"bufio"
 	"context"
 	"errors"
+	"fmt"
+	"os"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"testing"
 
 	"github.com/kadmit/kadmit/internal/admission"
 	"github.com/kadmit/kadmit/internal/clustercache"
+	"github.com/kadmit/kadmit/internal/manifests"
 	"github.com/kadmit/kadmit/internal/policy"
 	"github.com/kadmit/kadmit/internal/policy/builtin"
 )
@@ -189,4 +194,80 @@ func TestReadStateErrors(t *testing.T) {
 	if !errors.Is(err, ErrInput) || !errors.Is(err, clustercache.ErrStatic) || !strings.Contains(err.Error(), p+` (document 1): Pod "p"`) {
 		t.Fatalf("bad pod: %v", err)
 	}
+}
+
+// TestReadStateRefusesHugeListEarly: the object bound is enforced while a
+// List is decoded, one item at a time: a 40 MB List of 400,000 items under
+// a bound of 1,000 is refused having allocated a small fraction of its
+// size (decoding it whole first cost about 20 times its size), and so is a
+// single YAML document past manifests.MaxYAMLDocumentBytes.
+func TestReadStateRefusesHugeListEarly(t *testing.T) {
+	dir := t.TempDir()
+	p := filepath.Join(dir, "huge.json")
+	f, err := os.Create(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	w := bufio.NewWriter(f)
+	w.WriteString(`{"apiVersion":"v1","kind":"List","items":[`)
+	const items = 400_000
+	for i := range items {
+		if i > 0 {
+			w.WriteByte(',')
+		}
+		fmt.Fprintf(w, `{"apiVersion":"v1","kind":"Namespace","metadata":{"name":"ns-%07d","labels":{"a":"b"}}}`, i)
+	}
+	w.WriteString(`]}`)
+	if err := w.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	f.Close()
+	info, _ := os.Stat(p)
+
+	alloc := func(fn func()) uint64 {
+		var before, after runtime.MemStats
+		runtime.GC()
+		runtime.ReadMemStats(&before)
+		fn()
+		runtime.ReadMemStats(&after)
+		return after.TotalAlloc - before.TotalAlloc
+	}
+	var err2 error
+	n := alloc(func() { _, err2 = readState(p, clustercache.MaxStaticBytes, 1000) })
+	if !errors.Is(err2, ErrInput) || !strings.Contains(err2.Error(), p+" (document 1000): cluster state has more than 1000 objects") {
+		t.Fatalf("err = %v", err2)
+	}
+	if limit := uint64(info.Size() / 10); n > limit {
+		t.Fatalf("refusing a %d-byte List of %d items at 1000 allocated %d bytes, want under %d", info.Size(), items, n, limit)
+	}
+	t.Logf("%d-byte List refused after allocating %d bytes", info.Size(), n)
+
+	// Under the bound, the same List is read whole, item by item.
+	docs, err := readState(p, clustercache.MaxStaticBytes, items)
+	if err != nil || len(docs) != items || !strings.Contains(string(docs[items-1].Object), "ns-0399999") {
+		t.Fatalf("within bounds: %v, %d docs", err, len(docs))
+	}
+
+	y := filepath.Join(dir, "huge.yaml")
+	var b strings.Builder
+	b.WriteString("apiVersion: v1\nkind: List\nitems:\n")
+	for i := 0; b.Len() <= manifests.MaxYAMLDocumentBytes+1<<20; i++ {
+		fmt.Fprintf(&b, "- {apiVersion: v1, kind: Namespace, metadata: {name: ns-%07d}}\n", i)
+	}
+	if err := os.WriteFile(y, []byte(b.String()), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	size := b.Len()
+	b = strings.Builder{}
+	n = alloc(func() { _, err2 = readState(y, clustercache.MaxStaticBytes, clustercache.MaxStaticObjects) })
+	if !errors.Is(err2, ErrInput) || !strings.Contains(err2.Error(), y+" (document 0): YAML document larger than") {
+		t.Fatalf("YAML err = %v", err2)
+	}
+	// Reading up to the cap line by line (k8s.io/apimachinery's
+	// YAMLReader) allocates about 5 times the cap; converting the document
+	// would cost 20 times its size.
+	if limit := uint64(6 * manifests.MaxYAMLDocumentBytes); n > limit {
+		t.Fatalf("refusing a %d-byte YAML document allocated %d bytes, want under %d", size, n, limit)
+	}
+	t.Logf("%d-byte YAML document refused after allocating %d bytes", size, n)
 }

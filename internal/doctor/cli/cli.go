@@ -26,7 +26,8 @@ import (
 func NewCommand() *cobra.Command {
 	var kubeconfig, kubeContext, output, fromError string
 	var probe bool
-	var probeCount int
+	var probeCount, burst, concurrency, maxHandshakes int
+	var qps float32
 	var timeout, expiryWarning time.Duration
 	cmd := &cobra.Command{
 		Use:   "doctor [NAME...]",
@@ -43,6 +44,12 @@ their own restart, risky settings, and orphaned configurations.
 a ReplicaSet event, an audit log line; '-' reads it from stdin, at most 64 KiB),
 finds the webhook or admission policy it names, checks only that one, and
 leads with the finding that explains the message.
+
+Doctor dials, from where it runs, every ready endpoint of a webhook Service
+(at most 10 per webhook) and the host and port of every clientConfig.url,
+whatever they name: a TCP connect and a TLS handshake, no request, 3s each,
+--concurrency at once, at most --max-handshakes endpoints per run. What it
+finds there is in the report.
 
 Where doctor may not read something (403 Forbidden), it says so (KD001) and
 what it could not tell, and raises no error that rests on it.
@@ -64,7 +71,10 @@ and the fix. Exit status: 0 no errors, 1 errors found, 2 doctor could not run.`,
 			if err != nil {
 				return cmdexit.New(2, err)
 			}
-			cs, err := clientFor(kubeconfig, kubeContext)
+			if qps <= 0 || burst <= 0 || concurrency <= 0 || concurrency > doctor.MaxConcurrency || maxHandshakes <= 0 {
+				return cmdexit.New(2, fmt.Errorf("--qps, --burst, --max-handshakes and --concurrency must be positive, --concurrency at most %d", doctor.MaxConcurrency))
+			}
+			cs, err := clientFor(kubeconfig, kubeContext, qps, burst)
 			if err != nil {
 				return cmdexit.New(2, err)
 			}
@@ -72,20 +82,27 @@ and the fix. Exit status: 0 no errors, 1 errors found, 2 doctor could not run.`,
 			defer cancel()
 			rep, err := doctor.Run(ctx, cs, doctor.Options{
 				Names: names, Probe: probe, ProbeCount: probeCount, ExpiryWarning: expiryWarning, FromError: msg,
+				Concurrency: concurrency, MaxHandshakes: maxHandshakes,
 			})
-			if err != nil {
-				if errors.Is(err, context.DeadlineExceeded) {
-					err = fmt.Errorf("%w (raise --timeout, now %s)", err, timeout)
-				}
+			if errors.Is(err, context.DeadlineExceeded) {
+				err = fmt.Errorf("%w (raise --timeout, now %s)", err, timeout)
+			}
+			if rep == nil {
 				return cmdexit.New(2, err)
 			}
+			// A run cut short by --timeout still prints what it checked;
+			// the webhooks it did not are KD003 findings.
+			var werr error
 			if output == "json" {
-				err = doctor.WriteJSON(cmd.OutOrStdout(), rep)
+				werr = doctor.WriteJSON(cmd.OutOrStdout(), rep)
 			} else {
-				err = doctor.WriteTable(cmd.OutOrStdout(), rep)
+				werr = doctor.WriteTable(cmd.OutOrStdout(), rep)
 			}
 			if err != nil {
 				return cmdexit.New(2, err)
+			}
+			if werr != nil {
+				return cmdexit.New(2, werr)
 			}
 			if rep.Errors > 0 {
 				return cmdexit.New(1, fmt.Errorf("%d error(s) found in %d webhook(s)", rep.Errors, len(rep.Webhooks)))
@@ -100,7 +117,13 @@ and the fix. Exit status: 0 no errors, 1 errors found, 2 doctor could not run.`,
 	f.BoolVar(&probe, "probe", false, "let the API server call each webhook via a server-side dry-run create")
 	f.IntVar(&probeCount, "probe-count", 3, "probes per webhook with --probe; more catch intermittent errors")
 	f.StringVarP(&output, "output", "o", "table", "output: table or json")
-	f.DurationVar(&timeout, "timeout", 2*time.Minute, "bound for the whole run (API calls, handshakes, probes)")
+	f.DurationVar(&timeout, "timeout", 2*time.Minute, "bound for the whole run (API calls, handshakes, probes); when it ends during the checks, the report so far is printed, with the webhooks not checked as KD003 (exit status 2)")
+	// doctor only reads (and, with --probe, dry-runs): client-go's default
+	// 5 requests per second made large clusters take minutes.
+	f.Float32Var(&qps, "qps", 50, "API requests per second (client-side rate limit)")
+	f.IntVar(&burst, "burst", 100, "API requests allowed in a burst above --qps")
+	f.IntVar(&concurrency, "concurrency", doctor.DefaultConcurrency, fmt.Sprintf("webhooks checked at once: their TLS handshakes and probes run in parallel (at most %d)", doctor.MaxConcurrency))
+	f.IntVar(&maxHandshakes, "max-handshakes", doctor.DefaultMaxHandshakes, "distinct endpoints dialed (TCP connect and TLS handshake, no request) per run; those past it are KD003")
 	f.DurationVar(&expiryWarning, "expiry-warning", doctor.DefaultExpiryWarning, "warn when a serving certificate expires within this (and is in the last third of its life)")
 	return cmd
 }
@@ -132,11 +155,12 @@ func readFromError(stdin io.Reader, v string) (string, error) {
 // $KUBECONFIG, else ~/.kube/config; --context overrides the current context.
 // Server warnings (which a probe may trigger) are dropped: the report says
 // what matters.
-func clientFor(kubeconfigPath, kubeContext string) (kubernetes.Interface, error) {
+func clientFor(kubeconfigPath, kubeContext string, qps float32, burst int) (kubernetes.Interface, error) {
 	cfg, err := kubeconfig.Load(kubeconfigPath, kubeContext, "")
 	if err != nil {
 		return nil, err
 	}
+	cfg.QPS, cfg.Burst = qps, burst
 	cfg.WarningHandler = rest.NoWarnings{}
 	cs, err := kubernetes.NewForConfig(cfg)
 	if err != nil {

@@ -2,6 +2,7 @@ package elasticquota
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"strings"
 	"testing"
@@ -299,4 +300,37 @@ func TestPodBoundToParent(t *testing.T) {
 		"pod can not be linked to a parentQuotaGroup,quota:org, pod:n")
 	verdict(t, p.ValidatePod(context.Background(), podReq(admissionv1.Create, mkPod("a1", "n", nil, "", ""), nil)), "")
 	verdict(t, p.ValidatePod(context.Background(), podReq(admissionv1.Delete, mkPod("a1", "n", nil, "", ""), nil)), "")
+}
+
+// TestUpdateNumbersCompareExactly: an update changing max from 2^53 to
+// 2^53+1 is a change (upstream's reflect.DeepEqual of Quantities, qt:108),
+// so it is not waved through as "tree fields unchanged": on a built-in
+// quota it is refused. Through float64 the two were equal.
+func TestUpdateNumbersCompareExactly(t *testing.T) {
+	p, err := New(DefaultConfig(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	quota := func(max string) string {
+		return `{"metadata":{"name":"` + root + `","namespace":"quotas"},"spec":{"max":{"cpu":` + max + `}}}`
+	}
+	verdict(t, p.Validate(ctx, qreq(admissionv1.Update, quota(`9007199254740993`), quota(`9007199254740992`))), "invalid quota "+root)
+	if v := p.Validate(ctx, qreq(admissionv1.Update, quota(`9007199254740993`), quota(`9007199254740993`))); !v.Allowed {
+		t.Fatalf("unchanged max refused: %+v", v)
+	}
+	for _, tc := range []struct {
+		a, b string
+		want bool
+	}{
+		{`{"cpu":9007199254740993}`, `{"cpu":9007199254740992}`, false},
+		{`{"cpu":9007199254740993}`, `{"cpu":9007199254740993}`, true},
+		{`{"cpu":"1","memory":"2Gi"}`, `{"memory":"2Gi","cpu":"1"}`, true},
+		{``, `null`, true},
+		{`{"cpu":1}`, `{"cpu":"1"}`, false},
+	} {
+		if got := jsonEqual(json.RawMessage(tc.a), json.RawMessage(tc.b)); got != tc.want {
+			t.Errorf("jsonEqual(%s, %s) = %v, want %v", tc.a, tc.b, got, tc.want)
+		}
+	}
 }

@@ -1,6 +1,7 @@
 package elasticquota
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"strings"
@@ -122,11 +123,33 @@ func sameTreeFields(a, b *Quota) bool {
 }
 
 // jsonEqual compares two JSON values semantically; absent equals null.
+// Upstream compares the decoded resource.Quantity values with
+// reflect.DeepEqual (qt:108), which tells 2^53+1 from 2^53; so numbers here
+// compare by their literal text (json.Number), never through float64, which
+// would call them equal and skip the checks upstream runs. Two spellings of
+// one value ("1" and 1, 1 and 1.0) are a change here, and upstream's
+// DeepEqual of differently scaled Quantities calls most of them one too;
+// either way the update only goes through the full checks.
 func jsonEqual(a, b json.RawMessage) bool {
-	var x, y any
-	_ = json.Unmarshal(a, &x)
-	_ = json.Unmarshal(b, &y)
+	x, errX := decodeNumbers(a)
+	y, errY := decodeNumbers(b)
+	if errX != nil || errY != nil {
+		return bytes.Equal(a, b)
+	}
 	return equality.Semantic.DeepEqual(x, y)
+}
+
+// decodeNumbers decodes raw (absent is null) keeping numbers as
+// json.Number.
+func decodeNumbers(raw json.RawMessage) (any, error) {
+	if len(raw) == 0 {
+		return nil, nil
+	}
+	d := json.NewDecoder(bytes.NewReader(raw))
+	d.UseNumber()
+	var v any
+	err := d.Decode(&v)
+	return v, err
 }
 
 // validateSelfItem is validateQuotaSelfItem (qtc:39-88), in its order:

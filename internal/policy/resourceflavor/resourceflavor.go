@@ -16,6 +16,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"math"
 	"slices"
 	"strings"
 
@@ -28,6 +29,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/sets"
 	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/apimachinery/pkg/util/validation/field"
+	kjson "sigs.k8s.io/json"
 
 	"github.com/kadmit/kadmit/internal/admission"
 	"github.com/kadmit/kadmit/internal/jsonedit"
@@ -331,14 +333,77 @@ func specOf(raw []byte) []byte {
 	return o.Spec
 }
 
-// sameJSON compares two JSON values as values (self == oldSelf in CEL):
-// key order and spacing do not matter.
+// sameJSON is the CRD rule's self == oldSelf on spec (CEL equality as the
+// API server evaluates it): key order and spacing do not matter, lists
+// compare in order, and numbers compare by value exactly. The API server
+// decodes integers as int64 (sigs.k8s.io/json's PreserveInts) and hands an
+// "integer" field to CEL as an int (k8s.io/apiserver v0.37.1
+// pkg/cel/common/valuesunstructured.go:185-196); the spec's one numeric
+// field, tolerations[].tolerationSeconds, is an int64. So 2^53+1 and 2^53
+// differ; decoding both into float64 would call them equal and admit an
+// update the rule refuses. An int64 equals a float64 only when the float is
+// that integer exactly.
 func sameJSON(a, b []byte) bool {
 	var va, vb any
-	if json.Unmarshal(a, &va) != nil || json.Unmarshal(b, &vb) != nil {
+	if kjson.UnmarshalCaseSensitivePreserveInts(a, &va) != nil || kjson.UnmarshalCaseSensitivePreserveInts(b, &vb) != nil {
 		return bytes.Equal(a, b)
 	}
-	ea, _ := json.Marshal(va)
-	eb, _ := json.Marshal(vb)
-	return bytes.Equal(ea, eb)
+	return celEqual(va, vb)
+}
+
+// celEqual compares two trees decoded by sigs.k8s.io/json (maps, slices,
+// strings, bools, nil, int64, float64) as CEL's == does.
+func celEqual(a, b any) bool {
+	switch x := a.(type) {
+	case map[string]any:
+		y, ok := b.(map[string]any)
+		if !ok || len(x) != len(y) {
+			return false
+		}
+		for k, v := range x {
+			w, ok := y[k]
+			if !ok || !celEqual(v, w) {
+				return false
+			}
+		}
+		return true
+	case []any:
+		y, ok := b.([]any)
+		if !ok || len(x) != len(y) {
+			return false
+		}
+		for i := range x {
+			if !celEqual(x[i], y[i]) {
+				return false
+			}
+		}
+		return true
+	case int64:
+		switch y := b.(type) {
+		case int64:
+			return x == y
+		case float64:
+			return intEqualsFloat(x, y)
+		}
+		return false
+	case float64:
+		switch y := b.(type) {
+		case float64:
+			return x == y
+		case int64:
+			return intEqualsFloat(y, x)
+		}
+		return false
+	default: // string, bool, nil
+		return a == b
+	}
+}
+
+// intEqualsFloat is exact: f must be integral, inside int64's range, and
+// convert back to i without rounding (float64(i) alone rounds 2^53+1).
+func intEqualsFloat(i int64, f float64) bool {
+	if f != math.Trunc(f) || f < -(1<<63) || f >= 1<<63 {
+		return false
+	}
+	return int64(f) == i
 }

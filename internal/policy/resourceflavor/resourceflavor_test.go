@@ -143,6 +143,12 @@ func TestSchemaRules(t *testing.T) {
 		{"spec with topology is frozen", `"nodeLabels":{"zone":"b"},"topologyName":"t"`, `{"nodeLabels":{"zone":"a"},"topologyName":"t"}`, "resourceFlavorSpec are immutable when topologyName is set"},
 		{"topology removed", `"nodeLabels":{"zone":"a"}`, `{"nodeLabels":{"zone":"a"},"topologyName":"t"}`, "resourceFlavorSpec are immutable when topologyName is set"},
 		{"unchanged spec with topology", `"topologyName":"t","nodeLabels":{"zone":"a"}`, `{"nodeLabels":{"zone":"a"},"topologyName":"t"}`, ""},
+		// Issue 20: tolerationSeconds is an int64 to the rule; 2^53+1 is
+		// not 2^53 (float64 cannot tell them apart).
+		{"tolerationSeconds 2^53+1 after 2^53 is a change", `"topologyName":"t","nodeLabels":{"zone":"a"},"tolerations":[{"key":"k","operator":"Exists","effect":"NoExecute","tolerationSeconds":9007199254740993}]`,
+			`{"nodeLabels":{"zone":"a"},"topologyName":"t","tolerations":[{"key":"k","operator":"Exists","effect":"NoExecute","tolerationSeconds":9007199254740992}]}`, "resourceFlavorSpec are immutable when topologyName is set"},
+		{"tolerationSeconds 2^53+1 unchanged", `"topologyName":"t","nodeLabels":{"zone":"a"},"tolerations":[{"key":"k","operator":"Exists","effect":"NoExecute","tolerationSeconds":9007199254740993}]`,
+			`{"nodeLabels":{"zone":"a"},"topologyName":"t","tolerations":[{"tolerationSeconds":9007199254740993,"key":"k","operator":"Exists","effect":"NoExecute"}]}`, ""},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			r := req(admissionv1.Create, flavor(tc.spec), "")
@@ -234,5 +240,32 @@ func TestHooks(t *testing.T) {
 	if len(hs) != 2 || hs[0].Path != MutatePath || hs[1].Path != ValidatePath || hs[0].FailurePolicy != "Fail" ||
 		hs[1].Rules[0].APIGroups[0] != "kueue.x-k8s.io" || hs[1].Rules[0].Resources[0] != "resourceflavors" {
 		t.Fatalf("hooks %+v", hs)
+	}
+}
+
+// TestCelEqualNumbers: CEL's == on numbers as the API server sees them,
+// exact at 2^53 and at int64's ends.
+func TestCelEqualNumbers(t *testing.T) {
+	for _, tc := range []struct {
+		a, b string
+		want bool
+	}{
+		{`9007199254740993`, `9007199254740992`, false},
+		{`9007199254740993`, `9007199254740993`, true},
+		{`9223372036854775807`, `9223372036854775806`, false},
+		{`1`, `1.0`, true},
+		{`1`, `1.5`, false},
+		{`9007199254740993`, `9007199254740992.0`, false},
+		{`9223372036854775807`, `9.223372036854775807e18`, false}, // the float is 2^63, outside int64
+		{`{"a":[1,2]}`, `{"a":[2,1]}`, false},
+		{`{"a":1,"b":"x"}`, `{"b":"x","a":1}`, true},
+		{`{"a":null}`, `{}`, false},
+	} {
+		if got := sameJSON([]byte(tc.a), []byte(tc.b)); got != tc.want {
+			t.Errorf("sameJSON(%s, %s) = %v, want %v", tc.a, tc.b, got, tc.want)
+		}
+		if got := sameJSON([]byte(tc.b), []byte(tc.a)); got != tc.want {
+			t.Errorf("sameJSON(%s, %s) = %v, want %v", tc.b, tc.a, got, tc.want)
+		}
 	}
 }

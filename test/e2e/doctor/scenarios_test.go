@@ -36,15 +36,12 @@ import (
 // 198.18.0.0/15 inside the private namespace, where nothing else is routable.
 func runPlugin(t *testing.T, e *env, args ...string) (string, int) {
 	t.Helper()
-	kubectl, err := exec.LookPath("kubectl")
-	if err != nil {
-		t.Skipf("kubectl not on PATH, plugin not tested: %v", err)
-	}
+	kubectl := kubectlPath(t)
 	cmd := exec.CommandContext(e2eenv.TestCtx(t, 3*time.Minute), kubectl, append([]string{"kadmit"}, args...)...)
 	cmd.Env = append(os.Environ(), "PATH="+filepath.Dir(e.Command("kubectl-kadmit"))+string(os.PathListSeparator)+os.Getenv("PATH"), "KUBECONFIG="+e.Kubeconfig)
 	var out, stderr bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &stderr
-	err = cmd.Run()
+	err := cmd.Run()
 	var ee *exec.ExitError
 	switch {
 	case errors.As(err, &ee):
@@ -212,11 +209,9 @@ func TestOpenKruiseBootstrapDeadlock(t *testing.T) {
 
 	// Apply the fix exactly as printed (its "# ..." tail is a shell comment).
 	cmd := exec.CommandContext(e2eenv.TestCtx(t, apiTimeout), "sh", "-c", f.Fix)
-	cmd.Env = append(os.Environ(), "KUBECONFIG="+e.Kubeconfig)
+	cmd.Env = append(os.Environ(), "KUBECONFIG="+e.Kubeconfig,
+		"PATH="+filepath.Dir(kubectlPath(t))+string(os.PathListSeparator)+os.Getenv("PATH"))
 	if out, err := cmd.CombinedOutput(); err != nil {
-		if errors.Is(err, exec.ErrNotFound) || strings.Contains(string(out), "kubectl: not found") {
-			t.Skipf("kubectl not available to run the fix: %s", out)
-		}
 		t.Fatalf("running the fix %q: %v\n%s", f.Fix, err, out)
 	}
 	rep = runDoctor(t, e, doctor.Options{Names: []string{config}})
@@ -519,4 +514,28 @@ func TestHealthyKadmitInstall(t *testing.T) {
 	if got.Errors != 0 || len(got.Webhooks) != len(rep.Webhooks) {
 		t.Errorf("JSON report: %d errors over %d webhooks; want 0 over %d", got.Errors, len(got.Webhooks), len(rep.Webhooks))
 	}
+}
+
+// kubectlPath is the kubectl these tests run: the one hack/controlplane.sh
+// builds next to kube-apiserver (KADMIT_CONTROLPLANE_DIR), else one on
+// PATH. Without either the test is skipped, or fails under
+// KADMIT_E2E_REQUIRED=1: a required run must not pass without running the
+// plugin and the printed fix.
+func kubectlPath(t *testing.T) string {
+	t.Helper()
+	if dir := os.Getenv("KADMIT_CONTROLPLANE_DIR"); dir != "" {
+		p := filepath.Join(dir, "kubectl")
+		if info, err := os.Stat(p); err == nil && info.Mode().IsRegular() && info.Mode()&0o111 != 0 {
+			return p
+		}
+	}
+	p, err := exec.LookPath("kubectl")
+	if err != nil {
+		msg := fmt.Sprintf("kubectl neither in KADMIT_CONTROLPLANE_DIR (hack/controlplane.sh builds it there) nor on PATH: %v", err)
+		if os.Getenv("KADMIT_E2E_REQUIRED") == "1" {
+			t.Fatal(msg)
+		}
+		t.Skip(msg + " (set KADMIT_E2E_REQUIRED=1 to fail instead of skip)")
+	}
+	return p
 }
