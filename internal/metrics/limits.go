@@ -23,8 +23,9 @@ type Limits struct {
 //     kadmit_server_body_bytes_limit.
 //   - kadmit_server_open_connections: admission connections open;
 //     kadmit_server_open_connections_limit.
-//   - kadmit_server_refused_total{limit="connections"|"in-flight"|"body-bytes"}:
-//     connections closed at accept and requests answered 503 by a bound.
+//   - kadmit_server_refused_total{limit="connections"|"in-flight"|"body-bytes"|"metrics-connections"}:
+//     connections closed at accept (or, on the metrics listener, evicted)
+//     and requests answered 503 by a bound.
 //
 // It returns an error when a metric is already registered on reg.
 func NewLimits(reg prometheus.Registerer, src LimitsSource) (*Limits, error) {
@@ -51,17 +52,18 @@ func NewLimits(reg prometheus.Registerer, src LimitsSource) (*Limits, error) {
 			return nil, err
 		}
 	}
-	for _, lim := range []string{"connections", "in-flight", "body-bytes"} {
+	for _, lim := range []string{"connections", "in-flight", "body-bytes", "metrics-connections"} {
 		l.refused.WithLabelValues(lim)
 	}
 	return l, nil
 }
 
-// Refused counts one refusal by bound: "connections", "in-flight" or
-// "body-bytes"; any other value is counted as "other".
+// Refused counts one refusal by bound: "connections", "in-flight",
+// "body-bytes" or "metrics-connections"; any other value is counted as
+// "other".
 func (l *Limits) Refused(limit string) {
 	switch limit {
-	case "connections", "in-flight", "body-bytes":
+	case "connections", "in-flight", "body-bytes", "metrics-connections":
 	default:
 		limit = "other"
 	}

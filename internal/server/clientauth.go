@@ -17,6 +17,9 @@ import (
 type clientCA struct {
 	path    string
 	allowed []string
+	// refused, when set, is told why each refused handshake was refused:
+	// "no-certificate", "untrusted" or "name-not-allowed".
+	refused func(reason string)
 
 	mu      sync.Mutex
 	modTime time.Time
@@ -24,8 +27,8 @@ type clientCA struct {
 	pool    *x509.CertPool
 }
 
-func newClientCA(path string, allowed []string) (*clientCA, error) {
-	c := &clientCA{path: path, allowed: allowed}
+func newClientCA(path string, allowed []string, refused func(reason string)) (*clientCA, error) {
+	c := &clientCA{path: path, allowed: allowed, refused: refused}
 	if _, err := c.current(); err != nil {
 		return nil, err
 	}
@@ -66,6 +69,15 @@ func (c *clientCA) current() (*x509.CertPool, error) {
 
 // configure makes base require a client certificate signed by the CA and,
 // with allowed names, one whose subject CN or a DNS SAN is among them.
+//
+// The handshake asks for a certificate (tls.RequestClientCert) and
+// VerifyConnection does what tls.RequireAndVerifyClientCert would (the same
+// x509.VerifyOptions as crypto/tls's server handshake, Go 1.26
+// handshake_server.go processCertsFromClient: the client CA pool, the
+// other presented certificates as intermediates, client-auth key usage),
+// so that each refusal is counted with its reason; crypto/tls refuses
+// before any callback runs and says nothing. A refused client sees a
+// bad_certificate alert.
 func (c *clientCA) configure(base *tls.Config) {
 	base.GetConfigForClient = func(*tls.ClientHelloInfo) (*tls.Config, error) {
 		pool, err := c.current()
@@ -74,13 +86,41 @@ func (c *clientCA) configure(base *tls.Config) {
 		}
 		cfg := base.Clone()
 		cfg.GetConfigForClient = nil
-		cfg.ClientAuth = tls.RequireAndVerifyClientCert
-		cfg.ClientCAs = pool
-		if len(c.allowed) > 0 {
-			cfg.VerifyConnection = c.verifyName
+		cfg.ClientAuth = tls.RequestClientCert
+		cfg.VerifyConnection = func(cs tls.ConnectionState) error {
+			reason, err := c.verify(pool, cs)
+			if err != nil && c.refused != nil {
+				c.refused(reason)
+			}
+			return err
 		}
 		return cfg, nil
 	}
+}
+
+// verify checks the client's certificate chain against pool and its name
+// against the allowed ones; it returns the refusal's reason with the error.
+func (c *clientCA) verify(pool *x509.CertPool, cs tls.ConnectionState) (string, error) {
+	if len(cs.PeerCertificates) == 0 {
+		return "no-certificate", errors.New("no client certificate")
+	}
+	opts := x509.VerifyOptions{
+		Roots:         pool,
+		Intermediates: x509.NewCertPool(),
+		KeyUsages:     []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth},
+	}
+	for _, ic := range cs.PeerCertificates[1:] {
+		opts.Intermediates.AddCert(ic)
+	}
+	if _, err := cs.PeerCertificates[0].Verify(opts); err != nil {
+		return "untrusted", fmt.Errorf("client certificate: %w", err)
+	}
+	if len(c.allowed) > 0 {
+		if err := c.verifyName(cs); err != nil {
+			return "name-not-allowed", err
+		}
+	}
+	return "", nil
 }
 
 func (c *clientCA) verifyName(cs tls.ConnectionState) error {

@@ -81,31 +81,37 @@ func TestInFlightLimitAndAbandonedReviews(t *testing.T) {
 	var once sync.Once
 	defer once.Do(func() { close(release) })
 	// The policy ignores its context: every review is abandoned at its
-	// deadline and keeps its in-flight slot until it returns.
-	ts := start(t, Options{MaxInFlight: 3, Webhooks: []*admission.Webhook{
+	// deadline. The first gives its in-flight slot back at its answer
+	// (MaxAbandonedReviews 1); the next three keep theirs until they
+	// return.
+	ts := start(t, Options{MaxInFlight: 3, MaxAbandonedReviews: 1, Webhooks: []*admission.Webhook{
 		webhook(t, "stuck", "/stuck", func(context.Context, *admission.Request) admission.Verdict { <-release; return admission.Allow() }),
 	}}, true)
-	for i := 0; i < 3; i++ {
+	for i := 0; i < 4; i++ {
 		resp, body, err := ts.post("/stuck?timeout=200ms", reviewBody(fmt.Sprint("u", i), "p"))
 		if err != nil || resp.StatusCode != http.StatusInternalServerError || !strings.Contains(string(body), "no decision before the deadline") {
 			t.Fatalf("review %d: %v %v %s", i, resp, err, body)
 		}
 	}
-	if got := ts.limits.Abandoned(); got != 3 {
-		t.Fatalf("abandoned reviews = %d, want 3", got)
+	if got, in := ts.limits.Abandoned(), ts.limits.InFlight(); got != 4 || in != 3 {
+		t.Fatalf("abandoned reviews = %d, in flight %d, want 4 and 3", got, in)
 	}
 	resp, body, err := ts.post("/stuck?timeout=200ms", reviewBody("u4", "p"))
 	if err != nil || resp.StatusCode != http.StatusServiceUnavailable || !strings.Contains(string(body), "3 of them reviews still running past their deadline") {
 		t.Fatalf("beyond MaxInFlight: %v %v %s", resp, err, body)
 	}
 	eventually(t, "metrics", func() bool {
-		return metric(t, ts, `kadmit_server_refused_total{limit="in-flight"} 1`) && metric(t, ts, "kadmit_server_abandoned_reviews 3")
+		return metric(t, ts, `kadmit_server_refused_total{limit="in-flight"} 1`) && metric(t, ts, "kadmit_server_abandoned_reviews 4") &&
+			metric(t, ts, "kadmit_server_abandoned_reviews_total 4")
 	})
 	once.Do(func() { close(release) })
 	eventually(t, "the abandoned reviews to end", func() bool { return ts.limits.Abandoned() == 0 && ts.limits.InFlight() == 0 })
-	if ts.limits.BodyBytes() != 0 {
-		t.Fatalf("body bytes still reserved: %d", ts.limits.BodyBytes())
+	if ts.limits.BodyBytes() != 0 || ts.limits.AbandonedBytes() != 0 {
+		t.Fatalf("body bytes still reserved: %d, abandoned %d", ts.limits.BodyBytes(), ts.limits.AbandonedBytes())
 	}
+	eventually(t, "the time abandoned reviews ran", func() bool {
+		return metric(t, ts, `kadmit_server_abandoned_review_seconds_count{webhook="/stuck"} 4`)
+	})
 	if resp, _, err := ts.post("/stuck", reviewBody("u5", "p")); err != nil || resp.StatusCode != 200 {
 		t.Fatalf("after the abandoned reviews returned: %v %v", resp, err)
 	}
@@ -208,6 +214,12 @@ func TestClientCertificates(t *testing.T) {
 			c.Close()
 		}
 	}
+	// Each refusal is counted with its reason.
+	for _, reason := range []string{"no-certificate", "untrusted", "name-not-allowed"} {
+		if line := `kadmit_server_client_certificates_refused_total{reason="` + reason + `"} 1`; !metric(t, ts, line) {
+			t.Errorf("metrics lack %s", line)
+		}
+	}
 	// The metrics listener (kubelet probes) asks for no certificate.
 	if code, _ := get(t, &http.Client{Timeout: wait}, ts.plainURL+"/readyz"); code != 200 {
 		t.Fatalf("readyz: %d", code)
@@ -229,6 +241,45 @@ func TestClientCertificates(t *testing.T) {
 	}
 	if _, err := New(Options{Certs: &certs.Holder{}, ClientAllowedNames: []string{"x"}}); err == nil {
 		t.Fatal("New with allowed names and no client CA succeeded")
+	}
+}
+
+// TestClientCertificatesWithoutAllowedNames: --client-ca-file alone still
+// refuses a client without a certificate, or with one of another CA.
+func TestClientCertificatesWithoutAllowedNames(t *testing.T) {
+	ca, other := newTestCA(t), newTestCA(t)
+	caFile := filepath.Join(t.TempDir(), "client-ca.crt")
+	if err := os.WriteFile(caFile, ca.pem, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	ts := start(t, Options{ClientCAFile: caFile, Webhooks: []*admission.Webhook{webhook(t, "p", "/validate", allowAll)}}, true)
+	for _, tc := range []struct {
+		name string
+		cert *tls.Certificate
+		ok   bool
+	}{
+		{"no certificate", nil, false},
+		{"another CA", other.client(t, "kube-apiserver"), false},
+		{"any name from the CA", ca.client(t, "anyone"), true},
+	} {
+		c, err := ts.dialTLS(tc.cert)
+		if (err == nil) != tc.ok {
+			t.Errorf("%s: handshake error %v, want success %v", tc.name, err, tc.ok)
+		}
+		if c != nil {
+			c.Close()
+		}
+	}
+	// A review from a client without a certificate is never answered.
+	cfg := ts.client.Transport.(*http.Transport).TLSClientConfig.Clone()
+	c := &http.Client{Timeout: wait, Transport: &http.Transport{TLSClientConfig: cfg}}
+	resp, err := c.Post(ts.base+"/validate", "application/json", strings.NewReader(string(reviewBody("u", "p"))))
+	if err == nil {
+		resp.Body.Close()
+		t.Fatalf("a client without a certificate got HTTP %d", resp.StatusCode)
+	}
+	if line := `kadmit_server_client_certificates_refused_total{reason="no-certificate"} 2`; !metric(t, ts, line) {
+		t.Errorf("metrics lack %s", line)
 	}
 }
 
