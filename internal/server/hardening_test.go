@@ -302,3 +302,62 @@ func TestHTTP2OptIn(t *testing.T) {
 }
 
 func bufioReader(r io.Reader) *bufio.Reader { return bufio.NewReader(r) }
+
+// dialFrom opens a TCP connection to addr from the loopback address src
+// (Linux routes all of 127/8 on lo), so one test can play several hosts.
+func dialFrom(t *testing.T, src, addr string) net.Conn {
+	t.Helper()
+	d := net.Dialer{Timeout: wait, LocalAddr: &net.TCPAddr{IP: net.ParseIP(src)}}
+	c, err := d.Dial("tcp", addr)
+	if err != nil {
+		t.Fatalf("dial from %s: %v", src, err)
+	}
+	t.Cleanup(func() { c.Close() })
+	return c
+}
+
+// closedSoon reports whether the server closes c within d.
+func closedSoon(c net.Conn, d time.Duration) bool {
+	_ = c.SetReadDeadline(time.Now().Add(d))
+	_, err := c.Read(make([]byte, 1))
+	return err != nil && !os.IsTimeout(err)
+}
+
+// TestMetricsConnectionLimit: the metrics/health listener holds at most
+// MetricsMaxConnections; a flood of idle connections from one address
+// cannot lock out another address's probe.
+func TestMetricsConnectionLimit(t *testing.T) {
+	ts := start(t, Options{MetricsMaxConnections: 4, Webhooks: []*admission.Webhook{webhook(t, "p", "/validate", allowAll)}}, true)
+	addr := ts.MetricsAddr().String()
+	var flood []net.Conn
+	for i := 0; i < 4; i++ {
+		flood = append(flood, dialFrom(t, "127.0.0.2", addr))
+	}
+	eventually(t, "4 open metrics connections", func() bool { return ts.metricsLn.open.Load() == 4 })
+	// A fifth from the same address is closed: it would only evict its own.
+	if c := dialFrom(t, "127.0.0.2", addr); !closedSoon(c, time.Second) {
+		t.Fatal("a fifth connection from the flooding address was kept beyond the bound of 4")
+	}
+	// A probe from another address gets in; the flood's oldest idle
+	// connection made room.
+	tr := &http.Transport{DisableKeepAlives: true, DialContext: (&net.Dialer{LocalAddr: &net.TCPAddr{IP: net.ParseIP("127.0.0.1")}}).DialContext}
+	probe := &http.Client{Timeout: wait, Transport: tr}
+	for i := 0; i < 3; i++ {
+		if code, _ := get(t, probe, ts.plainURL+"/healthz"); code != 200 {
+			t.Fatalf("probe %d during the flood: HTTP %d", i, code)
+		}
+	}
+	if !closedSoon(flood[0], time.Second) {
+		t.Fatal("the flood's oldest connection was not closed to make room for the probe")
+	}
+	if n := ts.metricsLn.open.Load(); n > 4 {
+		t.Fatalf("%d metrics connections open, bound 4", n)
+	}
+	if !metric(t, ts, `kadmit_server_metrics_open_connections_limit 4`) {
+		t.Fatal("no kadmit_server_metrics_open_connections_limit 4")
+	}
+	_, m := get(t, probe, ts.plainURL+"/metrics")
+	if !strings.Contains(m, `kadmit_server_refused_total{limit="metrics-connections"}`) || strings.Contains(m, `kadmit_server_refused_total{limit="metrics-connections"} 0`) {
+		t.Fatal("metrics connections closed by the bound were not counted")
+	}
+}

@@ -174,8 +174,8 @@ type Server struct {
 	plainLn  net.Listener
 	// metricsLn bounds the metrics listener's connections (plainLn wraps it).
 	metricsLn *limitListener
-	serving  atomic.Bool
-	stopping atomic.Bool
+	serving   atomic.Bool
+	stopping  atomic.Bool
 	// fallback is the metrics listener's certificate until Certs has one.
 	fallbackOnce sync.Once
 	fallback     *tls.Certificate
