@@ -317,7 +317,7 @@ func (s *Server) buildMetricsServer() error {
 	var handler http.Handler = protected
 	if opts.MetricsAuth != nil {
 		var err error
-		if handler, err = metricsAuth(opts.MetricsAuth, s.log, s.throttle, protected); err != nil {
+		if handler, err = metricsAuth(opts.MetricsAuth, s.log, s.throttle, s.boundsM.MetricsAuthLimited, protected); err != nil {
 			return fmt.Errorf("server: %w", err)
 		}
 	}
