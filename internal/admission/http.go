@@ -50,8 +50,8 @@ type HandlerOptions struct {
 	// MaxRequestBytes bounds the body; 0 means DefaultMaxRequestBytes.
 	MaxRequestBytes int64
 	// Limits, shared by every handler of a server, bound requests in flight
-	// (abandoned reviews included) and body bytes buffered at once; nil
-	// means a private NewLimits(0, 0).
+	// and body bytes buffered at once, and abandoned reviews (see call.run);
+	// nil means a private NewLimits(0, 0).
 	Limits *Limits
 	// Observe, when set, is called once per request after the answer is written.
 	Observe func(Decision)

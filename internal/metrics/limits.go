@@ -16,7 +16,8 @@ type Limits struct {
 
 // NewLimits registers on reg, with no labels but "limit" (a closed set):
 //   - kadmit_server_in_flight_requests: admission requests in flight,
-//     abandoned reviews included; kadmit_server_in_flight_requests_limit.
+//     abandoned reviews that kept their slot included;
+//     kadmit_server_in_flight_requests_limit.
 //   - kadmit_server_abandoned_reviews: reviews answered 500 at their
 //     deadline whose policy has not returned yet.
 //   - kadmit_server_body_bytes: request-body buffer bytes reserved;
@@ -39,7 +40,7 @@ func NewLimits(reg prometheus.Registerer, src LimitsSource) (*Limits, error) {
 	constant := func(v int64) func() int64 { return func() int64 { return v } }
 	cs := []prometheus.Collector{
 		l.refused,
-		gauge("kadmit_server_in_flight_requests", "Admission requests in flight, reviews running past their deadline included.", src.InFlight),
+		gauge("kadmit_server_in_flight_requests", "Admission requests in flight, abandoned reviews beyond --max-abandoned-reviews (which keep their slot) included.", src.InFlight),
 		gauge("kadmit_server_in_flight_requests_limit", "Bound on kadmit_server_in_flight_requests (--max-in-flight).", constant(src.MaxInFlight)),
 		gauge("kadmit_server_abandoned_reviews", "Reviews answered 500 at their deadline whose policy has not returned yet.", src.Abandoned),
 		gauge("kadmit_server_body_bytes", "Request-body buffer bytes reserved by requests in flight.", src.BodyBytes),
