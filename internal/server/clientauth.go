@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"os"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 )
@@ -70,14 +71,17 @@ func (c *clientCA) current() (*x509.CertPool, error) {
 // configure makes base require a client certificate signed by the CA and,
 // with allowed names, one whose subject CN or a DNS SAN is among them.
 //
-// The handshake asks for a certificate (tls.RequestClientCert) and
-// VerifyConnection does what tls.RequireAndVerifyClientCert would (the same
-// x509.VerifyOptions as crypto/tls's server handshake, Go 1.26
+// crypto/tls refuses a client without a certificate itself
+// (tls.RequireAnyClientCert: TLS 1.3 clients get the certificate_required
+// alert, which the API server shows in its "failed calling webhook" error);
+// VerifyConnection then does what tls.RequireAndVerifyClientCert would
+// (the same x509.VerifyOptions as crypto/tls's server handshake, Go 1.26
 // handshake_server.go processCertsFromClient: the client CA pool, the
-// other presented certificates as intermediates, client-auth key usage),
-// so that each refusal is counted with its reason; crypto/tls refuses
-// before any callback runs and says nothing. A refused client sees a
-// bad_certificate alert.
+// other presented certificates as intermediates, client-auth key usage)
+// and checks the name, so that each refusal is counted with its reason
+// (bad_certificate alert, as before). crypto/tls refuses a missing
+// certificate before any callback: noCertificate counts those from
+// net/http's handshake error line.
 func (c *clientCA) configure(base *tls.Config) {
 	base.GetConfigForClient = func(*tls.ClientHelloInfo) (*tls.Config, error) {
 		pool, err := c.current()
@@ -86,7 +90,7 @@ func (c *clientCA) configure(base *tls.Config) {
 		}
 		cfg := base.Clone()
 		cfg.GetConfigForClient = nil
-		cfg.ClientAuth = tls.RequestClientCert
+		cfg.ClientAuth = tls.RequireAnyClientCert
 		cfg.VerifyConnection = func(cs tls.ConnectionState) error {
 			reason, err := c.verify(pool, cs)
 			if err != nil && c.refused != nil {
@@ -95,6 +99,20 @@ func (c *clientCA) configure(base *tls.Config) {
 			return err
 		}
 		return cfg, nil
+	}
+}
+
+// noCertificateError is crypto/tls's error for a client that sent no
+// certificate when one is required (Go 1.26 handshake_server.go
+// processCertsFromClient), which net/http logs as "http: TLS handshake
+// error from ADDR: tls: client didn't provide a certificate".
+const noCertificateError = "tls: client didn't provide a certificate"
+
+// handshakeLogLine is told each net/http error line of the admission
+// listener and counts the refusals crypto/tls made before VerifyConnection.
+func (c *clientCA) handshakeLogLine(line string) {
+	if c.refused != nil && strings.Contains(line, "TLS handshake error") && strings.HasSuffix(strings.TrimSpace(line), noCertificateError) {
+		c.refused("no-certificate")
 	}
 }
 

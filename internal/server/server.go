@@ -255,6 +255,7 @@ func New(opts Options) (*Server, error) {
 		MinVersion:     tls.VersionTLS12,
 		GetCertificate: opts.Certs.GetCertificate,
 	}
+	var errorLogObservers []func(string)
 	if opts.ClientCAFile != "" {
 		ca, err := newClientCA(opts.ClientCAFile, opts.ClientAllowedNames, func(reason string) {
 			s.boundsM.ClientCertRefused(reason)
@@ -263,6 +264,7 @@ func New(opts Options) (*Server, error) {
 			return nil, fmt.Errorf("server: %w", err)
 		}
 		ca.configure(tlsConfig)
+		errorLogObservers = append(errorLogObservers, ca.handshakeLogLine)
 	} else if len(opts.ClientAllowedNames) > 0 {
 		return nil, errors.New("server: allowed client names need a client CA file")
 	}
@@ -282,7 +284,7 @@ func New(opts Options) (*Server, error) {
 		MaxHeaderBytes: DefaultMaxHeaderBytes,
 		ConnState:      s.tracker.connState,
 		ConnContext:    s.tracker.connContext,
-		ErrorLog:       s.throttle.errorLog(opts.Logger),
+		ErrorLog:       s.throttle.errorLog(opts.Logger, errorLogObservers...),
 		HTTP2: &http.HTTP2Config{
 			MaxConcurrentStreams:          http2MaxStreams,
 			MaxReadFrameSize:              http2MaxReadFrameSize,
