@@ -388,8 +388,10 @@ func (c *call) run(ctx context.Context, req *Request) (out Outcome, abandoned bo
 		held := c.ls // the handler's copy: after the CAS the call is the review goroutine's
 		c.released = lim.takeReleased(held.reserved)
 		c.releasedBytes, c.abandonedAt = held.reserved, time.Now()
+		// Counted before the CAS: the review goroutine may end and
+		// uncount it right after.
+		lim.abandoned.Add(1)
 		if c.state.CompareAndSwap(reviewRunning, reviewAbandoned) {
-			lim.abandoned.Add(1)
 			lim.abandonedTotal.Add(1)
 			if c.released {
 				held.release()
@@ -397,6 +399,7 @@ func (c *call) run(ctx context.Context, req *Request) (out Outcome, abandoned bo
 			return Outcome{}, true, fmt.Errorf("no decision before the deadline: %w", ctx.Err())
 		}
 		// The policy returned just as the deadline passed: use its answer.
+		lim.abandoned.Add(-1)
 		if c.released {
 			lim.returnReleased(held.reserved)
 			c.released, c.releasedBytes = false, 0

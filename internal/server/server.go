@@ -55,7 +55,7 @@ const (
 	// and health listener: 64. Its clients are one or two Prometheus
 	// scrapers (one kept-alive connection each) and the kubelet's probes
 	// (a fresh connection per probe); 64 idle TLS connections cost about
-	// 2 MiB. At the bound an idle connection of the address holding the
+	// 3 MiB (TestHostileMetricsConnectionFlood measures 47 KiB each). At the bound an idle connection of the address holding the
 	// most is closed to make room (limitListener), so probes get in during
 	// a flood.
 	DefaultMetricsMaxConnections = 64
