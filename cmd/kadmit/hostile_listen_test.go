@@ -11,6 +11,7 @@ package main
 import (
 	"context"
 	"crypto/tls"
+	"crypto/x509"
 	"fmt"
 	"net"
 	"net/http"
@@ -27,6 +28,15 @@ import (
 // test never requests.
 func startSecureMetrics(t *testing.T, ours ...string) *kadmitProc {
 	t.Helper()
+	return startWith(t, true, nil, ours)
+}
+
+// startWith runs kadmit serve with a self-signed certificate for
+// 127.0.0.1, the metrics listener secure (HTTPS, a kubeconfig that points
+// nowhere) or plain, the flags common to every binary and, for this one,
+// ours; it returns once /readyz answers.
+func startWith(t *testing.T, secure bool, common, ours []string) *kadmitProc {
+	t.Helper()
 	dir := t.TempDir()
 	kc := filepath.Join(dir, "kubeconfig")
 	if err := os.WriteFile(kc, []byte(`apiVersion: v1
@@ -39,8 +49,15 @@ current-context: c
 		t.Fatal(err)
 	}
 	p := &kadmitProc{t: t, addr: freePort(t), metrics: freePort(t), logPath: filepath.Join(dir, "kadmit.log"), done: make(chan struct{})}
-	args := []string{"serve", "--tls=self-signed", "--dns-name=127.0.0.1", "--addr=" + p.addr, "--metrics-addr=" + p.metrics,
-		"--metrics-secure", "--kubeconfig=" + kc, "--log-format=json", "--shutdown-grace=1s"}
+	caFile := filepath.Join(dir, "ca.crt")
+	args := []string{"serve", "--tls=self-signed", "--dns-name=127.0.0.1", "--ca-file=" + caFile, "--addr=" + p.addr, "--metrics-addr=" + p.metrics,
+		"--log-format=json", "--shutdown-grace=1s"}
+	scheme := "http"
+	if secure {
+		args = append(args, "--metrics-secure", "--kubeconfig="+kc)
+		scheme = "https"
+	}
+	args = append(args, common...)
 	bin := external
 	if bin == "" {
 		bin = os.Args[0]
@@ -72,8 +89,8 @@ current-context: c
 	probe := probeClient("127.0.0.1")
 	deadline := time.Now().Add(20 * time.Second)
 	for {
-		if code, err := probe("https://" + p.metrics + "/readyz"); err == nil && code == 200 {
-			return p
+		if code, err := probe(scheme + "://" + p.metrics + "/readyz"); err == nil && code == 200 {
+			break
 		}
 		if time.Now().After(deadline) {
 			log, _ := os.ReadFile(p.logPath)
@@ -81,6 +98,13 @@ current-context: c
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
+	pem, err := os.ReadFile(caFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p.roots = x509.NewCertPool()
+	p.roots.AppendCertsFromPEM(pem)
+	return p
 }
 
 // probeClient probes as the kubelet does (k8s.io/kubernetes pkg/probe/http:
