@@ -29,7 +29,10 @@ func newServeCmd() *cobra.Command {
 /healthz, /readyz and /metrics on a separate port: plain HTTP on 127.0.0.1
 by default, HTTPS with token-authorized /metrics with --metrics-secure. With
 --pprof (debugging only, off by default) that port also serves /debug/pprof/.
-Every request, connection and body byte is bounded (docs/security.md).
+Both listeners bound their open connections (--max-connections,
+--metrics-max-connections), handshakes, headers, reads, writes and idle
+time; admission requests, body bytes and reviews running past their
+deadline are bounded too (docs/security.md, "Bounds").
 
 With --register, kadmit writes its own MutatingWebhookConfiguration and
 ValidatingWebhookConfiguration (named by --webhook-config-name, one name per
@@ -79,7 +82,9 @@ whatever the --tls mode.`,
 	f.StringSliceVar(&o.ClientAllowedNames, "client-allowed-names", nil, "with --client-ca-file: accept only client certificates whose subject CN or a DNS SAN is one of these")
 	f.DurationVar(&o.ReadTimeout, "read-timeout", server.DefaultReadTimeout, "bound on reading one admission request, headers and body (the API server's largest webhook timeoutSeconds is 30)")
 	f.IntVar(&o.MaxConnections, "max-connections", server.DefaultMaxConnections, "open admission connections; more are closed at accept")
-	f.IntVar(&o.MaxInFlight, "max-in-flight", admission.DefaultMaxInFlight, "admission requests in flight, reviews running past their deadline included; more get HTTP 503")
+	f.IntVar(&o.MetricsMaxConnections, "metrics-max-connections", server.DefaultMetricsMaxConnections, "open --metrics-addr connections; beyond it an idle connection of the address holding the most is closed (so probes from another address get in), else the new one")
+	f.IntVar(&o.MaxInFlight, "max-in-flight", admission.DefaultMaxInFlight, "admission requests in flight, reviews running past their deadline beyond --max-abandoned-reviews included; more get HTTP 503")
+	f.IntVar(&o.MaxAbandonedReviews, "max-abandoned-reviews", admission.DefaultMaxAbandoned, "reviews still running past their deadline (answered 500) that give back their in-flight slot and body bytes at once; beyond it (or a quarter of --max-body-bytes-in-flight) they keep both until their policy returns")
 	f.Int64Var(&o.MaxBodyBytesInFlight, "max-body-bytes-in-flight", admission.DefaultMaxBodyBytesInFlight, "request-body buffer bytes held by all requests at once; more get HTTP 503")
 	f.BoolVar(&o.HTTP2, "http2", false, "offer HTTP/2 on the admission listener (HTTP/1.1 only by default; see docs/security.md)")
 	f.DurationVar(&o.ShutdownGrace, "shutdown-grace", 30*time.Second, "how long in-flight requests may take to finish after SIGTERM")

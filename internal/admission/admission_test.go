@@ -174,7 +174,16 @@ func TestHandlerTimeout(t *testing.T) {
 	r.Header.Set("Content-Type", "application/json")
 	w := httptest.NewRecorder()
 	start := time.Now()
-	h.ServeHTTP(w, r)
+	// A handler that does not enforce the deadline would wait for the
+	// policy forever: wait a bounded time, then fail (the deferred close
+	// lets it return).
+	answered := make(chan struct{})
+	go func() { defer close(answered); h.ServeHTTP(w, r) }()
+	select {
+	case <-answered:
+	case <-time.After(10 * time.Second):
+		t.Fatal("no answer 10s after a 2s timeout: the review deadline is not enforced")
+	}
 	if w.Code != http.StatusInternalServerError || !strings.Contains(w.Body.String(), "deadline") {
 		t.Fatalf("code %d body %q", w.Code, w.Body.String())
 	}

@@ -50,11 +50,15 @@ type HandlerOptions struct {
 	// MaxRequestBytes bounds the body; 0 means DefaultMaxRequestBytes.
 	MaxRequestBytes int64
 	// Limits, shared by every handler of a server, bound requests in flight
-	// (abandoned reviews included) and body bytes buffered at once; nil
-	// means a private NewLimits(0, 0).
+	// and body bytes buffered at once, and abandoned reviews (see call.run);
+	// nil means a private NewLimits(0, 0).
 	Limits *Limits
 	// Observe, when set, is called once per request after the answer is written.
 	Observe func(Decision)
+	// AbandonedRan, when set, is called when an abandoned review's policy
+	// returns, with how long it ran after the review's answer was sent
+	// (wall time: Go has no per-goroutine CPU clock).
+	AbandonedRan func(webhook string, d time.Duration)
 }
 
 // NewHandler serves wh over HTTP: it checks Content-Type (415 otherwise), bounds
@@ -86,10 +90,10 @@ type handler struct {
 }
 
 // lease is one request's share of Limits: its in-flight slot and the body
-// bytes it reserved. It is returned once, by the handler, or, when the
-// review was abandoned at its deadline, by the review goroutine when the
-// policy finally returns: an abandoned review keeps its slot, so abandoned
-// reviews can never outnumber MaxInFlight.
+// bytes it reserved. It is returned once: by the handler; or, when the
+// review was abandoned at its deadline, at the answer if Limits admit it
+// among the abandoned reviews that release theirs (takeReleased), else by
+// the review goroutine when the policy finally returns (see call.run).
 type lease struct {
 	lim      *Limits
 	reserved int64
@@ -338,12 +342,20 @@ type call struct {
 	done  chan struct{} // one token when the review finished first
 	out   Outcome
 	err   error
+	// Set by run before it marks the review abandoned (the state CAS
+	// orders these writes before the review goroutine's reads):
+	// released says the lease was given back at the answer, counted in
+	// Limits' released set with releasedBytes; abandonedAt is when.
+	released      bool
+	releasedBytes int64
+	abandonedAt   time.Time
 }
 
 var callPool = sync.Pool{New: func() any { return &call{done: make(chan struct{}, 1)} }}
 
 func (c *call) recycle() {
 	c.h, c.ls, c.ctx, c.req, c.out, c.err = nil, lease{}, nil, nil, Outcome{}, nil
+	c.released, c.releasedBytes, c.abandonedAt = false, 0, time.Time{}
 	c.state.Store(reviewRunning)
 	callPool.Put(c)
 }
@@ -352,9 +364,19 @@ func (c *call) recycle() {
 // ctx still cannot hold the answer past the deadline. When the deadline
 // passes first, the review is abandoned: the answer is a 500, ctx is
 // cancelled (a policy that honours it stops), and the goroutine keeps the
-// call and its lease until the policy returns, so Limits counts it
-// (abandoned=true: the caller must neither release the lease nor reuse the
-// call).
+// call until the policy returns (abandoned=true: the caller must neither
+// release the lease nor reuse the call).
+//
+// An abandoned review gives its in-flight slot and body bytes back at the
+// answer, when Limits admit it among the bounded set of abandoned reviews
+// that may (takeReleased): a runaway policy must not starve every other
+// request of the budget it can no longer use. This releases the
+// accounting, not memory anyone still reads: the pooled body buffer went
+// back to the pool right after decoding (decodeRequest copies what it
+// keeps), and the policy reads only that decoded copy, which the garbage
+// collector frees when the policy returns. The bytes are counted in
+// Limits.AbandonedBytes meanwhile, bounded by takeReleased. Beyond that
+// bound the lease stays held until the policy returns, as before.
 func (c *call) run(ctx context.Context, req *Request) (out Outcome, abandoned bool, err error) {
 	c.ctx, c.req = ctx, req
 	c.start()
@@ -362,11 +384,26 @@ func (c *call) run(ctx context.Context, req *Request) (out Outcome, abandoned bo
 	case <-c.done:
 		return c.out, false, c.err
 	case <-ctx.Done():
+		lim := c.h.opts.Limits
+		held := c.ls // the handler's copy: after the CAS the call is the review goroutine's
+		c.released = lim.takeReleased(held.reserved)
+		c.releasedBytes, c.abandonedAt = held.reserved, time.Now()
+		// Counted before the CAS: the review goroutine may end and
+		// uncount it right after.
+		lim.abandoned.Add(1)
 		if c.state.CompareAndSwap(reviewRunning, reviewAbandoned) {
-			c.h.opts.Limits.abandoned.Add(1)
+			lim.abandonedTotal.Add(1)
+			if c.released {
+				held.release()
+			}
 			return Outcome{}, true, fmt.Errorf("no decision before the deadline: %w", ctx.Err())
 		}
 		// The policy returned just as the deadline passed: use its answer.
+		lim.abandoned.Add(-1)
+		if c.released {
+			lim.returnReleased(held.reserved)
+			c.released, c.releasedBytes = false, 0
+		}
 		<-c.done
 		return c.out, false, c.err
 	}
@@ -414,7 +451,15 @@ func (c *call) review() {
 		c.done <- struct{}{}
 		return
 	}
-	c.h.opts.Limits.abandoned.Add(-1)
-	c.ls.release()
+	lim := c.h.opts.Limits
+	lim.abandoned.Add(-1)
+	if c.released {
+		lim.returnReleased(c.releasedBytes)
+	} else {
+		c.ls.release()
+	}
+	if f := c.h.opts.AbandonedRan; f != nil {
+		f(c.h.wh.Path, time.Since(c.abandonedAt))
+	}
 	c.recycle()
 }

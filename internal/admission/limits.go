@@ -48,6 +48,14 @@ type Limits struct {
 	inFlight     atomic.Int64
 	abandoned    atomic.Int64
 	bodyBytes    atomic.Int64
+	// Abandoned reviews that released their slot and body bytes at their
+	// answer (see call.run): how many run, the bytes they still
+	// reference, and the bounds on both.
+	maxReleased      int64
+	maxReleasedBytes int64
+	released         atomic.Int64
+	releasedBytes    atomic.Int64
+	abandonedTotal   atomic.Int64
 }
 
 // NewLimits returns Limits allowing maxInFlight concurrent requests (0:
@@ -60,7 +68,8 @@ func NewLimits(maxInFlight int, maxBodyBytes int64) *Limits {
 	if maxBodyBytes <= 0 {
 		maxBodyBytes = DefaultMaxBodyBytesInFlight
 	}
-	return &Limits{maxInFlight: int64(maxInFlight), maxBodyBytes: maxBodyBytes}
+	return &Limits{maxInFlight: int64(maxInFlight), maxBodyBytes: maxBodyBytes,
+		maxReleased: DefaultMaxAbandoned, maxReleasedBytes: maxBodyBytes / 4}
 }
 
 // MaxInFlight is the bound on requests in flight, abandoned reviews included.
@@ -83,7 +92,7 @@ func (l *Limits) acquire() error {
 	for {
 		n := l.inFlight.Load()
 		if n >= l.maxInFlight {
-			return fmt.Errorf("%w: %d (%d of them reviews still running past their deadline)", ErrInFlightLimit, l.maxInFlight, l.abandoned.Load())
+			return fmt.Errorf("%w: %d (%d of them reviews still running past their deadline)", ErrInFlightLimit, l.maxInFlight, max(0, l.abandoned.Load()-l.released.Load()))
 		}
 		if l.inFlight.CompareAndSwap(n, n+1) {
 			return nil
@@ -107,3 +116,63 @@ func (l *Limits) reserve(n int64) error {
 }
 
 func (l *Limits) unreserve(n int64) { l.bodyBytes.Add(-n) }
+
+// DefaultMaxAbandoned bounds the abandoned reviews that release their
+// in-flight slot and body bytes when their 500 is sent: 16. Together they
+// may also reference at most a quarter of the body budget (8 MiB by
+// default). An abandoned review beyond either bound keeps its slot and its
+// bytes in the budget until its policy returns, as every abandoned review
+// did before: so review goroutines stay bounded by MaxInFlight plus this,
+// the bodies they reference by the body budget plus a quarter of it, and
+// a pile-up of runaway policies ends in 503s, never in unbounded memory.
+const DefaultMaxAbandoned = 16
+
+// SetMaxAbandoned sets the bound on abandoned reviews that release their
+// slot and bytes at their answer (n <= 0: DefaultMaxAbandoned). Call it
+// before the Limits are used.
+func (l *Limits) SetMaxAbandoned(n int) {
+	if n <= 0 {
+		n = DefaultMaxAbandoned
+	}
+	l.maxReleased = int64(n)
+}
+
+// MaxAbandoned is the bound set by SetMaxAbandoned.
+func (l *Limits) MaxAbandoned() int { return int(l.maxReleased) }
+
+// AbandonedTotal counts the reviews ever abandoned at their deadline.
+func (l *Limits) AbandonedTotal() int64 { return l.abandonedTotal.Load() }
+
+// AbandonedBytes is the body bytes that running abandoned reviews released
+// from the budget at their answer: memory they still reference (their
+// decoded request) until their policy returns.
+func (l *Limits) AbandonedBytes() int64 { return l.releasedBytes.Load() }
+
+// takeReleased admits one more abandoned review holding n body bytes among
+// those that release their slot and bytes, or reports false.
+func (l *Limits) takeReleased(n int64) bool {
+	for {
+		c := l.released.Load()
+		if c >= l.maxReleased {
+			return false
+		}
+		if l.released.CompareAndSwap(c, c+1) {
+			break
+		}
+	}
+	for {
+		b := l.releasedBytes.Load()
+		if b+n > l.maxReleasedBytes {
+			l.released.Add(-1)
+			return false
+		}
+		if l.releasedBytes.CompareAndSwap(b, b+n) {
+			return true
+		}
+	}
+}
+
+func (l *Limits) returnReleased(n int64) {
+	l.releasedBytes.Add(-n)
+	l.released.Add(-1)
+}

@@ -85,6 +85,10 @@ type Options struct {
 	ClientCAFile         string
 	ClientAllowedNames   []string
 	MetricsSecure        bool
+	// MetricsMaxConnections and MaxAbandonedReviews: issue 20's bounds
+	// (server.Options).
+	MetricsMaxConnections int
+	MaxAbandonedReviews   int
 
 	// TLSMode is TLSSelfManaged, TLSFiles or TLSSelfSigned.
 	TLSMode string
@@ -366,6 +370,7 @@ func (d *daemon) newServer(context.Context) error {
 		MetricsAuth: metricsAuth, ReadTimeout: o.ReadTimeout, MaxConnections: o.MaxConnections,
 		MaxInFlight: o.MaxInFlight, MaxBodyBytesInFlight: o.MaxBodyBytesInFlight, HTTP2: o.HTTP2,
 		ClientCAFile: o.ClientCAFile, ClientAllowedNames: o.ClientAllowedNames, Unserved: unserved,
+		MetricsMaxConnections: o.MetricsMaxConnections, MaxAbandonedReviews: o.MaxAbandonedReviews,
 	})
 	d.reloads.serve = d.srv.SetWebhooks
 	return err

@@ -16,15 +16,17 @@ type Limits struct {
 
 // NewLimits registers on reg, with no labels but "limit" (a closed set):
 //   - kadmit_server_in_flight_requests: admission requests in flight,
-//     abandoned reviews included; kadmit_server_in_flight_requests_limit.
+//     abandoned reviews that kept their slot included;
+//     kadmit_server_in_flight_requests_limit.
 //   - kadmit_server_abandoned_reviews: reviews answered 500 at their
 //     deadline whose policy has not returned yet.
 //   - kadmit_server_body_bytes: request-body buffer bytes reserved;
 //     kadmit_server_body_bytes_limit.
 //   - kadmit_server_open_connections: admission connections open;
 //     kadmit_server_open_connections_limit.
-//   - kadmit_server_refused_total{limit="connections"|"in-flight"|"body-bytes"}:
-//     connections closed at accept and requests answered 503 by a bound.
+//   - kadmit_server_refused_total{limit="connections"|"in-flight"|"body-bytes"|"metrics-connections"}:
+//     connections closed at accept (or, on the metrics listener, evicted)
+//     and requests answered 503 by a bound.
 //
 // It returns an error when a metric is already registered on reg.
 func NewLimits(reg prometheus.Registerer, src LimitsSource) (*Limits, error) {
@@ -38,7 +40,7 @@ func NewLimits(reg prometheus.Registerer, src LimitsSource) (*Limits, error) {
 	constant := func(v int64) func() int64 { return func() int64 { return v } }
 	cs := []prometheus.Collector{
 		l.refused,
-		gauge("kadmit_server_in_flight_requests", "Admission requests in flight, reviews running past their deadline included.", src.InFlight),
+		gauge("kadmit_server_in_flight_requests", "Admission requests in flight, abandoned reviews beyond --max-abandoned-reviews (which keep their slot) included.", src.InFlight),
 		gauge("kadmit_server_in_flight_requests_limit", "Bound on kadmit_server_in_flight_requests (--max-in-flight).", constant(src.MaxInFlight)),
 		gauge("kadmit_server_abandoned_reviews", "Reviews answered 500 at their deadline whose policy has not returned yet.", src.Abandoned),
 		gauge("kadmit_server_body_bytes", "Request-body buffer bytes reserved by requests in flight.", src.BodyBytes),
@@ -51,17 +53,18 @@ func NewLimits(reg prometheus.Registerer, src LimitsSource) (*Limits, error) {
 			return nil, err
 		}
 	}
-	for _, lim := range []string{"connections", "in-flight", "body-bytes"} {
+	for _, lim := range []string{"connections", "in-flight", "body-bytes", "metrics-connections"} {
 		l.refused.WithLabelValues(lim)
 	}
 	return l, nil
 }
 
-// Refused counts one refusal by bound: "connections", "in-flight" or
-// "body-bytes"; any other value is counted as "other".
+// Refused counts one refusal by bound: "connections", "in-flight",
+// "body-bytes" or "metrics-connections"; any other value is counted as
+// "other".
 func (l *Limits) Refused(limit string) {
 	switch limit {
-	case "connections", "in-flight", "body-bytes":
+	case "connections", "in-flight", "body-bytes", "metrics-connections":
 	default:
 		limit = "other"
 	}

@@ -10,16 +10,49 @@ import (
 	"time"
 )
 
-// limitListener closes connections accepted beyond max open ones at once,
-// instead of leaving them in the kernel's accept queue as
-// golang.org/x/net/netutil.LimitListener does: a caller over the bound gets
-// an immediate connection error (the API server then applies the webhook's
-// failurePolicy) rather than a hang until its own timeout.
+// limitListener bounds the connections open at once on one listener (the
+// admission listener and the metrics/health listener share this code).
+// At the bound it acts at once instead of leaving connections in the
+// kernel's accept queue as golang.org/x/net/netutil.LimitListener does:
+//
+//   - evict false (admission): the new connection is closed, so a caller
+//     over the bound gets an immediate connection error (the API server then
+//     applies the webhook's failurePolicy) rather than a hang until its own
+//     timeout.
+//   - evict true (metrics and probes): an idle connection (no request in
+//     progress: handshaking, waiting for headers, or kept alive between
+//     requests) of the source address holding the most connections is closed
+//     to make room, oldest first; only when every connection of that source
+//     is busy, or the newcomer's source already holds as many as it, is the
+//     newcomer closed instead. A flood of idle connections from one address
+//     therefore never locks out another address: the kubelet's probes (one
+//     fresh connection per probe, from the node's address) keep getting in
+//     while the flooding address churns through its own connections. See
+//     docs/security.md ("Bounds").
+//
+// Eviction needs the http.Server's ConnState to call connState, which
+// tells busy from idle connections.
 type limitListener struct {
 	net.Listener
 	max     int64
-	open    atomic.Int64
-	refused func() // called for each connection closed at accept
+	evict   bool
+	open    atomic.Int64 // read without mu by the metrics gauge
+	refused func()       // called for each connection closed by the bound (refused or evicted)
+
+	mu    sync.Mutex
+	seq   uint64
+	conns map[*countedConn]struct{}
+	// bySource counts open connections per remote IP; at most max entries.
+	bySource map[string]int
+}
+
+type countedConn struct {
+	net.Conn
+	l      *limitListener
+	source string
+	seq    uint64 // accept order: lower is older
+	busy   bool   // a request is in progress (http.StateActive)
+	closed bool
 }
 
 func (l *limitListener) Accept() (net.Conn, error) {
@@ -28,28 +61,113 @@ func (l *limitListener) Accept() (net.Conn, error) {
 		if err != nil {
 			return nil, err
 		}
-		if l.open.Add(1) > l.max {
-			l.open.Add(-1)
-			_ = c.Close()
-			if l.refused != nil {
-				l.refused()
-			}
-			continue
+		source := remoteIP(c.RemoteAddr())
+		l.mu.Lock()
+		if l.conns == nil {
+			l.conns, l.bySource = map[*countedConn]struct{}{}, map[string]int{}
 		}
-		return &countedConn{Conn: c, l: l}, nil
+		var victim *countedConn
+		if l.open.Load() >= l.max {
+			if l.evict {
+				victim = l.victimLocked(source)
+			}
+			if victim == nil {
+				l.mu.Unlock()
+				_ = c.Close()
+				l.countRefused()
+				continue
+			}
+			l.forgetLocked(victim)
+		}
+		l.seq++
+		cc := &countedConn{Conn: c, l: l, source: source, seq: l.seq}
+		l.conns[cc] = struct{}{}
+		l.bySource[source]++
+		l.open.Add(1)
+		l.mu.Unlock()
+		if victim != nil {
+			_ = victim.Conn.Close()
+			l.countRefused()
+		}
+		return cc, nil
 	}
 }
 
-type countedConn struct {
-	net.Conn
-	l    *limitListener
-	once sync.Once
+func (l *limitListener) countRefused() {
+	if l.refused != nil {
+		l.refused()
+	}
+}
+
+// victimLocked picks the oldest idle connection of the source holding the
+// most connections, or nil when that source holds no more than source (the
+// newcomer's) would after accepting, or has no idle connection.
+func (l *limitListener) victimLocked(source string) *countedConn {
+	heaviest, most := "", 0
+	for s, n := range l.bySource {
+		if n > most || (n == most && s < heaviest) {
+			heaviest, most = s, n
+		}
+	}
+	if l.bySource[source]+1 > most {
+		return nil // the newcomer's source is (or would become) the heaviest
+	}
+	var victim *countedConn
+	for c := range l.conns {
+		if c.source == heaviest && !c.busy && (victim == nil || c.seq < victim.seq) {
+			victim = c
+		}
+	}
+	return victim
+}
+
+// forgetLocked removes c from the bookkeeping, once.
+func (l *limitListener) forgetLocked(c *countedConn) {
+	if c.closed {
+		return
+	}
+	c.closed = true
+	delete(l.conns, c)
+	if n := l.bySource[c.source] - 1; n > 0 {
+		l.bySource[c.source] = n
+	} else {
+		delete(l.bySource, c.source)
+	}
+	l.open.Add(-1)
+}
+
+// connState is the http.Server ConnState hook of a listener with evict:
+// it marks connections busy while a request is in progress.
+func (l *limitListener) connState(c net.Conn, st http.ConnState) {
+	if tc, ok := c.(interface{ NetConn() net.Conn }); ok { // *tls.Conn
+		c = tc.NetConn()
+	}
+	cc, ok := c.(*countedConn)
+	if !ok {
+		return
+	}
+	l.mu.Lock()
+	cc.busy = st == http.StateActive
+	l.mu.Unlock()
 }
 
 func (c *countedConn) Close() error {
 	err := c.Conn.Close()
-	c.once.Do(func() { c.l.open.Add(-1) })
+	c.l.mu.Lock()
+	c.l.forgetLocked(c)
+	c.l.mu.Unlock()
 	return err
+}
+
+func remoteIP(a net.Addr) string {
+	if ta, ok := a.(*net.TCPAddr); ok {
+		return ta.IP.String()
+	}
+	host, _, err := net.SplitHostPort(a.String())
+	if err != nil {
+		return a.String()
+	}
+	return host
 }
 
 // connKey carries the request's connection in its context (ConnContext).

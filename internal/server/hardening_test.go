@@ -81,31 +81,37 @@ func TestInFlightLimitAndAbandonedReviews(t *testing.T) {
 	var once sync.Once
 	defer once.Do(func() { close(release) })
 	// The policy ignores its context: every review is abandoned at its
-	// deadline and keeps its in-flight slot until it returns.
-	ts := start(t, Options{MaxInFlight: 3, Webhooks: []*admission.Webhook{
+	// deadline. The first gives its in-flight slot back at its answer
+	// (MaxAbandonedReviews 1); the next three keep theirs until they
+	// return.
+	ts := start(t, Options{MaxInFlight: 3, MaxAbandonedReviews: 1, Webhooks: []*admission.Webhook{
 		webhook(t, "stuck", "/stuck", func(context.Context, *admission.Request) admission.Verdict { <-release; return admission.Allow() }),
 	}}, true)
-	for i := 0; i < 3; i++ {
+	for i := 0; i < 4; i++ {
 		resp, body, err := ts.post("/stuck?timeout=200ms", reviewBody(fmt.Sprint("u", i), "p"))
 		if err != nil || resp.StatusCode != http.StatusInternalServerError || !strings.Contains(string(body), "no decision before the deadline") {
 			t.Fatalf("review %d: %v %v %s", i, resp, err, body)
 		}
 	}
-	if got := ts.limits.Abandoned(); got != 3 {
-		t.Fatalf("abandoned reviews = %d, want 3", got)
+	if got, in := ts.limits.Abandoned(), ts.limits.InFlight(); got != 4 || in != 3 {
+		t.Fatalf("abandoned reviews = %d, in flight %d, want 4 and 3", got, in)
 	}
 	resp, body, err := ts.post("/stuck?timeout=200ms", reviewBody("u4", "p"))
 	if err != nil || resp.StatusCode != http.StatusServiceUnavailable || !strings.Contains(string(body), "3 of them reviews still running past their deadline") {
 		t.Fatalf("beyond MaxInFlight: %v %v %s", resp, err, body)
 	}
 	eventually(t, "metrics", func() bool {
-		return metric(t, ts, `kadmit_server_refused_total{limit="in-flight"} 1`) && metric(t, ts, "kadmit_server_abandoned_reviews 3")
+		return metric(t, ts, `kadmit_server_refused_total{limit="in-flight"} 1`) && metric(t, ts, "kadmit_server_abandoned_reviews 4") &&
+			metric(t, ts, "kadmit_server_abandoned_reviews_total 4")
 	})
 	once.Do(func() { close(release) })
 	eventually(t, "the abandoned reviews to end", func() bool { return ts.limits.Abandoned() == 0 && ts.limits.InFlight() == 0 })
-	if ts.limits.BodyBytes() != 0 {
-		t.Fatalf("body bytes still reserved: %d", ts.limits.BodyBytes())
+	if ts.limits.BodyBytes() != 0 || ts.limits.AbandonedBytes() != 0 {
+		t.Fatalf("body bytes still reserved: %d, abandoned %d", ts.limits.BodyBytes(), ts.limits.AbandonedBytes())
 	}
+	eventually(t, "the time abandoned reviews ran", func() bool {
+		return metric(t, ts, `kadmit_server_abandoned_review_seconds_count{webhook="/stuck"} 4`)
+	})
 	if resp, _, err := ts.post("/stuck", reviewBody("u5", "p")); err != nil || resp.StatusCode != 200 {
 		t.Fatalf("after the abandoned reviews returned: %v %v", resp, err)
 	}
@@ -208,6 +214,11 @@ func TestClientCertificates(t *testing.T) {
 			c.Close()
 		}
 	}
+	// Each refusal is counted with its reason.
+	for _, reason := range []string{"no-certificate", "untrusted", "name-not-allowed"} {
+		line := `kadmit_server_client_certificates_refused_total{reason="` + reason + `"} 1`
+		eventually(t, line, func() bool { return metric(t, ts, line) })
+	}
 	// The metrics listener (kubelet probes) asks for no certificate.
 	if code, _ := get(t, &http.Client{Timeout: wait}, ts.plainURL+"/readyz"); code != 200 {
 		t.Fatalf("readyz: %d", code)
@@ -232,6 +243,49 @@ func TestClientCertificates(t *testing.T) {
 	}
 }
 
+// TestClientCertificatesWithoutAllowedNames: --client-ca-file alone still
+// refuses a client without a certificate, or with one of another CA.
+func TestClientCertificatesWithoutAllowedNames(t *testing.T) {
+	ca, other := newTestCA(t), newTestCA(t)
+	caFile := filepath.Join(t.TempDir(), "client-ca.crt")
+	if err := os.WriteFile(caFile, ca.pem, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	ts := start(t, Options{ClientCAFile: caFile, Webhooks: []*admission.Webhook{webhook(t, "p", "/validate", allowAll)}}, true)
+	for _, tc := range []struct {
+		name string
+		cert *tls.Certificate
+		ok   bool
+	}{
+		{"no certificate", nil, false},
+		{"another CA", other.client(t, "kube-apiserver"), false},
+		{"any name from the CA", ca.client(t, "anyone"), true},
+	} {
+		c, err := ts.dialTLS(tc.cert)
+		if (err == nil) != tc.ok {
+			t.Errorf("%s: handshake error %v, want success %v", tc.name, err, tc.ok)
+		}
+		if c != nil {
+			c.Close()
+		}
+	}
+	// TLS 1.3 tells a client without a certificate why (the API server
+	// shows it in its "failed calling webhook" error).
+	if _, err := ts.dialTLS(nil); err == nil || !strings.Contains(err.Error(), "certificate required") {
+		t.Errorf("client without a certificate: %v, want certificate required", err)
+	}
+	// A review from a client without a certificate is never answered.
+	cfg := ts.client.Transport.(*http.Transport).TLSClientConfig.Clone()
+	c := &http.Client{Timeout: wait, Transport: &http.Transport{TLSClientConfig: cfg}}
+	resp, err := c.Post(ts.base+"/validate", "application/json", strings.NewReader(string(reviewBody("u", "p"))))
+	if err == nil {
+		resp.Body.Close()
+		t.Fatalf("a client without a certificate got HTTP %d", resp.StatusCode)
+	}
+	line := `kadmit_server_client_certificates_refused_total{reason="no-certificate"} 3`
+	eventually(t, line, func() bool { return metric(t, ts, line) })
+}
+
 // TestHTTP2OptIn: the admission listener offers h2 only when asked.
 func TestHTTP2OptIn(t *testing.T) {
 	for _, on := range []bool{false, true} {
@@ -251,3 +305,62 @@ func TestHTTP2OptIn(t *testing.T) {
 }
 
 func bufioReader(r io.Reader) *bufio.Reader { return bufio.NewReader(r) }
+
+// dialFrom opens a TCP connection to addr from the loopback address src
+// (Linux routes all of 127/8 on lo), so one test can play several hosts.
+func dialFrom(t *testing.T, src, addr string) net.Conn {
+	t.Helper()
+	d := net.Dialer{Timeout: wait, LocalAddr: &net.TCPAddr{IP: net.ParseIP(src)}}
+	c, err := d.Dial("tcp", addr)
+	if err != nil {
+		t.Fatalf("dial from %s: %v", src, err)
+	}
+	t.Cleanup(func() { c.Close() })
+	return c
+}
+
+// closedSoon reports whether the server closes c within d.
+func closedSoon(c net.Conn, d time.Duration) bool {
+	_ = c.SetReadDeadline(time.Now().Add(d))
+	_, err := c.Read(make([]byte, 1))
+	return err != nil && !os.IsTimeout(err)
+}
+
+// TestMetricsConnectionLimit: the metrics/health listener holds at most
+// MetricsMaxConnections; a flood of idle connections from one address
+// cannot lock out another address's probe.
+func TestMetricsConnectionLimit(t *testing.T) {
+	ts := start(t, Options{MetricsMaxConnections: 4, Webhooks: []*admission.Webhook{webhook(t, "p", "/validate", allowAll)}}, true)
+	addr := ts.MetricsAddr().String()
+	var flood []net.Conn
+	for i := 0; i < 4; i++ {
+		flood = append(flood, dialFrom(t, "127.0.0.2", addr))
+	}
+	eventually(t, "4 open metrics connections", func() bool { return ts.metricsLn.open.Load() == 4 })
+	// A fifth from the same address is closed: it would only evict its own.
+	if c := dialFrom(t, "127.0.0.2", addr); !closedSoon(c, time.Second) {
+		t.Fatal("a fifth connection from the flooding address was kept beyond the bound of 4")
+	}
+	// A probe from another address gets in; the flood's oldest idle
+	// connection made room.
+	tr := &http.Transport{DisableKeepAlives: true, DialContext: (&net.Dialer{LocalAddr: &net.TCPAddr{IP: net.ParseIP("127.0.0.1")}}).DialContext}
+	probe := &http.Client{Timeout: wait, Transport: tr}
+	for i := 0; i < 3; i++ {
+		if code, _ := get(t, probe, ts.plainURL+"/healthz"); code != 200 {
+			t.Fatalf("probe %d during the flood: HTTP %d", i, code)
+		}
+	}
+	if !closedSoon(flood[0], time.Second) {
+		t.Fatal("the flood's oldest connection was not closed to make room for the probe")
+	}
+	if n := ts.metricsLn.open.Load(); n > 4 {
+		t.Fatalf("%d metrics connections open, bound 4", n)
+	}
+	if !metric(t, ts, `kadmit_server_metrics_open_connections_limit 4`) {
+		t.Fatal("no kadmit_server_metrics_open_connections_limit 4")
+	}
+	_, m := get(t, probe, ts.plainURL+"/metrics")
+	if !strings.Contains(m, `kadmit_server_refused_total{limit="metrics-connections"}`) || strings.Contains(m, `kadmit_server_refused_total{limit="metrics-connections"} 0`) {
+		t.Fatal("metrics connections closed by the bound were not counted")
+	}
+}

@@ -5,6 +5,7 @@ import (
 	"crypto/sha256"
 	"fmt"
 	"log/slog"
+	"net"
 	"net/http"
 	"strings"
 	"sync"
@@ -31,23 +32,49 @@ const (
 	denyCacheTTL    = 30 * time.Second
 	reviewTimeout   = 10 * time.Second
 	maxCacheEntries = 1024
-	// reviewRate bounds the TokenReviews and SubjectAccessReviews sent to
-	// the API server on cache misses: a client presenting a new token per
-	// request cannot make kadmit flood the API server.
+	// reviewRate bounds the TokenReviews of unknown tokens sent to the API
+	// server: a client presenting a new token per request cannot make
+	// kadmit flood the API server. sourceRate bounds them per client
+	// address, so one address cannot spend the whole rate (tracked for at
+	// most maxSources addresses).
 	reviewRate  = 20
 	reviewBurst = 40
+	sourceRate  = 5
+	sourceBurst = 10
+	maxSources  = 1024
+	// A token the API server authenticated within knownTokenTTL is known:
+	// when its one-minute cache entry expires it is reviewed again without
+	// waiting on the limiters above, so a flood of garbage tokens never
+	// gets a real scraper a 429. At most maxCacheEntries known tokens,
+	// each reviewed at most once per tokenCacheTTL: 1,024 reviews a minute
+	// at worst, and only for tokens that authenticated.
+	knownTokenTTL = 15 * time.Minute
+	// accessRate bounds the SubjectAccessReviews, sent only for
+	// authenticated users, on their own limiter: unauthenticated floods do
+	// not reach it.
+	accessRate  = 20
+	accessBurst = 40
 )
 
 type metricsAuthorizer struct {
-	client kubernetes.Interface
-	log    *slog.Logger
-	th     *throttle
-	lim    *rate.Limiter
-	now    func() time.Time
+	client  kubernetes.Interface
+	log     *slog.Logger
+	th      *throttle
+	lim     *rate.Limiter // TokenReviews of unknown tokens, all sources
+	access  *rate.Limiter // SubjectAccessReviews
+	now     func() time.Time
+	limited func(scope string) // told of each 429: "source" or "global"; may be nil
 
 	mu        sync.Mutex
 	tokens    map[[sha256.Size]byte]cachedUser
+	known     map[[sha256.Size]byte]time.Time // authenticated tokens, until when they are known
+	sources   map[string]*sourceLimiter
 	decisions map[string]cachedDecision
+}
+
+type sourceLimiter struct {
+	lim  *rate.Limiter
+	seen time.Time
 }
 
 type cachedUser struct {
@@ -67,19 +94,25 @@ type cachedDecision struct {
 // rejected token gets 401, as the API server's own WithAuthentication filter
 // answers (k8s.io/apiserver/pkg/endpoints/filters/authentication.go,
 // v0.37.1); an authenticated user without the permission 403; an API error
-// 500; reviews beyond reviewRate per second 429. Answers are cached
-// (tokens 1 min, allowed 5 min, denied 30 s, at most 1,024 of each).
-func metricsAuth(cfg *rest.Config, log *slog.Logger, th *throttle, next http.Handler) (http.Handler, error) {
+// 500; reviews of unknown tokens beyond sourceRate per second from one
+// address or reviewRate in all, or access reviews beyond accessRate, 429
+// (limited is told which). Answers are cached (tokens 1 min, allowed
+// 5 min, denied 30 s, at most 1,024 of each).
+func metricsAuth(cfg *rest.Config, log *slog.Logger, th *throttle, limited func(scope string), next http.Handler) (http.Handler, error) {
 	cs, err := kubernetes.NewForConfig(cfg)
 	if err != nil {
 		return nil, fmt.Errorf("metrics authentication client: %w", err)
 	}
-	return newMetricsAuthorizer(cs, log, th).wrap(next), nil
+	a := newMetricsAuthorizer(cs, log, th)
+	a.limited = limited
+	return a.wrap(next), nil
 }
 
 func newMetricsAuthorizer(cs kubernetes.Interface, log *slog.Logger, th *throttle) *metricsAuthorizer {
-	return &metricsAuthorizer{client: cs, log: log, th: th, lim: rate.NewLimiter(reviewRate, reviewBurst), now: time.Now,
-		tokens: map[[sha256.Size]byte]cachedUser{}, decisions: map[string]cachedDecision{}}
+	return &metricsAuthorizer{client: cs, log: log, th: th, now: time.Now,
+		lim: rate.NewLimiter(reviewRate, reviewBurst), access: rate.NewLimiter(accessRate, accessBurst),
+		tokens: map[[sha256.Size]byte]cachedUser{}, known: map[[sha256.Size]byte]time.Time{},
+		sources: map[string]*sourceLimiter{}, decisions: map[string]cachedDecision{}}
 }
 
 func (a *metricsAuthorizer) wrap(next http.Handler) http.Handler {
@@ -89,7 +122,7 @@ func (a *metricsAuthorizer) wrap(next http.Handler) http.Handler {
 			http.Error(w, "Unauthorized", http.StatusUnauthorized)
 			return
 		}
-		user, code, err := a.authenticate(r.Context(), token)
+		user, code, err := a.authenticate(r.Context(), remoteHost(r.RemoteAddr), token)
 		if err != nil {
 			a.th.log(a.log, slog.LevelWarn, "metrics request: authentication failed", slog.Any("error", err))
 			http.Error(w, http.StatusText(code), code)
@@ -125,18 +158,24 @@ func bearer(r *http.Request) (string, bool) {
 }
 
 // authenticate returns the token's user, nil for a rejected token, or an
-// error with the HTTP status to answer.
-func (a *metricsAuthorizer) authenticate(ctx context.Context, token string) (*authenticationv1.UserInfo, int, error) {
+// error with the HTTP status to answer; source is the client's address.
+func (a *metricsAuthorizer) authenticate(ctx context.Context, source, token string) (*authenticationv1.UserInfo, int, error) {
 	key := sha256.Sum256([]byte(token))
 	now := a.now()
 	a.mu.Lock()
 	c, ok := a.tokens[key]
+	knownUntil, known := a.known[key]
 	a.mu.Unlock()
 	if ok && now.Before(c.expires) {
 		return c.user, 0, nil
 	}
-	if !a.lim.Allow() {
-		return nil, http.StatusTooManyRequests, fmt.Errorf("more than %d token and access reviews per second", reviewRate)
+	if !known || !now.Before(knownUntil) {
+		if scope, err := a.allowUnknown(source, now); err != nil {
+			if a.limited != nil {
+				a.limited(scope)
+			}
+			return nil, http.StatusTooManyRequests, err
+		}
 	}
 	ctx, cancel := context.WithTimeout(ctx, reviewTimeout)
 	defer cancel()
@@ -154,8 +193,79 @@ func (a *metricsAuthorizer) authenticate(ctx context.Context, token string) (*au
 		clear(a.tokens)
 	}
 	a.tokens[key] = cachedUser{user: user, expires: now.Add(tokenCacheTTL)}
+	if user != nil {
+		if _, ok := a.known[key]; !ok && len(a.known) >= maxCacheEntries {
+			evictExpired(a.known, now)
+		}
+		a.known[key] = now.Add(knownTokenTTL)
+	} else {
+		delete(a.known, key) // revoked
+	}
 	a.mu.Unlock()
 	return user, 0, nil
+}
+
+// allowUnknown spends one review of an unknown token from source's limiter
+// and the global one, or says which is spent.
+func (a *metricsAuthorizer) allowUnknown(source string, now time.Time) (string, error) {
+	a.mu.Lock()
+	sl, ok := a.sources[source]
+	if !ok {
+		if len(a.sources) >= maxSources {
+			a.evictSourcesLocked(now)
+		}
+		sl = &sourceLimiter{lim: rate.NewLimiter(sourceRate, sourceBurst)}
+		a.sources[source] = sl
+	}
+	sl.seen = now
+	allowed := sl.lim.Allow()
+	a.mu.Unlock()
+	if !allowed {
+		return "source", fmt.Errorf("more than %d reviews of unknown tokens per second from %s", sourceRate, source)
+	}
+	if !a.lim.Allow() {
+		return "global", fmt.Errorf("more than %d reviews of unknown tokens per second", reviewRate)
+	}
+	return "", nil
+}
+
+// evictSourcesLocked drops the addresses not seen for a minute, or, if
+// none, the one seen longest ago: the map stays within maxSources.
+func (a *metricsAuthorizer) evictSourcesLocked(now time.Time) {
+	var oldest string
+	var oldestSeen time.Time
+	for s, sl := range a.sources {
+		if now.Sub(sl.seen) > time.Minute {
+			delete(a.sources, s)
+			continue
+		}
+		if oldest == "" || sl.seen.Before(oldestSeen) {
+			oldest, oldestSeen = s, sl.seen
+		}
+	}
+	if len(a.sources) >= maxSources {
+		delete(a.sources, oldest)
+	}
+}
+
+// evictExpired drops expired known tokens, or all of them if none has
+// expired: the map stays within maxCacheEntries.
+func evictExpired(m map[[sha256.Size]byte]time.Time, now time.Time) {
+	for k, until := range m {
+		if !now.Before(until) {
+			delete(m, k)
+		}
+	}
+	if len(m) >= maxCacheEntries {
+		clear(m)
+	}
+}
+
+func remoteHost(addr string) string {
+	if host, _, err := net.SplitHostPort(addr); err == nil {
+		return host
+	}
+	return addr
 }
 
 func (a *metricsAuthorizer) authorize(ctx context.Context, u *authenticationv1.UserInfo, verb, path string) (bool, string, int, error) {
@@ -167,8 +277,11 @@ func (a *metricsAuthorizer) authorize(ctx context.Context, u *authenticationv1.U
 	if ok && now.Before(c.expires) {
 		return c.allowed, c.reason, 0, nil
 	}
-	if !a.lim.Allow() {
-		return false, "", http.StatusTooManyRequests, fmt.Errorf("more than %d token and access reviews per second", reviewRate)
+	if !a.access.Allow() {
+		if a.limited != nil {
+			a.limited("global")
+		}
+		return false, "", http.StatusTooManyRequests, fmt.Errorf("more than %d access reviews per second", accessRate)
 	}
 	extra := map[string]authorizationv1.ExtraValue{}
 	for k, v := range u.Extra {

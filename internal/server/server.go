@@ -51,6 +51,25 @@ const (
 	// failurePolicy decides the request. Idle connections are bounded by
 	// MaxConnections.
 	IdleTimeout = 2 * time.Minute
+	// DefaultMetricsMaxConnections bounds open connections on the metrics
+	// and health listener: 64. Its clients are one or two Prometheus
+	// scrapers (one kept-alive connection each) and the kubelet's probes
+	// (a fresh connection per probe); 64 idle TLS connections cost about
+	// 3 MiB (TestHostileMetricsConnectionFlood measures 47 KiB each). At the bound an idle connection of the address holding the
+	// most is closed to make room (limitListener), so probes get in during
+	// a flood.
+	DefaultMetricsMaxConnections = 64
+	// metricsReadTimeout bounds reading one metrics/health request (GETs
+	// with no body), the TLS handshake included: 10s.
+	metricsReadTimeout = 10 * time.Second
+	// metricsWriteTimeout bounds writing one answer to a reader that does
+	// not read: 60s, enough for /debug/pprof/profile's default 30-second
+	// profile (net/http/pprof refuses a profile longer than WriteTimeout).
+	metricsWriteTimeout = 60 * time.Second
+	// metricsIdleTimeout closes a kept-alive metrics connection idle this
+	// long: 90s. Prometheus scrapes every 15-60s; a scraper whose idle
+	// connection is closed just redials (a GET is retried by net/http).
+	metricsIdleTimeout = 90 * time.Second
 	// HTTP/2, when enabled: streams per connection, largest frame read and
 	// receive windows. Each stream is a request and takes an in-flight slot
 	// like any other; the windows bound unread body bytes per connection.
@@ -99,10 +118,21 @@ type Options struct {
 	// MaxConnections bounds open admission connections; beyond it a new
 	// connection is closed at accept. Default DefaultMaxConnections.
 	MaxConnections int
+	// MetricsMaxConnections bounds open connections on the metrics and
+	// health listener; beyond it an idle connection of the busiest source
+	// address is closed, or the new one (limitListener). Default
+	// DefaultMetricsMaxConnections.
+	MetricsMaxConnections int
 	// MaxInFlight bounds admission requests in flight (abandoned reviews
-	// included); beyond it requests get HTTP 503. Default
-	// admission.DefaultMaxInFlight.
+	// beyond MaxAbandonedReviews included); beyond it requests get HTTP
+	// 503. Default admission.DefaultMaxInFlight.
 	MaxInFlight int
+	// MaxAbandonedReviews bounds the reviews abandoned at their deadline
+	// that release their in-flight slot and body bytes at once
+	// (admission.Limits.SetMaxAbandoned); further abandoned reviews keep
+	// both until their policy returns. Default
+	// admission.DefaultMaxAbandoned.
+	MaxAbandonedReviews int
 	// MaxBodyBytesInFlight bounds the body buffers of all requests at once;
 	// beyond it requests get HTTP 503. Default
 	// admission.DefaultMaxBodyBytesInFlight.
@@ -149,6 +179,7 @@ type Server struct {
 	log      *slog.Logger
 	metrics  *metrics.Metrics
 	limitsM  *metrics.Limits
+	boundsM  *metrics.Bounds
 	limits   *admission.Limits
 	tracker  *tracker
 	throttle *throttle
@@ -157,8 +188,10 @@ type Server struct {
 	httpsLn  net.Listener
 	connLn   *limitListener
 	plainLn  net.Listener
-	serving  atomic.Bool
-	stopping atomic.Bool
+	// metricsLn bounds the metrics listener's connections (plainLn wraps it).
+	metricsLn *limitListener
+	serving   atomic.Bool
+	stopping  atomic.Bool
 	// fallback is the metrics listener's certificate until Certs has one.
 	fallbackOnce sync.Once
 	fallback     *tls.Certificate
@@ -193,6 +226,9 @@ func New(opts Options) (*Server, error) {
 	if opts.MaxConnections <= 0 {
 		opts.MaxConnections = DefaultMaxConnections
 	}
+	if opts.MetricsMaxConnections <= 0 {
+		opts.MetricsMaxConnections = DefaultMetricsMaxConnections
+	}
 	if opts.Logger == nil {
 		opts.Logger = slog.Default()
 	}
@@ -206,11 +242,20 @@ func New(opts Options) (*Server, error) {
 	}
 	s := &Server{opts: opts, log: opts.Logger, metrics: m, tracker: newTracker(), throttle: newThrottle(),
 		limits: admission.NewLimits(opts.MaxInFlight, opts.MaxBodyBytesInFlight)}
+	s.limits.SetMaxAbandoned(opts.MaxAbandonedReviews)
 	s.connLn = &limitListener{max: int64(opts.MaxConnections)}
+	s.metricsLn = &limitListener{max: int64(opts.MetricsMaxConnections), evict: true}
 	s.limitsM, err = metrics.NewLimits(opts.Registry, metrics.LimitsSource{
 		InFlight: s.limits.InFlight, Abandoned: s.limits.Abandoned, BodyBytes: s.limits.BodyBytes,
 		Connections: s.connLn.open.Load,
 		MaxInFlight: int64(s.limits.MaxInFlight()), MaxBodyBytes: s.limits.MaxBodyBytes(), MaxConnections: int64(opts.MaxConnections),
+	})
+	if err != nil {
+		return nil, fmt.Errorf("server: register metrics: %w", err)
+	}
+	s.boundsM, err = metrics.NewBounds(opts.Registry, metrics.BoundsSource{
+		MetricsConnections: s.metricsLn.open.Load, MaxMetricsConnections: int64(opts.MetricsMaxConnections),
+		AbandonedTotal: s.limits.AbandonedTotal, AbandonedBytes: s.limits.AbandonedBytes, MaxAbandoned: int64(s.limits.MaxAbandoned()),
 	})
 	if err != nil {
 		return nil, fmt.Errorf("server: register metrics: %w", err)
@@ -230,12 +275,16 @@ func New(opts Options) (*Server, error) {
 		MinVersion:     tls.VersionTLS12,
 		GetCertificate: opts.Certs.GetCertificate,
 	}
+	var errorLogObservers []func(string)
 	if opts.ClientCAFile != "" {
-		ca, err := newClientCA(opts.ClientCAFile, opts.ClientAllowedNames)
+		ca, err := newClientCA(opts.ClientCAFile, opts.ClientAllowedNames, func(reason string) {
+			s.boundsM.ClientCertRefused(reason)
+		})
 		if err != nil {
 			return nil, fmt.Errorf("server: %w", err)
 		}
 		ca.configure(tlsConfig)
+		errorLogObservers = append(errorLogObservers, ca.handshakeLogLine)
 	} else if len(opts.ClientAllowedNames) > 0 {
 		return nil, errors.New("server: allowed client names need a client CA file")
 	}
@@ -255,7 +304,7 @@ func New(opts Options) (*Server, error) {
 		MaxHeaderBytes: DefaultMaxHeaderBytes,
 		ConnState:      s.tracker.connState,
 		ConnContext:    s.tracker.connContext,
-		ErrorLog:       s.throttle.errorLog(opts.Logger),
+		ErrorLog:       s.throttle.errorLog(opts.Logger, errorLogObservers...),
 		HTTP2: &http.HTTP2Config{
 			MaxConcurrentStreams:          http2MaxStreams,
 			MaxReadFrameSize:              http2MaxReadFrameSize,
@@ -290,19 +339,28 @@ func (s *Server) buildMetricsServer() error {
 	var handler http.Handler = protected
 	if opts.MetricsAuth != nil {
 		var err error
-		if handler, err = metricsAuth(opts.MetricsAuth, s.log, s.throttle, protected); err != nil {
+		if handler, err = metricsAuth(opts.MetricsAuth, s.log, s.throttle, s.boundsM.MetricsAuthLimited, protected); err != nil {
 			return fmt.Errorf("server: %w", err)
 		}
 	}
 	pm := http.NewServeMux()
 	pm.Handle("/", handler)
 	s.health(pm)
+	// The same bounds as the admission listener (a TLS handshake and the
+	// headers within 10s, 64 KiB of headers, a connection cap), sized for
+	// GETs: the kubelet's probes and Prometheus.
+	s.metricsLn.refused = func() {
+		s.limitsM.Refused("metrics-connections")
+		s.throttle.log(s.log, slog.LevelWarn, "metrics connection closed: kadmit is at its limit of open metrics connections", slog.Int("metricsMaxConnections", opts.MetricsMaxConnections))
+	}
 	s.plain = &http.Server{
 		Handler:           pm,
 		ReadHeaderTimeout: DefaultReadHeaderTimeout,
-		ReadTimeout:       DefaultReadHeaderTimeout,
-		IdleTimeout:       90 * time.Second,
+		ReadTimeout:       metricsReadTimeout,
+		WriteTimeout:      metricsWriteTimeout,
+		IdleTimeout:       metricsIdleTimeout,
 		MaxHeaderBytes:    DefaultMaxHeaderBytes,
+		ConnState:         s.metricsLn.connState,
 		ErrorLog:          s.throttle.errorLog(opts.Logger),
 	}
 	if opts.MetricsAuth != nil {
@@ -321,7 +379,7 @@ func (s *Server) buildMetricsServer() error {
 func (s *Server) SetWebhooks(webhooks []*admission.Webhook) {
 	routes := make(map[string]http.Handler, len(webhooks))
 	for _, wh := range webhooks {
-		h := admission.NewHandler(wh, admission.HandlerOptions{MaxRequestBytes: s.opts.MaxRequestBytes, Limits: s.limits, Observe: s.observe})
+		h := admission.NewHandler(wh, admission.HandlerOptions{MaxRequestBytes: s.opts.MaxRequestBytes, Limits: s.limits, Observe: s.observe, AbandonedRan: s.boundsM.AbandonedRan})
 		routes[wh.Path] = s.metrics.InFlight(wh.Path, h)
 	}
 	s.routes.Store(&routes)
@@ -399,7 +457,8 @@ func (s *Server) Listen() error {
 			ln.Close()
 			return fmt.Errorf("listen on %s: %w", s.opts.MetricsAddr, err)
 		}
-		s.plainLn = pln
+		s.metricsLn.Listener = pln
+		s.plainLn = s.metricsLn
 	}
 	return nil
 }
