@@ -5,7 +5,9 @@ import (
 	"fmt"
 	"sync"
 
+	"github.com/google/cel-go/cel"
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
+	"k8s.io/apimachinery/pkg/util/version"
 	plugincel "k8s.io/apiserver/pkg/admission/plugin/cel"
 	"k8s.io/apiserver/pkg/admission/plugin/policy/mutating"
 	"k8s.io/apiserver/pkg/admission/plugin/policy/mutating/patch"
@@ -24,10 +26,23 @@ var (
 // (v0.37.1), the same EnvSet mutating/compilation.go builds per policy.
 // Its compatibility version is the library's (environment.
 // DefaultCompatibilityVersion), so the CEL libraries and cost limits are
-// those of the API server of the same minor.
+// those of the API server of the same minor. Its programs are also
+// interruptible in the few library calls cel-go does not interrupt
+// (interruptibleCalls).
 func compositionEnv() *environment.EnvSet {
 	baseEnvOnce.Do(func() {
-		baseEnv = environment.MustBaseEnvSet(environment.DefaultCompatibilityVersion())
+		base := environment.MustBaseEnvSet(environment.DefaultCompatibilityVersion())
+		// Every program also stops its quadratic list functions when the
+		// review's context ends (see interruptibleCalls); nothing else
+		// changes: no declaration, cost or result.
+		env, err := base.Extend(environment.VersionedOptions{
+			IntroducedVersion: version.MajorMinor(1, 0),
+			ProgramOptions:    []cel.ProgramOption{cel.CustomDecoratorV2(interruptibleCalls)},
+		})
+		if err != nil {
+			panic(fmt.Sprintf("extend the CEL environment: %v", err))
+		}
+		baseEnv = env
 	})
 	return baseEnv
 }

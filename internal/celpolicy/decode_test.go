@@ -134,7 +134,7 @@ func TestRequestCache(t *testing.T) {
 		return r
 	}
 	for range 10 {
-		c.get(ctx, big(requestCacheBytes / 4))
+		c.get(ctx, big(requestCacheBytes/4))
 	}
 	if len(c.entries) > 4 || c.bytes > requestCacheBytes {
 		t.Fatalf("%d entries of %d bytes in all, bound %d bytes", len(c.entries), c.bytes, requestCacheBytes)
