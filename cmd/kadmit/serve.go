@@ -10,6 +10,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/kadmit/kadmit/internal/admission"
+	"github.com/kadmit/kadmit/internal/celpolicy"
 	"github.com/kadmit/kadmit/internal/certs"
 	"github.com/kadmit/kadmit/internal/daemon"
 	"github.com/kadmit/kadmit/internal/logging"
@@ -80,6 +81,8 @@ whatever the --tls mode.`,
 	f.IntVar(&o.MaxConnections, "max-connections", server.DefaultMaxConnections, "open admission connections; more are closed at accept")
 	f.IntVar(&o.MaxInFlight, "max-in-flight", admission.DefaultMaxInFlight, "admission requests in flight, reviews running past their deadline included; more get HTTP 503")
 	f.Int64Var(&o.MaxBodyBytesInFlight, "max-body-bytes-in-flight", admission.DefaultMaxBodyBytesInFlight, "request-body buffer bytes held by all requests at once; more get HTTP 503")
+	f.IntVar(&o.PolicyMaxObjectBytes, "policy-max-object-bytes", celpolicy.DefaultMaxObjectBytes, "largest object or oldObject (JSON bytes) declared policies are evaluated on; larger: HTTP 413, the policy's failurePolicy decides (default: etcd's 1.5 MiB request limit)")
+	f.Int64Var(&o.PolicyDecodeBytesInFlight, "policy-decode-bytes-in-flight", celpolicy.DefaultDecodeBudgetBytes, "estimated memory of the objects declared policies hold decoded at once, all requests together; more get HTTP 503")
 	f.BoolVar(&o.HTTP2, "http2", false, "offer HTTP/2 on the admission listener (HTTP/1.1 only by default; see docs/security.md)")
 	f.DurationVar(&o.ShutdownGrace, "shutdown-grace", 30*time.Second, "how long in-flight requests may take to finish after SIGTERM")
 	f.Int64Var(&o.MaxRequestBytes, "max-request-bytes", admission.DefaultMaxRequestBytes, "largest AdmissionReview body accepted (larger: HTTP 413)")

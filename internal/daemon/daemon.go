@@ -75,10 +75,15 @@ type Options struct {
 	MaxConnections       int
 	MaxInFlight          int
 	MaxBodyBytesInFlight int64
-	HTTP2                bool
-	ClientCAFile         string
-	ClientAllowedNames   []string
-	MetricsSecure        bool
+	// PolicyMaxObjectBytes bounds the object the declared policies are
+	// evaluated on, PolicyDecodeBytesInFlight the memory of the objects
+	// they hold decoded at once (celpolicy.Options; 0: the defaults).
+	PolicyMaxObjectBytes      int
+	PolicyDecodeBytesInFlight int64
+	HTTP2                     bool
+	ClientCAFile              string
+	ClientAllowedNames        []string
+	MetricsSecure             bool
 
 	// TLSMode is TLSSelfManaged, TLSFiles or TLSSelfSigned.
 	TLSMode string

@@ -65,6 +65,12 @@ type reloader struct {
 	serve    func([]*admission.Webhook)
 	register func([]admission.Hook)
 
+	// budget bounds the declared policies' decoded objects, one for the
+	// process: a reloaded policy set shares it with requests the old
+	// set still serves.
+	budgetOnce sync.Once
+	budget     *celpolicy.Budget
+
 	mu  sync.Mutex
 	cfg *config.Configuration
 	// policyDocs are the running documents of --policies-configmap: the
@@ -114,7 +120,8 @@ func (r *reloader) build(ctx context.Context, cfg *config.Configuration, docs []
 	hooks, err := builtin.Hooks(cfg, policy.Env{Cluster: cluster, Log: r.log})
 	if err == nil && r.declared() {
 		var declared []admission.Hook
-		if declared, err = declaredHooks(r.opts.PolicyPaths, docs, cluster); err == nil {
+		r.budgetOnce.Do(func() { r.budget = celpolicy.NewBudget(r.opts.PolicyDecodeBytesInFlight) })
+		if declared, err = declaredHooks(r.opts.PolicyPaths, docs, cluster, celpolicy.Options{Budget: r.budget, MaxObjectBytes: r.opts.PolicyMaxObjectBytes}); err == nil {
 			hooks = append(hooks, declared...)
 		}
 	}
