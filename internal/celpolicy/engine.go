@@ -334,12 +334,12 @@ func (e *Engine) mutate(ctx context.Context, req *Request, hooks []mutating.Poli
 	}
 	// The mutating dispatcher writes the patched object back into the
 	// attributes' object: each evaluation decodes its own. Its patchers
-	// build the patched object beside it, and the diff below decodes the
-	// request's and the patched JSON again once those are dropped: the
-	// evaluation holds about two decoded copies of the object at a time,
-	// charged before the first decode.
+	// build the patched object beside it (through structured-merge-diff's
+	// typed values for an ApplyConfiguration), and the diff below decodes
+	// the request's and the patched JSON again: mutateFactor estimates of
+	// the object, charged before the first decode.
 	if req.meter != nil {
-		if err := req.meter.charge(2 * estimate(req.Object)); err != nil {
+		if err := req.meter.charge(mutateFactor * estimate(req.Object)); err != nil {
 			return nil, fmt.Errorf("object: %w", err)
 		}
 	}

@@ -140,6 +140,11 @@ func FromAdmission(req *admission.Request) *Request {
 }
 
 func (e *Engine) serveValidate(ctx context.Context, policy string, req *admission.Request) admission.Verdict {
+	if err := ctx.Err(); err != nil {
+		// The review was abandoned at its deadline (its answer, a 500, is
+		// sent): the policies after the one that overran do not run.
+		return admission.Unanswered(http.StatusInternalServerError, fmt.Errorf("%s '%s' not evaluated: %w", "ValidatingAdmissionPolicy", policy, err))
+	}
 	if err := e.checkSize(req); err != nil {
 		return unanswered(policy, admission.Validating, err)
 	}
@@ -160,6 +165,11 @@ func (e *Engine) serveValidate(ctx context.Context, policy string, req *admissio
 }
 
 func (e *Engine) serveMutate(ctx context.Context, policy string, req *admission.Request) ([]jsonedit.Op, admission.Verdict) {
+	if err := ctx.Err(); err != nil {
+		// The review was abandoned at its deadline (its answer, a 500, is
+		// sent): the policies after the one that overran do not run.
+		return nil, admission.Unanswered(http.StatusInternalServerError, fmt.Errorf("%s '%s' not evaluated: %w", "MutatingAdmissionPolicy", policy, err))
+	}
 	if err := e.checkSize(req); err != nil {
 		return nil, unanswered(policy, admission.Mutating, err)
 	}
