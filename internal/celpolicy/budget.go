@@ -1,8 +1,10 @@
 package celpolicy
 
 import (
+	"context"
 	"errors"
 	"fmt"
+	"sync"
 	"sync/atomic"
 
 	"github.com/kadmit/kadmit/internal/admission"
@@ -108,6 +110,7 @@ func (b *Budget) give(n int64) { b.used.Add(-n) }
 // (offline: `kadmit review`, `kadmit test`), takes nothing.
 type meter struct {
 	b    *Budget
+	mu   sync.Mutex // serializes ensure
 	held atomic.Int64
 }
 
@@ -136,6 +139,27 @@ func (m *meter) chargeJSON(raw []byte) error {
 		return nil
 	}
 	return m.charge(estimate(raw))
+}
+
+// ensure makes m hold at least n bytes, taking only what it lacks: the
+// hooks of one request that share a meter (requestMeters) hold the largest
+// need of any of them, not the sum.
+func (m *meter) ensure(n int64) error {
+	if m == nil || m.b == nil {
+		return nil
+	}
+	if n > m.b.max {
+		return m.b.take(n) // refused as too large, taking nothing
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if h := m.held.Load(); n > h {
+		if err := m.b.take(n - h); err != nil {
+			return err
+		}
+		m.held.Add(n - h)
+	}
+	return nil
 }
 
 // release gives back everything m took.
@@ -195,4 +219,44 @@ func estimate(raw []byte) int64 {
 	// container starts one more.
 	values := commas + objects + arrays + 1
 	return int64(len(raw)) + costValue*values + costMember*colons + costObject*objects + costArray*arrays
+}
+
+// requestMeters gives the mutating hooks of one request one meter, held
+// from the first hook until the request's context ends: the mutating
+// policies on a path run one after another on the same request, each
+// needing about as much as the last, and a request that got its share
+// keeps it through the chain instead of competing for it again at each
+// policy (and being refused 503 halfway). Entries live as long as their
+// requests, so there are at most as many as requests in flight.
+type requestMeters struct {
+	mu sync.Mutex
+	m  map[context.Context]*meter
+}
+
+// get returns ctx's meter and whether the caller must release it itself
+// (a context that never ends: offline use).
+func (r *requestMeters) get(ctx context.Context, b *Budget) (*meter, bool) {
+	if b == nil {
+		return nil, false
+	}
+	if ctx.Done() == nil {
+		return newMeter(b), true
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if m := r.m[ctx]; m != nil {
+		return m, false
+	}
+	if r.m == nil {
+		r.m = map[context.Context]*meter{}
+	}
+	m := newMeter(b)
+	r.m[ctx] = m
+	context.AfterFunc(ctx, func() {
+		r.mu.Lock()
+		delete(r.m, ctx)
+		r.mu.Unlock()
+		m.release()
+	})
+	return m, false
 }

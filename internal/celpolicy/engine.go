@@ -56,8 +56,10 @@ type Engine struct {
 	validatingUnion fieldSet
 	// decoded shares the served requests' decoded objects between hooks.
 	decoded requestCache
-	// budget and maxObject bound what the served hooks decode (Options).
+	// budget and maxObject bound what the served hooks decode (Options);
+	// mutators holds the meter the mutating hooks of a request share.
 	budget    *Budget
+	mutators  requestMeters
 	maxObject int
 }
 
@@ -339,7 +341,11 @@ func (e *Engine) mutate(ctx context.Context, req *Request, hooks []mutating.Poli
 	// the request's and the patched JSON again: mutateFactor estimates of
 	// the object, charged before the first decode.
 	if req.meter != nil {
-		if err := req.meter.charge(mutateFactor * estimate(req.Object)); err != nil {
+		need := mutateFactor * estimate(req.Object)
+		if req.shared == nil && req.OldObject != nil {
+			need += estimate(req.OldObject)
+		}
+		if err := req.meter.ensure(need); err != nil {
 			return nil, fmt.Errorf("object: %w", err)
 		}
 	}
@@ -351,7 +357,7 @@ func (e *Engine) mutate(ctx context.Context, req *Request, hooks []mutating.Poli
 	if req.shared != nil {
 		old, err = req.shared.oldObject(req)
 	} else {
-		old, err = decodeObject(req.OldObject, req.Kind, "oldObject", req.meter)
+		old, err = decodeObject(req.OldObject, req.Kind, "oldObject", nil)
 	}
 	if err != nil {
 		return nil, err

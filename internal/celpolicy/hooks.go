@@ -174,8 +174,11 @@ func (e *Engine) serveMutate(ctx context.Context, policy string, req *admission.
 		return nil, unanswered(policy, admission.Mutating, err)
 	}
 	r := FromAdmission(req)
-	r.meter = newMeter(e.budget)
-	defer r.meter.release()
+	var own bool
+	r.meter, own = e.mutators.get(ctx, e.budget)
+	if own {
+		defer r.meter.release()
+	}
 	if len(e.mutating) > 1 && r.OldObject != nil {
 		r.shared = e.decoded.get(ctx, req)
 	}
