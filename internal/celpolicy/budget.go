@@ -110,8 +110,14 @@ func (b *Budget) give(n int64) { b.used.Add(-n) }
 // (offline: `kadmit review`, `kadmit test`), takes nothing.
 type meter struct {
 	b    *Budget
-	mu   sync.Mutex // serializes ensure
+	mu   sync.Mutex // guards the fields below and serializes charges
 	held atomic.Int64
+	// users counts the hooks running on a shared meter; ended is set when
+	// its request's context ends. A shared meter gives its bytes back
+	// once both hold: an abandoned review's hook still decoding keeps
+	// them until it returns, and charges nothing more after that.
+	users int
+	ended bool
 }
 
 func newMeter(b *Budget) *meter {
@@ -126,11 +132,53 @@ func (m *meter) charge(n int64) error {
 	if m == nil || m.b == nil {
 		return nil
 	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.ended {
+		return errReviewEnded
+	}
 	if err := m.b.take(n); err != nil {
 		return err
 	}
 	m.held.Add(n)
 	return nil
+}
+
+// errReviewEnded refuses a charge to the meter of a request whose context
+// ended (its review was answered or abandoned): nothing would give it back.
+var errReviewEnded = errors.New("the review already ended")
+
+// enter and leave bracket a hook running on a shared meter; end is called
+// when its request's context ends. The last of leave and end releases.
+func (m *meter) enter() {
+	if m != nil {
+		m.mu.Lock()
+		m.users++
+		m.mu.Unlock()
+	}
+}
+
+func (m *meter) leave() {
+	if m == nil {
+		return
+	}
+	m.mu.Lock()
+	m.users--
+	done := m.ended && m.users == 0
+	m.mu.Unlock()
+	if done {
+		m.release()
+	}
+}
+
+func (m *meter) end() {
+	m.mu.Lock()
+	m.ended = true
+	done := m.users == 0
+	m.mu.Unlock()
+	if done {
+		m.release()
+	}
 }
 
 // chargeJSON takes the estimate of decoding raw.
@@ -153,6 +201,9 @@ func (m *meter) ensure(n int64) error {
 	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
+	if m.ended {
+		return errReviewEnded
+	}
 	if h := m.held.Load(); n > h {
 		if err := m.b.take(n - h); err != nil {
 			return err
@@ -233,8 +284,9 @@ type requestMeters struct {
 	m  map[context.Context]*meter
 }
 
-// get returns ctx's meter and whether the caller must release it itself
-// (a context that never ends: offline use).
+// get returns ctx's meter, entered (see enter), and whether the caller
+// must release it itself (a context that never ends: offline use) rather
+// than leave it.
 func (r *requestMeters) get(ctx context.Context, b *Budget) (*meter, bool) {
 	if b == nil {
 		return nil, false
@@ -244,19 +296,20 @@ func (r *requestMeters) get(ctx context.Context, b *Budget) (*meter, bool) {
 	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	if m := r.m[ctx]; m != nil {
-		return m, false
+	m := r.m[ctx]
+	if m == nil {
+		if r.m == nil {
+			r.m = map[context.Context]*meter{}
+		}
+		m = newMeter(b)
+		r.m[ctx] = m
+		context.AfterFunc(ctx, func() {
+			r.mu.Lock()
+			delete(r.m, ctx)
+			r.mu.Unlock()
+			m.end()
+		})
 	}
-	if r.m == nil {
-		r.m = map[context.Context]*meter{}
-	}
-	m := newMeter(b)
-	r.m[ctx] = m
-	context.AfterFunc(ctx, func() {
-		r.mu.Lock()
-		delete(r.m, ctx)
-		r.mu.Unlock()
-		m.release()
-	})
+	m.enter()
 	return m, false
 }

@@ -389,3 +389,41 @@ spec: {policyName: slow, validationActions: [Deny]}
 		})
 	}
 }
+
+// TestAbandonedReviewKeepsChargeUntilReturn: a request's shared charge
+// outlives its context while a hook still runs on it (an abandoned review
+// still decoding holds that memory), is given back when the hook returns,
+// and nothing can be charged to it after its context ended.
+func TestAbandonedReviewKeepsChargeUntilReturn(t *testing.T) {
+	b := NewBudget(1 << 20)
+	var r requestMeters
+	ctx, cancel := context.WithCancel(context.Background())
+	m, own := r.get(ctx, b)
+	if own {
+		t.Fatal("a cancellable request's meter is not shared")
+	}
+	if err := m.ensure(1000); err != nil {
+		t.Fatal(err)
+	}
+	if m2, _ := r.get(ctx, b); m2 != m {
+		t.Fatal("two meters for one request")
+	} else {
+		m2.leave()
+	}
+	cancel()
+	time.Sleep(50 * time.Millisecond) // let AfterFunc run
+	if b.Used() != 1000 {
+		t.Fatalf("used %d while a hook still runs, want 1000", b.Used())
+	}
+	if err := m.ensure(2000); !errors.Is(err, errReviewEnded) {
+		t.Fatalf("charge after the review ended: %v", err)
+	}
+	m.leave()
+	waitUsed(t, b, 0)
+	r.mu.Lock()
+	n := len(r.m)
+	r.mu.Unlock()
+	if n != 0 {
+		t.Fatalf("%d meters kept after their requests ended", n)
+	}
+}

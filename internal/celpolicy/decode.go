@@ -153,8 +153,9 @@ type cacheEntry struct {
 
 // get returns the decoded objects of req: its entry's, or a new entry's
 // (evicting the oldest ones to stay within the bounds, and dropped when
-// ctx ends), or, for a request above requestCacheBytes or whose ctx never
-// ends, a fresh value no other hook will see.
+// ctx ends), entered (the caller leaves d.m when done), or, for a request
+// above requestCacheBytes or whose ctx never ends, a fresh value no other
+// hook will see (d.m nil).
 func (c *requestCache) get(ctx context.Context, req *admission.Request) *decoded {
 	obj, old := req.Object.Raw, req.OldObject.Raw
 	po, pold := unsafe.SliceData(obj), unsafe.SliceData(old)
@@ -167,6 +168,7 @@ func (c *requestCache) get(ctx context.Context, req *admission.Request) *decoded
 	for i := range c.entries {
 		e := &c.entries[i]
 		if e.req == req && e.obj == po && e.n == len(obj) && e.old == pold && e.oldN == len(old) {
+			e.d.m.enter()
 			return e.d
 		}
 	}
@@ -186,13 +188,15 @@ func (c *requestCache) get(ctx context.Context, req *admission.Request) *decoded
 	}
 	c.entries = append(c.entries, cacheEntry{req: req, obj: po, n: len(obj), old: pold, oldN: len(old), d: d})
 	c.bytes += size
+	d.m.enter()
 	context.AfterFunc(ctx, func() { c.drop(d) })
 	return d
 }
 
 // drop removes d's entry, if still cached, and gives back what its
-// decodes took. A hook still running on d (an abandoned review) keeps its
-// objects until it returns; the interrupt check stops its CEL evaluation.
+// decodes took once no hook runs on it: a hook still running on d (an
+// abandoned review) keeps the charge until it returns; the interrupt
+// check stops its CEL evaluation.
 func (c *requestCache) drop(d *decoded) {
 	c.mu.Lock()
 	for i := range c.entries {
@@ -204,7 +208,7 @@ func (c *requestCache) drop(d *decoded) {
 		}
 	}
 	c.mu.Unlock()
-	d.m.release()
+	d.m.end()
 }
 
 // meterFor is the meter d's decodes charge: d's own when it is shared,

@@ -153,6 +153,7 @@ func (e *Engine) serveValidate(ctx context.Context, policy string, req *admissio
 	defer r.meter.release()
 	if len(e.validating) > 1 {
 		r.shared = e.decoded.get(ctx, req)
+		defer r.shared.m.leave()
 	}
 	d, err := e.ValidatePolicy(ctx, policy, r)
 	if err != nil {
@@ -178,9 +179,12 @@ func (e *Engine) serveMutate(ctx context.Context, policy string, req *admission.
 	r.meter, own = e.mutators.get(ctx, e.budget)
 	if own {
 		defer r.meter.release()
+	} else {
+		defer r.meter.leave()
 	}
 	if len(e.mutating) > 1 && r.OldObject != nil {
 		r.shared = e.decoded.get(ctx, req)
+		defer r.shared.m.leave()
 	}
 	d, err := e.MutatePolicy(ctx, policy, r)
 	if err != nil {
