@@ -252,6 +252,12 @@ func (d *daemon) newMetrics(context.Context) error {
 		return err
 	}
 	d.reloads.metrics, err = metrics.NewConfigReloads(d.promReg)
+	if err != nil {
+		return err
+	}
+	if b := d.reloads.decodeBudget(); d.reloads.declared() {
+		err = metrics.NewDecodeBudget(d.promReg, metrics.DecodeBudgetSource{Used: b.Used, Refused: b.Refused, Max: b.Max()})
+	}
 	return err
 }
 

@@ -81,6 +81,13 @@ type reloader struct {
 	stopCluster context.CancelFunc
 }
 
+// decodeBudget is the process's one budget for declared policies'
+// decoded objects (--policy-decode-bytes-in-flight).
+func (r *reloader) decodeBudget() *celpolicy.Budget {
+	r.budgetOnce.Do(func() { r.budget = celpolicy.NewBudget(r.opts.PolicyDecodeBytesInFlight) })
+	return r.budget
+}
+
 // declared reports whether serve runs declared policies (--policies or
 // --policies-configmap).
 func (r *reloader) declared() bool {
@@ -120,8 +127,7 @@ func (r *reloader) build(ctx context.Context, cfg *config.Configuration, docs []
 	hooks, err := builtin.Hooks(cfg, policy.Env{Cluster: cluster, Log: r.log})
 	if err == nil && r.declared() {
 		var declared []admission.Hook
-		r.budgetOnce.Do(func() { r.budget = celpolicy.NewBudget(r.opts.PolicyDecodeBytesInFlight) })
-		if declared, err = declaredHooks(r.opts.PolicyPaths, docs, cluster, celpolicy.Options{Budget: r.budget, MaxObjectBytes: r.opts.PolicyMaxObjectBytes}); err == nil {
+		if declared, err = declaredHooks(r.opts.PolicyPaths, docs, cluster, celpolicy.Options{Budget: r.decodeBudget(), MaxObjectBytes: r.opts.PolicyMaxObjectBytes}); err == nil {
 			hooks = append(hooks, declared...)
 		}
 	}

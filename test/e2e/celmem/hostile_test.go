@@ -132,10 +132,11 @@ spec: {policyName: label-%[1]d}
 }
 
 type proc struct {
-	t      *testing.T
-	p      *kadmitproc.Process
-	addr   string
-	client *http.Client
+	t       *testing.T
+	p       *kadmitproc.Process
+	addr    string
+	metrics string
+	client  *http.Client
 }
 
 // start runs `kadmit serve --policies` (not registered: the attacks are
@@ -196,7 +197,7 @@ func start(t *testing.T) *proc {
 	}
 	roots := x509.NewCertPool()
 	roots.AppendCertsFromPEM(pem)
-	return &proc{t: t, p: p, addr: addr, client: &http.Client{Timeout: 30 * time.Second,
+	return &proc{t: t, p: p, addr: addr, metrics: metricsAddr, client: &http.Client{Timeout: 30 * time.Second,
 		Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: roots}, MaxIdleConnsPerHost: 16}}}
 }
 
@@ -391,6 +392,19 @@ func TestHostileDecodeBudgetUnderLoad(t *testing.T) {
 	if codes[200] == 0 {
 		t.Fatalf("no review answered 200: %v", codes)
 	}
+	if os.Getenv("KADMIT_HOSTILE_BINARY") == "" {
+		resp, err := http.Get("http://" + p.metrics + "/metrics")
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		m := string(b)
+		if !strings.Contains(m, "kadmit_policy_decoded_bytes_limit 6.7108864e+07") || !strings.Contains(m, "\nkadmit_policy_decoded_bytes 0\n") ||
+			strings.Contains(m, "kadmit_policy_decode_refused_total 0\n") || !strings.Contains(m, "kadmit_policy_decode_refused_total ") {
+			t.Errorf("decode budget metrics after the load (budget given back, refusals counted):\n%s", grepLines(m, "kadmit_policy_decode"))
+		}
+	}
 	// 500: a review past its deadline (CPU, on a shared machine); never a
 	// dropped connection (0) or another status.
 	for c := range codes {
@@ -398,4 +412,14 @@ func TestHostileDecodeBudgetUnderLoad(t *testing.T) {
 			t.Errorf("answers %v: only 200, 503 and 500 expected", codes)
 		}
 	}
+}
+
+func grepLines(s, prefix string) string {
+	var out []string
+	for _, l := range strings.Split(s, "\n") {
+		if strings.HasPrefix(l, prefix) {
+			out = append(out, l)
+		}
+	}
+	return strings.Join(out, "\n")
 }
