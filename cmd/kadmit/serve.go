@@ -81,7 +81,7 @@ whatever the --tls mode.`,
 	f.IntVar(&o.MaxConnections, "max-connections", server.DefaultMaxConnections, "open admission connections; more are closed at accept")
 	f.IntVar(&o.MaxInFlight, "max-in-flight", admission.DefaultMaxInFlight, "admission requests in flight, reviews running past their deadline included; more get HTTP 503")
 	f.Int64Var(&o.MaxBodyBytesInFlight, "max-body-bytes-in-flight", admission.DefaultMaxBodyBytesInFlight, "request-body buffer bytes held by all requests at once; more get HTTP 503")
-	f.IntVar(&o.PolicyMaxObjectBytes, "policy-max-object-bytes", celpolicy.DefaultMaxObjectBytes, "largest object or oldObject (JSON bytes) declared policies are evaluated on; larger: HTTP 413, the policy's failurePolicy decides (default: etcd's 1.5 MiB request limit)")
+	f.IntVar(&o.PolicyMaxObjectBytes, "policy-max-object-bytes", celpolicy.DefaultMaxObjectBytes, "largest object or oldObject (JSON bytes) declared policies are evaluated on; larger: HTTP 413, the policy's failurePolicy decides (1.5 MiB is etcd's request limit; negative: no bound)")
 	f.Int64Var(&o.PolicyDecodeBytesInFlight, "policy-decode-bytes-in-flight", celpolicy.DefaultDecodeBudgetBytes, "estimated memory of the objects declared policies hold decoded at once, all requests together; more get HTTP 503")
 	f.BoolVar(&o.HTTP2, "http2", false, "offer HTTP/2 on the admission listener (HTTP/1.1 only by default; see docs/security.md)")
 	f.DurationVar(&o.ShutdownGrace, "shutdown-grace", 30*time.Second, "how long in-flight requests may take to finish after SIGTERM")

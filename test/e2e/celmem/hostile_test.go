@@ -388,7 +388,7 @@ func TestHostileDecodeBudgetUnderLoad(t *testing.T) {
 		})
 	}
 	wg.Wait()
-	p.finish("8 clients, 1.5 MB objects, 8 s", base, t0, cpu0, codes)
+	p.finish("8 clients, 1 MB blobs to the VAP and 500 KB pods to the MAPs, 8 s", base, t0, cpu0, codes)
 	if codes[200] == 0 {
 		t.Fatalf("no review answered 200: %v", codes)
 	}
