@@ -142,6 +142,15 @@ type proc struct {
 // start runs `kadmit serve --policies` (not registered: the attacks are
 // sent straight to its port) with GOMEMLIMIT=200MiB.
 func start(t *testing.T) *proc {
+	docs := vap
+	for i := 1; i <= 5; i++ {
+		docs += "---\n" + mapPolicy(i)
+	}
+	return startWith(t, docs)
+}
+
+// startWith is start with the policy documents docs.
+func startWith(t *testing.T, docs string) *proc {
 	t.Helper()
 	if world.skip != "" {
 		t.Skip(world.skip)
@@ -150,10 +159,6 @@ func start(t *testing.T) *proc {
 	pol := filepath.Join(tmp, "policies")
 	if err := os.Mkdir(pol, 0o700); err != nil {
 		t.Fatal(err)
-	}
-	docs := vap
-	for i := 1; i <= 5; i++ {
-		docs += "---\n" + mapPolicy(i)
 	}
 	if err := os.WriteFile(filepath.Join(pol, "policies.yaml"), []byte(docs), 0o600); err != nil {
 		t.Fatal(err)
@@ -422,4 +427,47 @@ func grepLines(s, prefix string) string {
 		}
 	}
 	return strings.Join(out, "\n")
+}
+
+// Point 8: 1,000 trivial validating policies on pods (the loader's bound,
+// 2,000 documents with their bindings): kadmit's idle RSS, and the CPU of
+// reviews matching all of them. Reported; the bound asserted is the RSS.
+func TestThousandTrivialPolicies(t *testing.T) {
+	var b strings.Builder
+	for i := range 1000 {
+		fmt.Fprintf(&b, `apiVersion: admissionregistration.k8s.io/v1
+kind: ValidatingAdmissionPolicy
+metadata: {name: p%[1]d}
+spec:
+  failurePolicy: Fail
+  matchConstraints:
+    resourceRules: [{apiGroups: [""], apiVersions: ["v1"], operations: ["CREATE"], resources: ["pods"]}]
+  validations:
+  - expression: "object.metadata.name != 'forbidden-%[1]d'"
+---
+apiVersion: admissionregistration.k8s.io/v1
+kind: ValidatingAdmissionPolicyBinding
+metadata: {name: p%[1]d}
+spec: {policyName: p%[1]d, validationActions: [Deny]}
+---
+`, i)
+	}
+	t0 := time.Now()
+	p := startWith(t, b.String())
+	ready := time.Since(t0)
+	time.Sleep(2 * time.Second)
+	idle := p.status("VmRSS")
+	cpu0 := p.cpu()
+	body := review("pods", "", "Pod", []byte(`{"apiVersion":"v1","kind":"Pod","metadata":{"name":"ok","namespace":"default"},"spec":{"containers":[{"name":"c","image":"nginx"}]}}`))
+	const n = 20
+	for range n {
+		if code, msg := p.post("/validate-policies", body); code != 200 || !strings.Contains(msg, `"allowed":true`) {
+			t.Fatalf("review: %d %s", code, msg)
+		}
+	}
+	perReview := (p.cpu() - cpu0) / n
+	t.Logf("1,000 trivial VAPs: ready after %v (start CPU %v), idle RSS %d MiB, %v CPU per review matching all of them", ready.Round(100*time.Millisecond), cpu0, idle/mib, perReview)
+	if idle > 160*mib {
+		t.Fatalf("idle RSS %d MiB with 1,000 trivial policies, above 160 MiB", idle/mib)
+	}
 }
