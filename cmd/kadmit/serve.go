@@ -10,6 +10,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/kadmit/kadmit/internal/admission"
+	"github.com/kadmit/kadmit/internal/celpolicy"
 	"github.com/kadmit/kadmit/internal/certs"
 	"github.com/kadmit/kadmit/internal/daemon"
 	"github.com/kadmit/kadmit/internal/logging"
@@ -86,6 +87,8 @@ whatever the --tls mode.`,
 	f.IntVar(&o.MaxInFlight, "max-in-flight", admission.DefaultMaxInFlight, "admission requests in flight, reviews running past their deadline beyond --max-abandoned-reviews included; more get HTTP 503")
 	f.IntVar(&o.MaxAbandonedReviews, "max-abandoned-reviews", admission.DefaultMaxAbandoned, "reviews still running past their deadline (answered 500) that give back their in-flight slot and body bytes at once; beyond it (or a quarter of --max-body-bytes-in-flight) they keep both until their policy returns")
 	f.Int64Var(&o.MaxBodyBytesInFlight, "max-body-bytes-in-flight", admission.DefaultMaxBodyBytesInFlight, "request-body buffer bytes held by all requests at once; more get HTTP 503")
+	f.IntVar(&o.PolicyMaxObjectBytes, "policy-max-object-bytes", celpolicy.DefaultMaxObjectBytes, "largest object or oldObject (JSON bytes) declared policies are evaluated on; larger: HTTP 413, the policy's failurePolicy decides (1.5 MiB is etcd's request limit; negative: no bound)")
+	f.Int64Var(&o.PolicyDecodeBytesInFlight, "policy-decode-bytes-in-flight", celpolicy.DefaultDecodeBudgetBytes, "estimated memory of the objects declared policies hold decoded at once, all requests together; more get HTTP 503")
 	f.BoolVar(&o.HTTP2, "http2", false, "offer HTTP/2 on the admission listener (HTTP/1.1 only by default; see docs/security.md)")
 	f.DurationVar(&o.ShutdownGrace, "shutdown-grace", 30*time.Second, "how long in-flight requests may take to finish after SIGTERM")
 	f.Int64Var(&o.MaxRequestBytes, "max-request-bytes", admission.DefaultMaxRequestBytes, "largest AdmissionReview body accepted (larger: HTTP 413)")

@@ -152,6 +152,9 @@ func (w *Webhook) review(ctx context.Context, req *Request, withObject bool) (Ou
 		}); err != nil {
 			return Outcome{}, err
 		}
+		if se := v.unanswered; se != nil {
+			return Outcome{}, &StatusError{Policy: h.Policy, Code: se.Code, Err: se.Err}
+		}
 		if !addVerdict(resp, h.Policy, v) {
 			out.Policy = h.Policy
 			break

@@ -219,7 +219,11 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		if errors.As(err, &pe) {
 			d.Panic = pe
 		}
-		fail(http.StatusInternalServerError, fmt.Errorf("review %s: %w", req.UID, err))
+		code := http.StatusInternalServerError
+		if se := (*StatusError)(nil); errors.As(err, &se) {
+			code = se.Code
+		}
+		fail(code, fmt.Errorf("review %s: %w", req.UID, err))
 		return
 	}
 	d.Allowed, d.Patched, d.Policy = out.Response.Allowed, out.Response.Patch != nil, out.Policy

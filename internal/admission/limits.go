@@ -176,3 +176,32 @@ func (l *Limits) returnReleased(n int64) {
 	l.releasedBytes.Add(-n)
 	l.released.Add(-1)
 }
+
+// StatusError is returned by Webhook.Review when a hook declined to decide
+// (its Verdict came from Unanswered): the HTTP handler answers the review
+// with HTTP Code and the error's text instead of an AdmissionResponse, so
+// the webhook's failurePolicy decides, as for any failed call. Code 503
+// (errors wrapping ErrBusy) says a shared bound was reached and a retry
+// may succeed; 413 says the request itself is beyond a bound.
+type StatusError struct {
+	Policy string
+	Code   int
+	Err    error
+}
+
+func (e *StatusError) Error() string {
+	return fmt.Sprintf("policy %s: %v", e.Policy, e.Err)
+}
+
+func (e *StatusError) Unwrap() error { return e.Err }
+
+// Unanswered is the Verdict of a hook that gives no admission decision:
+// the chain stops and Webhook.Review returns a *StatusError with code
+// (an HTTP status, 500 when out of 400-599) and err. Kadmit's hooks use it
+// for bounds (docs/security.md), never for a policy's own verdict.
+func Unanswered(code int, err error) Verdict {
+	if code < 400 || code > 599 {
+		code = 500
+	}
+	return Verdict{Code: int32(code), Message: err.Error(), unanswered: &StatusError{Code: code, Err: err}}
+}

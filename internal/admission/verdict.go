@@ -33,6 +33,10 @@ type Verdict struct {
 	// AuditAnnotations are added to the audit event; the API server prefixes
 	// each key with the webhook name.
 	AuditAnnotations map[string]string
+
+	// unanswered, set by Unanswered, makes the review end without a
+	// decision (see StatusError).
+	unanswered *StatusError
 }
 
 // Allow admits the request, optionally with warnings.

@@ -1,6 +1,7 @@
 package celpolicy
 
 import (
+	"context"
 	"fmt"
 	"sync"
 	"unsafe"
@@ -18,10 +19,14 @@ import (
 // gvk, as the API server's unstructured decoder does
 // (unstructured.UnstructuredJSONScheme, apimachinery v0.37.1: every member
 // through sigs.k8s.io/json with integers kept exact; "kind" required); nil
-// for no object. what names the object in errors.
-func decodeObject(raw []byte, gvk schema.GroupVersionKind, what string) (runtime.Object, error) {
+// for no object. what names the object in errors. The estimate of the
+// decoded object is charged to m first (see Budget).
+func decodeObject(raw []byte, gvk schema.GroupVersionKind, what string, m *meter) (runtime.Object, error) {
 	if raw == nil {
 		return nil, nil
+	}
+	if err := m.chargeJSON(raw); err != nil {
+		return nil, fmt.Errorf("%s: %w", what, err)
 	}
 	u := &unstructured.Unstructured{}
 	if err := u.UnmarshalJSON(raw); err != nil {
@@ -39,31 +44,40 @@ func decodeObject(raw []byte, gvk schema.GroupVersionKind, what string) (runtime
 // decoder decodes it, so an expression reading only those members sees
 // the same values; the members left out are the ones no expression reads.
 // JSON the whole-object decoder refuses (not an object, invalid) goes
-// through it, for its error.
-func decodeFields(raw []byte, gvk schema.GroupVersionKind, what string, fs fieldSet) (runtime.Object, error) {
+// through it, for its error. The estimate of the members decoded is
+// charged to m first (see Budget).
+func decodeFields(raw []byte, gvk schema.GroupVersionKind, what string, fs fieldSet, m *meter) (runtime.Object, error) {
 	if raw == nil || fs == nil {
-		return decodeObject(raw, gvk, what)
+		return decodeObject(raw, gvk, what, m)
 	}
 	doc := jsonedit.NewDoc(raw)
 	if root, err := doc.Get(); err != nil || root[0] != '{' {
-		return decodeObject(raw, gvk, what)
+		return decodeObject(raw, gvk, what, m)
 	}
-	m := make(map[string]any, len(fs))
+	members := make(map[string][]byte, len(fs))
+	var cost int64
 	for name := range fs {
 		v, err := doc.Get(name)
 		if err != nil {
-			return decodeObject(raw, gvk, what)
+			return decodeObject(raw, gvk, what, m)
 		}
-		if v == nil {
-			continue
+		if v != nil {
+			members[name] = v
+			cost += estimate(v)
 		}
+	}
+	if err := m.charge(cost); err != nil {
+		return nil, fmt.Errorf("%s: %w", what, err)
+	}
+	obj := make(map[string]any, len(members))
+	for name, v := range members {
 		var x any
 		if err := k8sjson.UnmarshalCaseSensitivePreserveInts(v, &x); err != nil {
 			return nil, fmt.Errorf("%s: %w", what, err)
 		}
-		m[name] = x
+		obj[name] = x
 	}
-	u := &unstructured.Unstructured{Object: m}
+	u := &unstructured.Unstructured{Object: obj}
 	if u.GetKind() == "" {
 		return nil, fmt.Errorf("%s: %w", what, runtime.NewMissingKindErr(string(raw)))
 	}
@@ -86,6 +100,11 @@ func decodeFields(raw []byte, gvk schema.GroupVersionKind, what string, fs field
 // mutating dispatcher writes the patched object back into it
 // (mutating/dispatcher.go:221).
 type decoded struct {
+	// m holds what the shared decodes took from the engine's Budget,
+	// given back when the request's context ends; nil for a value private
+	// to one hook call, whose decodes charge the call's meter.
+	m *meter
+
 	once     sync.Once
 	obj, old runtime.Object
 	err      error
@@ -104,11 +123,16 @@ type decoded struct {
 // after another, so a handful of entries serves many requests in flight; a
 // request whose entry was evicted decodes again, nothing else.
 //
-// Memory is bounded twice: at most requestCacheSize entries, and at most
-// requestCacheBytes of object and oldObject JSON held by them (their
-// decoded form is of the same order); a request larger than that is not
-// kept at all, and each of its hooks decodes for itself.
+// Memory is bounded three times: at most requestCacheSize entries, at most
+// requestCacheBytes of object and oldObject JSON held by them (a request
+// larger than that is not kept at all, and each of its hooks decodes for
+// itself), and an entry lives only as long as its request: it is dropped,
+// and what its decodes took from the Budget given back, when the
+// request's context ends (the handler cancels it once the answer is sent,
+// or at the deadline of an abandoned review). A request whose context can
+// never end (offline use) is not kept either.
 type requestCache struct {
+	budget  *Budget
 	mu      sync.Mutex
 	entries []cacheEntry // oldest first
 	bytes   int
@@ -128,13 +152,15 @@ type cacheEntry struct {
 }
 
 // get returns the decoded objects of req: its entry's, or a new entry's
-// (evicting the oldest ones to stay within the bounds), or, for a request
-// above requestCacheBytes, a fresh value no other hook will see.
-func (c *requestCache) get(req *admission.Request) *decoded {
+// (evicting the oldest ones to stay within the bounds, and dropped when
+// ctx ends), entered (the caller leaves d.m when done), or, for a request
+// above requestCacheBytes or whose ctx never ends, a fresh value no other
+// hook will see (d.m nil).
+func (c *requestCache) get(ctx context.Context, req *admission.Request) *decoded {
 	obj, old := req.Object.Raw, req.OldObject.Raw
 	po, pold := unsafe.SliceData(obj), unsafe.SliceData(old)
 	size := len(obj) + len(old)
-	if size > requestCacheBytes {
+	if size > requestCacheBytes || ctx.Done() == nil {
 		return &decoded{}
 	}
 	c.mu.Lock()
@@ -142,6 +168,7 @@ func (c *requestCache) get(req *admission.Request) *decoded {
 	for i := range c.entries {
 		e := &c.entries[i]
 		if e.req == req && e.obj == po && e.n == len(obj) && e.old == pold && e.oldN == len(old) {
+			e.d.m.enter()
 			return e.d
 		}
 	}
@@ -155,17 +182,50 @@ func (c *requestCache) get(req *admission.Request) *decoded {
 		clear(c.entries[:drop])
 		c.entries = append(c.entries[:0], c.entries[drop:]...)
 	}
-	d := &decoded{}
+	d := &decoded{m: newMeter(c.budget)}
+	if d.m == nil {
+		d.m = &meter{} // a meter that never charges: the entry is shared all the same
+	}
 	c.entries = append(c.entries, cacheEntry{req: req, obj: po, n: len(obj), old: pold, oldN: len(old), d: d})
 	c.bytes += size
+	d.m.enter()
+	context.AfterFunc(ctx, func() { c.drop(d) })
 	return d
+}
+
+// drop removes d's entry, if still cached, and gives back what its
+// decodes took once no hook runs on it: a hook still running on d (an
+// abandoned review) keeps the charge until it returns; the interrupt
+// check stops its CEL evaluation.
+func (c *requestCache) drop(d *decoded) {
+	c.mu.Lock()
+	for i := range c.entries {
+		if e := c.entries[i]; e.d == d {
+			c.bytes -= e.n + e.oldN
+			c.entries = append(c.entries[:i], c.entries[i+1:]...)
+			c.entries[len(c.entries):cap(c.entries)][0] = cacheEntry{} // hold no request
+			break
+		}
+	}
+	c.mu.Unlock()
+	d.m.end()
+}
+
+// meterFor is the meter d's decodes charge: d's own when it is shared,
+// else the calling hook's.
+func (d *decoded) meterFor(r *Request) *meter {
+	if d.m != nil {
+		return d.m
+	}
+	return r.meter
 }
 
 // objects returns r's object and oldObject decoded with fs, once for d.
 func (d *decoded) objects(r *Request, fs fieldSet) (obj, old runtime.Object, err error) {
 	d.once.Do(func() {
-		if d.obj, d.err = decodeFields(r.Object, r.Kind, "object", fs); d.err == nil {
-			d.old, d.err = decodeFields(r.OldObject, r.Kind, "oldObject", fs)
+		m := d.meterFor(r)
+		if d.obj, d.err = decodeFields(r.Object, r.Kind, "object", fs, m); d.err == nil {
+			d.old, d.err = decodeFields(r.OldObject, r.Kind, "oldObject", fs, m)
 		}
 	})
 	return d.obj, d.old, d.err
@@ -174,7 +234,7 @@ func (d *decoded) objects(r *Request, fs fieldSet) (obj, old runtime.Object, err
 // oldObject returns r's oldObject decoded whole, once for d.
 func (d *decoded) oldObject(r *Request) (runtime.Object, error) {
 	d.oldOnce.Do(func() {
-		d.oldFull, d.oldErr = decodeObject(r.OldObject, r.Kind, "oldObject")
+		d.oldFull, d.oldErr = decodeObject(r.OldObject, r.Kind, "oldObject", d.meterFor(r))
 	})
 	return d.oldFull, d.oldErr
 }

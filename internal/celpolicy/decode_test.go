@@ -7,6 +7,7 @@ import (
 	"reflect"
 	"slices"
 	"testing"
+	"time"
 
 	admissionv1 "k8s.io/api/admission/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -69,8 +70,8 @@ func TestDecodeFields(t *testing.T) {
 	for i, raw := range objects {
 		for j, fs := range sets {
 			t.Run(fmt.Sprintf("object%d/set%d", i, j), func(t *testing.T) {
-				got, gotErr := decodeFields([]byte(raw), gvk, "object", fs)
-				want, wantErr := decodeObject([]byte(raw), gvk, "object")
+				got, gotErr := decodeFields([]byte(raw), gvk, "object", fs, nil)
+				want, wantErr := decodeObject([]byte(raw), gvk, "object", nil)
 				if (gotErr == nil) != (wantErr == nil) || (gotErr != nil && gotErr.Error() != wantErr.Error()) {
 					t.Fatalf("error %v, want %v", gotErr, wantErr)
 				}
@@ -98,26 +99,28 @@ func TestDecodeFields(t *testing.T) {
 // gets its own; at most requestCacheSize requests are kept.
 func TestRequestCache(t *testing.T) {
 	var c requestCache
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
 	mk := func() *kadmission.Request {
 		return &kadmission.Request{AdmissionRequest: admissionv1.AdmissionRequest{Object: runtime.RawExtension{Raw: []byte(`{"kind":"Pod"}`)}}}
 	}
 	a := mk()
-	da := c.get(a)
-	if c.get(a) != da {
+	da := c.get(ctx, a)
+	if c.get(ctx, a) != da {
 		t.Fatal("same request: another entry")
 	}
-	if c.get(mk()) == da {
+	if c.get(ctx, mk()) == da {
 		t.Fatal("another request: the same entry")
 	}
 	a2 := *a
 	a2.Object.Raw = []byte(`{"kind":"Pod"}`)
-	if c.get(&a2) == da {
+	if c.get(ctx, &a2) == da {
 		t.Fatal("other object bytes: the same entry")
 	}
 	for range requestCacheSize {
-		c.get(mk())
+		c.get(ctx, mk())
 	}
-	if c.get(a) == da {
+	if c.get(ctx, a) == da {
 		t.Fatal("entry not evicted after requestCacheSize others")
 	}
 	if len(c.entries) != requestCacheSize {
@@ -131,13 +134,13 @@ func TestRequestCache(t *testing.T) {
 		return r
 	}
 	for range 10 {
-		c.get(big(requestCacheBytes / 4))
+		c.get(ctx, big(requestCacheBytes/4))
 	}
 	if len(c.entries) > 4 || c.bytes > requestCacheBytes {
 		t.Fatalf("%d entries of %d bytes in all, bound %d bytes", len(c.entries), c.bytes, requestCacheBytes)
 	}
 	huge := big(requestCacheBytes + 1)
-	if d := c.get(huge); d == c.get(huge) {
+	if d := c.get(ctx, huge); d == c.get(ctx, huge) {
 		t.Fatal("a request above the byte bound was kept")
 	}
 	sum := 0
@@ -146,6 +149,26 @@ func TestRequestCache(t *testing.T) {
 	}
 	if sum != c.bytes {
 		t.Fatalf("byte count %d, entries hold %d", c.bytes, sum)
+	}
+	// A request whose context never ends is never kept; the entries of
+	// one whose context ended are dropped.
+	bg := mk()
+	if c.get(context.Background(), bg) == c.get(context.Background(), bg) {
+		t.Fatal("a request whose context never ends was kept")
+	}
+	cancel()
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		c.mu.Lock()
+		n, b := len(c.entries), c.bytes
+		c.mu.Unlock()
+		if n == 0 && b == 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%d entries (%d bytes) left after their requests ended", n, b)
+		}
+		time.Sleep(time.Millisecond)
 	}
 }
 
@@ -180,11 +203,13 @@ func TestHooksShareDecodedObject(t *testing.T) {
 			UID: "u", Kind: gvk, Resource: gvr, RequestKind: &gvk, RequestResource: &gvr,
 			Namespace: "shop", Operation: admissionv1.Create, Object: runtime.RawExtension{Raw: []byte(tt.pod)},
 		}}
-		out, err := wh.Review(context.Background(), req)
+		ctx, cancel := context.WithCancel(context.Background())
+		out, err := wh.Review(ctx, req)
 		if err != nil {
 			t.Fatal(err)
 		}
-		d := e.decoded.get(req)
+		d := e.decoded.get(ctx, req)
+		cancel()
 		u, ok := d.obj.(*unstructured.Unstructured)
 		if !ok {
 			t.Fatalf("%s: no shared decoded object for the request", tt.pod)

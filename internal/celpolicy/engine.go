@@ -56,6 +56,11 @@ type Engine struct {
 	validatingUnion fieldSet
 	// decoded shares the served requests' decoded objects between hooks.
 	decoded requestCache
+	// budget and maxObject bound what the served hooks decode (Options);
+	// mutators holds the meter the mutating hooks of a request share.
+	budget    *Budget
+	mutators  requestMeters
+	maxObject int
 }
 
 // Options configure New.
@@ -71,6 +76,16 @@ type Options struct {
 	// "no opinion" (not allowed), with reason "kadmit has no authorizer
 	// offline".
 	Authorizer authorizer.UnconditionalAuthorizer
+	// Budget, shared by every Engine of a process, bounds the memory of
+	// the objects the served hooks (Hooks) hold decoded at once; a request
+	// it cannot serve gets HTTP 503 (ErrDecodeBudget). Nil: unbounded, for
+	// offline use (`kadmit review`, `kadmit test`).
+	Budget *Budget
+	// MaxObjectBytes is the largest object or oldObject (JSON bytes) the
+	// served hooks evaluate policies on; a larger one gets HTTP 413
+	// (ErrObjectTooLarge), so the policy's failurePolicy decides. 0:
+	// DefaultMaxObjectBytes; negative: no bound.
+	MaxObjectBytes int
 }
 
 // New compiles every policy of set once (mirroring generic/policy_source.go
@@ -89,6 +104,12 @@ func New(set *Set, opts Options) (*Engine, error) {
 		objects:          admission.NewObjectInterfacesFromScheme(runtime.NewScheme()),
 		types:            sharedTypeConverters(),
 		fields:           map[string]fieldSet{},
+		budget:           opts.Budget,
+		maxObject:        opts.MaxObjectBytes,
+	}
+	e.decoded.budget = opts.Budget
+	if e.maxObject == 0 {
+		e.maxObject = DefaultMaxObjectBytes
 	}
 	if e.authz == nil {
 		e.authz = offlineAuthorizer{}
@@ -155,6 +176,9 @@ type Request struct {
 	// shared, when set, holds the decoded objects every hook of one served
 	// admission request uses (see requestCache).
 	shared *decoded
+	// meter, when set, is charged with what this evaluation decodes (see
+	// Budget); the served hook gives it back when it returns.
+	meter *meter
 }
 
 // Decision is what the API server decides about a request with the
@@ -276,11 +300,11 @@ func (e *Engine) validatingObjects(req *Request, hooks []validating.PolicyHook) 
 			break
 		}
 	}
-	obj, err := decodeFields(req.Object, req.Kind, "object", fs)
+	obj, err := decodeFields(req.Object, req.Kind, "object", fs, req.meter)
 	if err != nil {
 		return nil, nil, err
 	}
-	old, err := decodeFields(req.OldObject, req.Kind, "oldObject", fs)
+	old, err := decodeFields(req.OldObject, req.Kind, "oldObject", fs, req.meter)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -311,8 +335,21 @@ func (e *Engine) mutate(ctx context.Context, req *Request, hooks []mutating.Poli
 		return &Decision{Allowed: true, Object: req.Object}, nil
 	}
 	// The mutating dispatcher writes the patched object back into the
-	// attributes' object: each evaluation decodes its own.
-	obj, err := decodeObject(req.Object, req.Kind, "object")
+	// attributes' object: each evaluation decodes its own. Its patchers
+	// build the patched object beside it (through structured-merge-diff's
+	// typed values for an ApplyConfiguration), and the diff below decodes
+	// the request's and the patched JSON again: mutateFactor estimates of
+	// the object, charged before the first decode.
+	if req.meter != nil {
+		need := mutateFactor * estimate(req.Object)
+		if req.shared == nil && req.OldObject != nil {
+			need += estimate(req.OldObject)
+		}
+		if err := req.meter.ensure(need); err != nil {
+			return nil, fmt.Errorf("object: %w", err)
+		}
+	}
+	obj, err := decodeObject(req.Object, req.Kind, "object", nil)
 	if err != nil {
 		return nil, err
 	}
@@ -320,7 +357,7 @@ func (e *Engine) mutate(ctx context.Context, req *Request, hooks []mutating.Poli
 	if req.shared != nil {
 		old, err = req.shared.oldObject(req)
 	} else {
-		old, err = decodeObject(req.OldObject, req.Kind, "oldObject")
+		old, err = decodeObject(req.OldObject, req.Kind, "oldObject", nil)
 	}
 	if err != nil {
 		return nil, err

@@ -2,7 +2,9 @@ package celpolicy
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"net/http"
 	"strings"
 
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
@@ -138,24 +140,57 @@ func FromAdmission(req *admission.Request) *Request {
 }
 
 func (e *Engine) serveValidate(ctx context.Context, policy string, req *admission.Request) admission.Verdict {
+	if err := ctx.Err(); err != nil {
+		// The review was abandoned at its deadline (its answer, a 500, is
+		// sent): the policies after the one that overran do not run.
+		return admission.Unanswered(http.StatusInternalServerError, fmt.Errorf("%s '%s' not evaluated: %w", "ValidatingAdmissionPolicy", policy, err))
+	}
+	if err := e.checkSize(req); err != nil {
+		return unanswered(policy, admission.Validating, err)
+	}
 	r := FromAdmission(req)
+	r.meter = newMeter(e.budget)
+	defer r.meter.release()
 	if len(e.validating) > 1 {
-		r.shared = e.decoded.get(req)
+		r.shared = e.decoded.get(ctx, req)
+		defer r.shared.m.leave()
 	}
 	d, err := e.ValidatePolicy(ctx, policy, r)
 	if err != nil {
+		if v, ok := bounded(policy, admission.Validating, err); ok {
+			return v
+		}
 		return admission.Invalid("ValidatingAdmissionPolicy '%s': %v", policy, err)
 	}
 	return verdict(d)
 }
 
 func (e *Engine) serveMutate(ctx context.Context, policy string, req *admission.Request) ([]jsonedit.Op, admission.Verdict) {
+	if err := ctx.Err(); err != nil {
+		// The review was abandoned at its deadline (its answer, a 500, is
+		// sent): the policies after the one that overran do not run.
+		return nil, admission.Unanswered(http.StatusInternalServerError, fmt.Errorf("%s '%s' not evaluated: %w", "MutatingAdmissionPolicy", policy, err))
+	}
+	if err := e.checkSize(req); err != nil {
+		return nil, unanswered(policy, admission.Mutating, err)
+	}
 	r := FromAdmission(req)
+	var own bool
+	r.meter, own = e.mutators.get(ctx, e.budget)
+	if own {
+		defer r.meter.release()
+	} else {
+		defer r.meter.leave()
+	}
 	if len(e.mutating) > 1 && r.OldObject != nil {
-		r.shared = e.decoded.get(req)
+		r.shared = e.decoded.get(ctx, req)
+		defer r.shared.m.leave()
 	}
 	d, err := e.MutatePolicy(ctx, policy, r)
 	if err != nil {
+		if v, ok := bounded(policy, admission.Mutating, err); ok {
+			return nil, v
+		}
 		return nil, admission.Invalid("MutatingAdmissionPolicy '%s': %v", policy, err)
 	}
 	v := verdict(d)
@@ -167,6 +202,46 @@ func (e *Engine) serveMutate(ctx context.Context, policy string, req *admission.
 		return nil, admission.Errored(500, fmt.Errorf("MutatingAdmissionPolicy '%s': %w", policy, err))
 	}
 	return ops, v
+}
+
+// checkSize refuses a request whose object or oldObject is larger than
+// the engine's MaxObjectBytes.
+func (e *Engine) checkSize(req *admission.Request) error {
+	if e.maxObject < 0 {
+		return nil
+	}
+	for _, o := range []struct {
+		what string
+		n    int
+	}{{"object", len(req.Object.Raw)}, {"oldObject", len(req.OldObject.Raw)}} {
+		if o.n > e.maxObject {
+			return fmt.Errorf("%w: %s of %d bytes, more than the %d bytes kadmit evaluates declared policies on (kadmit serve --policy-max-object-bytes)", ErrObjectTooLarge, o.what, o.n, e.maxObject)
+		}
+	}
+	return nil
+}
+
+// bounded turns an error of a bound (ErrObjectTooLarge, ErrDecodeBudget)
+// into a review without decision: HTTP 413 or 503, so the webhook's
+// failurePolicy decides, as for a body too large or a server at its
+// limit (admission.Limits).
+func bounded(policy string, kind admission.Type, err error) (admission.Verdict, bool) {
+	if errors.Is(err, ErrObjectTooLarge) || errors.Is(err, admission.ErrBusy) {
+		return unanswered(policy, kind, err), true
+	}
+	return admission.Verdict{}, false
+}
+
+func unanswered(policy string, kind admission.Type, err error) admission.Verdict {
+	code := http.StatusServiceUnavailable
+	if errors.Is(err, ErrObjectTooLarge) {
+		code = http.StatusRequestEntityTooLarge
+	}
+	what := "ValidatingAdmissionPolicy"
+	if kind == admission.Mutating {
+		what = "MutatingAdmissionPolicy"
+	}
+	return admission.Unanswered(code, fmt.Errorf("%s '%s' not evaluated: %w", what, policy, err))
 }
 
 // verdict states a Decision as a webhook answers. Audit annotation keys

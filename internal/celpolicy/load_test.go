@@ -69,7 +69,7 @@ func TestLoadBounds(t *testing.T) {
 	if err := os.WriteFile(q, []byte(b.String()), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := Load(q); err == nil || !strings.Contains(err.Error(), "more than 10000 documents") {
+	if _, err := Load(q); err == nil || !strings.Contains(err.Error(), "more than 2000 documents") {
 		t.Errorf("many documents: %v", err)
 	}
 }

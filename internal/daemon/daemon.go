@@ -81,10 +81,15 @@ type Options struct {
 	MaxConnections       int
 	MaxInFlight          int
 	MaxBodyBytesInFlight int64
-	HTTP2                bool
-	ClientCAFile         string
-	ClientAllowedNames   []string
-	MetricsSecure        bool
+	// PolicyMaxObjectBytes bounds the object the declared policies are
+	// evaluated on, PolicyDecodeBytesInFlight the memory of the objects
+	// they hold decoded at once (celpolicy.Options; 0: the defaults).
+	PolicyMaxObjectBytes      int
+	PolicyDecodeBytesInFlight int64
+	HTTP2                     bool
+	ClientCAFile              string
+	ClientAllowedNames        []string
+	MetricsSecure             bool
 	// MetricsMaxConnections and MaxAbandonedReviews: issue 20's bounds
 	// (server.Options).
 	MetricsMaxConnections int
@@ -266,7 +271,10 @@ func (d *daemon) newMetrics(context.Context) error {
 		return err
 	}
 	d.reloads.declaredMetric.Served(d.reloads.declaredReady() == nil)
-	return nil
+	if b := d.reloads.decodeBudget(); d.reloads.declared() {
+		err = metrics.NewDecodeBudget(d.promReg, metrics.DecodeBudgetSource{Used: b.Used, Refused: b.Refused, Max: b.Max()})
+	}
+	return err
 }
 
 // newRegistrar builds the registrar: with --register it writes and repairs

@@ -19,9 +19,9 @@ import (
 // the declared policies at paths and in docs (--policies-configmap's data
 // keys) as one set and returns their hooks, namespace lookups answered by
 // the cluster's namespace cache (nil offline: every namespace then has
-// only its kubernetes.io/metadata.name label).
-func declaredHooks(load celpolicy.LoadOptions, paths []string, docs []celpolicy.Document, cluster *clustercache.Caches) ([]admission.Hook, error) {
-	var opts celpolicy.Options
+// only its kubernetes.io/metadata.name label). opts carries the bounds
+// (Budget, MaxObjectBytes).
+func declaredHooks(load celpolicy.LoadOptions, paths []string, docs []celpolicy.Document, cluster *clustercache.Caches, opts celpolicy.Options) ([]admission.Hook, error) {
 	if cluster != nil {
 		if inf, ok := cluster.Informer(clustercache.Namespaces); ok {
 			opts.Namespaces = corelisters.NewNamespaceLister(inf.GetIndexer())

@@ -76,6 +76,12 @@ type reloader struct {
 	serve    func([]*admission.Webhook)
 	register func([]admission.Hook)
 
+	// budget bounds the declared policies' decoded objects, one for the
+	// process: a reloaded policy set shares it with requests the old
+	// set still serves.
+	budgetOnce sync.Once
+	budget     *celpolicy.Budget
+
 	mu sync.Mutex
 	// cfg and policyDocs are the running configuration and documents of
 	// --policies-configmap (policyDocs: the last edit that built).
@@ -104,6 +110,13 @@ type declaredError struct{ err error }
 
 func (e *declaredError) Error() string { return e.err.Error() }
 func (e *declaredError) Unwrap() error { return e.err }
+
+// decodeBudget is the process's one budget for declared policies'
+// decoded objects (--policy-decode-bytes-in-flight).
+func (r *reloader) decodeBudget() *celpolicy.Budget {
+	r.budgetOnce.Do(func() { r.budget = celpolicy.NewBudget(r.opts.PolicyDecodeBytesInFlight) })
+	return r.budget
+}
 
 // declared reports whether serve runs declared policies (--policies or
 // --policies-configmap).
@@ -145,7 +158,7 @@ func (r *reloader) build(ctx context.Context, cfg *config.Configuration, docs []
 	hooks, err := builtin.Hooks(cfg, r.env(cluster))
 	if err == nil && withDeclared && r.declared() {
 		var declared []admission.Hook
-		if declared, err = declaredHooks(declaredLoad(r.opts), r.opts.PolicyPaths, docs, cluster); err == nil {
+		if declared, err = declaredHooks(declaredLoad(r.opts), r.opts.PolicyPaths, docs, cluster, celpolicy.Options{Budget: r.decodeBudget(), MaxObjectBytes: r.opts.PolicyMaxObjectBytes}); err == nil {
 			hooks = append(hooks, declared...)
 		} else {
 			err = &declaredError{err}
@@ -174,7 +187,7 @@ func (r *reloader) env(cluster *clustercache.Caches) policy.Env {
 	env := policy.Env{Cluster: cluster, Log: r.log}
 	if ns, name, err := policyConfigMapName(r.opts); err == nil && r.opts.PolicyConfigMap != "" {
 		env.PoliciesConfigMap = &policy.PoliciesConfigMap{Namespace: ns, Name: name, Load: func(cm *corev1.ConfigMap) error {
-			_, err := declaredHooks(declaredLoad(r.opts), r.opts.PolicyPaths, celpolicy.ConfigMapDocuments(cm), nil)
+			_, err := declaredHooks(declaredLoad(r.opts), r.opts.PolicyPaths, celpolicy.ConfigMapDocuments(cm), nil, celpolicy.Options{})
 			return err
 		}}
 	}
