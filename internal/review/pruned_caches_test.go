@@ -106,7 +106,7 @@ status: {phase: Running}
 		name: "jobQueue",
 		cfg:  "apiVersion: kadmit.io/v1alpha1\nkind: Configuration\npolicies:\n  jobQueue: {enabled: true, requireQueue: true, manageJobsWithoutQueueName: true, managedJobsNamespaceSelector: {matchLabels: {kueue: managed}}}\n",
 		state: map[string]string{
-			"ns.yaml": "apiVersion: v1\nkind: Namespace\nmetadata: {name: team, labels: {kueue: managed}, annotations: {" + junk + "}}\n",
+			"ns.yaml":  "apiVersion: v1\nkind: Namespace\nmetadata: {name: team, labels: {kueue: managed}, annotations: {" + junk + "}}\n",
 			"ns2.yaml": "apiVersion: v1\nkind: Namespace\nmetadata: {name: other, labels: {kueue: \"off\"}}\n",
 			"lq.yaml":  "apiVersion: kueue.x-k8s.io/v1beta1\nkind: LocalQueue\nmetadata: {name: main, namespace: team, annotations: {" + junk + "}}\nspec: {clusterQueue: cq}\n",
 		},
