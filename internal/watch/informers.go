@@ -50,15 +50,11 @@ type cluster struct {
 }
 
 // newCluster prepares the informer factory. Objects are stored without
-// managedFields, which no check reads, to keep the cluster-wide pod cache
-// small.
+// managedFields, which no check reads; pods and workloads keep only the
+// fields the checks read (transform, prune.go), to keep the cluster-wide
+// caches small.
 func newCluster(cs kubernetes.Interface) *cluster {
-	f := informers.NewSharedInformerFactoryWithOptions(cs, 0, informers.WithTransform(func(o any) (any, error) {
-		if m, ok := o.(metav1.ObjectMetaAccessor); ok {
-			m.GetObjectMeta().SetManagedFields(nil)
-		}
-		return o, nil
-	}))
+	f := informers.NewSharedInformerFactoryWithOptions(cs, 0, informers.WithTransform(transform))
 	return &cluster{factory: f, backendNS: map[string]bool{}, unreadable: map[string]bool{}, hookCache: map[string]cachedHooks{}}
 }
 

@@ -1,0 +1,59 @@
+package watch
+
+import (
+	"strings"
+	"testing"
+
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+)
+
+// TestTransformPodsAndWorkloads: the watch's pods and workloads keep what
+// the checks read (labels, owner references, pod spec, workload selector
+// and template) and lose annotations, status and managedFields.
+func TestTransformPodsAndWorkloads(t *testing.T) {
+	owner := []metav1.OwnerReference{{APIVersion: "apps/v1", Kind: "ReplicaSet", Name: "rs", UID: "u", Controller: new(true)}}
+	meta := metav1.ObjectMeta{Name: "p", Namespace: "ns", Labels: map[string]string{"app": "hook"}, OwnerReferences: owner,
+		Annotations: map[string]string{"big": strings.Repeat("a", 200<<10)}, ManagedFields: []metav1.ManagedFieldsEntry{{Manager: "m"}}}
+	spec := corev1.PodSpec{ServiceAccountName: "sa", Containers: []corev1.Container{{Name: "c", Image: "i",
+		Ports: []corev1.ContainerPort{{Name: "https", ContainerPort: 8443}}}}}
+	pod := &corev1.Pod{ObjectMeta: meta, Spec: spec, Status: corev1.PodStatus{Phase: corev1.PodRunning, Message: strings.Repeat("m", 10<<10),
+		ContainerStatuses: []corev1.ContainerStatus{{Name: "c", Image: "i"}}}}
+	out, err := transform(pod)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := out.(*corev1.Pod)
+	if p.Name != "p" || p.Namespace != "ns" || p.Labels["app"] != "hook" || len(p.OwnerReferences) != 1 || p.OwnerReferences[0].Name != "rs" ||
+		p.Spec.ServiceAccountName != "sa" || p.Spec.Containers[0].Ports[0].Name != "https" {
+		t.Errorf("pod lost what the checks read: %+v", p.ObjectMeta)
+	}
+	if p.Annotations != nil || p.ManagedFields != nil || p.Status.Phase != "" || p.Status.Message != "" || p.Status.ContainerStatuses != nil {
+		t.Errorf("pod keeps unread fields: %d annotations, status %q", len(p.Annotations), p.Status.Phase)
+	}
+
+	d := &appsv1.Deployment{ObjectMeta: meta, Spec: appsv1.DeploymentSpec{Replicas: new(int32(3)),
+		Selector: &metav1.LabelSelector{MatchLabels: map[string]string{"app": "hook"}},
+		Template: corev1.PodTemplateSpec{ObjectMeta: metav1.ObjectMeta{Labels: map[string]string{"app": "hook"},
+			Annotations: map[string]string{"big": strings.Repeat("t", 100<<10)}}, Spec: spec}},
+		Status: appsv1.DeploymentStatus{Replicas: 3}}
+	out, err = transform(d)
+	if err != nil {
+		t.Fatal(err)
+	}
+	w := out.(*appsv1.Deployment)
+	if w.Labels["app"] != "hook" || len(w.OwnerReferences) != 1 || w.Spec.Selector == nil || w.Spec.Selector.MatchLabels["app"] != "hook" ||
+		w.Spec.Template.Labels["app"] != "hook" || w.Spec.Template.Spec.Containers[0].Ports[0].ContainerPort != 8443 {
+		t.Errorf("deployment lost what the checks read: %+v", w.Spec)
+	}
+	if w.Annotations != nil || w.Spec.Template.Annotations != nil || w.Spec.Replicas != nil || w.Status.Replicas != 0 || w.ManagedFields != nil {
+		t.Errorf("deployment keeps unread fields")
+	}
+	// Other objects only lose managedFields.
+	svc := &corev1.Service{ObjectMeta: *meta.DeepCopy()}
+	out, _ = transform(svc)
+	if s := out.(*corev1.Service); s.ManagedFields != nil || s.Annotations == nil {
+		t.Errorf("service: managedFields %v, annotations %d", s.ManagedFields, len(s.Annotations))
+	}
+}
