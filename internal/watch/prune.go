@@ -9,13 +9,16 @@ import (
 	"github.com/kadmit/kadmit/internal/clustercache"
 )
 
-// The fields of cluster-wide pods and workloads the watch's checks read
+// The fields of pods and workloads the watch's checks read
 // (internal/doctor: cluster.go resolveOwner, addTemplates, objects,
-// podInfos; doctor.go checkTargetPort): labels and owner references to find
-// the pods a webhook Service selects and their owners, and the pod spec,
-// which checkTargetPort reads (container ports) and matchConditions see
-// whole as object.spec (podBody). Annotations, status and managedFields are
-// never read and are not kept.
+// podInfos; doctor.go checkTargetPort) in a namespace holding a webhook
+// Service: labels and owner references to find the pods a webhook Service
+// selects and their owners, and the pod spec, which checkTargetPort reads
+// (container ports) and matchConditions see whole as object.spec
+// (podBody). Elsewhere the checks read nothing of them; the informers'
+// event handlers read the namespace, and labels and owner references are
+// kept (the "labels and owner references only"). Annotations,
+// status and managedFields are never read and never kept.
 var (
 	podPruner = clustercache.NewPruner(false,
 		clustercache.P("metadata", "labels"),
@@ -29,21 +32,40 @@ var (
 		clustercache.P("spec", "template", "metadata", "labels"),
 		clustercache.P("spec", "template", "spec"),
 	)
-	podTransform      = podPruner.Transform()
-	workloadTransform = workloadPruner.Transform()
+	elsewherePruner = clustercache.NewPruner(false,
+		clustercache.P("metadata", "labels"),
+		clustercache.P("metadata", "ownerReferences"),
+	)
+	podTransform       = podPruner.Transform()
+	workloadTransform1 = workloadPruner.Transform()
+	elsewhereTransform = elsewherePruner.Transform()
 )
 
-// transform is the watch's informer transform: pods and workloads keep
-// the fields above; every other object only loses its managedFields.
-func transform(o any) (any, error) {
-	switch o.(type) {
-	case *corev1.Pod:
-		return podTransform(o)
-	case *appsv1.ReplicaSet, *appsv1.Deployment, *appsv1.StatefulSet, *appsv1.DaemonSet:
-		return workloadTransform(o)
-	case cache.DeletedFinalStateUnknown:
+// workloadTransform is the transform of the workload informers
+// (workloads.go): pods and workloads in specNS keep the fields above,
+// elsewhere labels and owner references.
+func workloadTransform(specNS map[string]bool) cache.TransformFunc {
+	return func(o any) (any, error) {
+		m, ok := o.(metav1.Object)
+		if !ok {
+			return o, nil
+		}
+		if !specNS[m.GetNamespace()] {
+			return elsewhereTransform(o)
+		}
+		switch o.(type) {
+		case *corev1.Pod:
+			return podTransform(o)
+		case *appsv1.ReplicaSet, *appsv1.Deployment, *appsv1.StatefulSet, *appsv1.DaemonSet:
+			return workloadTransform1(o)
+		}
 		return o, nil
 	}
+}
+
+// transform is the transform of the other informers: they lose only
+// their managedFields.
+func transform(o any) (any, error) {
 	if m, ok := o.(metav1.ObjectMetaAccessor); ok {
 		m.GetObjectMeta().SetManagedFields(nil)
 	}

@@ -9,9 +9,10 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
 
-// TestTransformPodsAndWorkloads: the watch's pods and workloads keep what
-// the checks read (labels, owner references, pod spec, workload selector
-// and template) and lose annotations, status and managedFields.
+// TestTransformPodsAndWorkloads: in a namespace holding a webhook Service
+// the watch's pods and workloads keep what the checks read (labels, owner
+// references, pod spec, workload selector and template); elsewhere only
+// labels and owner references; never annotations, status or managedFields.
 func TestTransformPodsAndWorkloads(t *testing.T) {
 	owner := []metav1.OwnerReference{{APIVersion: "apps/v1", Kind: "ReplicaSet", Name: "rs", UID: "u", Controller: new(true)}}
 	meta := metav1.ObjectMeta{Name: "p", Namespace: "ns", Labels: map[string]string{"app": "hook"}, OwnerReferences: owner,
@@ -20,7 +21,8 @@ func TestTransformPodsAndWorkloads(t *testing.T) {
 		Ports: []corev1.ContainerPort{{Name: "https", ContainerPort: 8443}}}}}
 	pod := &corev1.Pod{ObjectMeta: meta, Spec: spec, Status: corev1.PodStatus{Phase: corev1.PodRunning, Message: strings.Repeat("m", 10<<10),
 		ContainerStatuses: []corev1.ContainerStatus{{Name: "c", Image: "i"}}}}
-	out, err := transform(pod)
+	tr := workloadTransform(map[string]bool{"ns": true})
+	out, err := tr(pod.DeepCopy())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -38,7 +40,7 @@ func TestTransformPodsAndWorkloads(t *testing.T) {
 		Template: corev1.PodTemplateSpec{ObjectMeta: metav1.ObjectMeta{Labels: map[string]string{"app": "hook"},
 			Annotations: map[string]string{"big": strings.Repeat("t", 100<<10)}}, Spec: spec}},
 		Status: appsv1.DeploymentStatus{Replicas: 3}}
-	out, err = transform(d)
+	out, err = tr(d.DeepCopy())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -49,6 +51,15 @@ func TestTransformPodsAndWorkloads(t *testing.T) {
 	}
 	if w.Annotations != nil || w.Spec.Template.Annotations != nil || w.Spec.Replicas != nil || w.Status.Replicas != 0 || w.ManagedFields != nil {
 		t.Errorf("deployment keeps unread fields")
+	}
+	// Elsewhere: labels and owner references.
+	out, _ = workloadTransform(map[string]bool{"hooks": true})(pod.DeepCopy())
+	if p := out.(*corev1.Pod); p.Labels["app"] != "hook" || len(p.OwnerReferences) != 1 || p.Spec.Containers != nil || p.Annotations != nil {
+		t.Errorf("pod outside the webhook namespaces keeps %d containers, %d annotations; labels %v", len(p.Spec.Containers), len(p.Annotations), p.Labels)
+	}
+	out, _ = workloadTransform(map[string]bool{"hooks": true})(d.DeepCopy())
+	if w := out.(*appsv1.Deployment); w.Labels["app"] != "hook" || w.Spec.Selector != nil || w.Spec.Template.Spec.Containers != nil {
+		t.Errorf("deployment outside the webhook namespaces keeps its spec")
 	}
 	// Other objects only lose managedFields.
 	svc := &corev1.Service{ObjectMeta: *meta.DeepCopy()}
