@@ -1,8 +1,10 @@
 package watch
 
 import (
+	"context"
 	"strings"
 	"testing"
+	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -67,4 +69,38 @@ func TestTransformPodsAndWorkloads(t *testing.T) {
 	if s := out.(*corev1.Service); s.ManagedFields != nil || s.Annotations == nil {
 		t.Errorf("service: managedFields %v, annotations %d", s.ManagedFields, len(s.Annotations))
 	}
+}
+
+// TestWorkloadsKeepSpecsInWebhookNamespaces: pods in the namespace of a
+// webhook Service are cached with their spec from the first sync, pods
+// elsewhere without; when a webhook configuration names a Service in a new
+// namespace, the workload informers are listed again and that namespace's
+// pods get their spec.
+func TestWorkloadsKeepSpecsInWebhookNamespaces(t *testing.T) {
+	pod := func(ns string) *corev1.Pod {
+		return &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "p", Namespace: ns, Labels: map[string]string{"app": "hook"}},
+			Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "c", Image: "i", Env: []corev1.EnvVar{{Name: "BIG", Value: strings.Repeat("e", 64<<10)}}}}}}
+	}
+	r := startController(t, nil, validatingConfig("cfg", "hook", true, nil, "a.example.com"), pod(testNS), pod("late"))
+	spec := func(ns string) int {
+		w := r.c.cl.wl.Load()
+		if w == nil || !w.hasSynced() {
+			return -1
+		}
+		p, err := w.pods.Pods(ns).Get("p")
+		if err != nil {
+			return -1
+		}
+		return len(p.Spec.Containers)
+	}
+	waitFor(t, 5*time.Second, "the first sync", func() bool { return spec(testNS) >= 0 })
+	if got, late := spec(testNS), spec("late"); got != 1 || late != 0 {
+		t.Fatalf("containers kept: %d in the webhook's namespace (want 1), %d elsewhere (want 0)", got, late)
+	}
+	late := validatingConfig("late-cfg", "hook", true, nil, "b.example.com")
+	late.Webhooks[0].ClientConfig.Service.Namespace = "late"
+	if _, err := r.cs.AdmissionregistrationV1().ValidatingWebhookConfigurations().Create(context.Background(), late, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 10*time.Second, "the pods of the new webhook namespace listed with their spec", func() bool { return spec("late") == 1 })
 }
