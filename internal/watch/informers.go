@@ -37,7 +37,9 @@ type cluster struct {
 	wl     atomic.Pointer[workloads]
 	scoped cache.ResourceEventHandler
 	wlMu   sync.Mutex // serialises restarts of wl
-	ctx    context.Context
+	// restarting is true while a background restart of wl runs.
+	restarting atomic.Bool
+	ctx        context.Context
 
 	// unreadable names the resources this replica may not list and watch
 	// (access.go): no informer runs for them, and every backend says so.

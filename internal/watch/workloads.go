@@ -80,9 +80,18 @@ func (c *cluster) growSpecNamespaces(ns map[string]bool) {
 	}
 	for n := range ns {
 		if !w.specNS[n] {
+			// One restart at a time: evaluations during its re-list find
+			// it running and leave it; the first one after the swap checks
+			// again.
+			if !c.restarting.CompareAndSwap(false, true) {
+				return
+			}
 			union := maps.Clone(w.specNS)
 			maps.Copy(union, ns)
-			go c.restartWorkloads(union)
+			go func() {
+				defer c.restarting.Store(false)
+				c.restartWorkloads(union)
+			}()
 			return
 		}
 	}
