@@ -3,6 +3,7 @@ package watch
 import (
 	"context"
 	"fmt"
+	"maps"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -39,7 +40,11 @@ type cluster struct {
 	wlMu   sync.Mutex // serialises restarts of wl
 	// restarting is true while a background restart of wl runs.
 	restarting atomic.Bool
-	ctx        context.Context
+	// targetNS are the namespaces of pods the last snapshot's
+	// EndpointSlices name (hand-made slices may point elsewhere): their
+	// specs are read too. Written and read by the evaluation only.
+	targetNS map[string]bool
+	ctx      context.Context
 
 	// unreadable names the resources this replica may not list and watch
 	// (access.go): no informer runs for them, and every backend says so.
@@ -204,5 +209,7 @@ func (c *cluster) setBackendNamespaces(ns map[string]bool) {
 	c.mu.Lock()
 	c.backendNS = ns
 	c.mu.Unlock()
-	c.growSpecNamespaces(ns)
+	spec := maps.Clone(ns)
+	maps.Copy(spec, c.targetNS)
+	c.growSpecNamespaces(spec)
 }

@@ -75,19 +75,25 @@ func TestTransformPodsAndWorkloads(t *testing.T) {
 // webhook Service are cached with their spec from the first sync, pods
 // elsewhere without; when a webhook configuration names a Service in a new
 // namespace, the workload informers are listed again and that namespace's
-// pods get their spec.
+// pods get their spec, as do pods a webhook's EndpointSlice names in
+// another namespace.
 func TestWorkloadsKeepSpecsInWebhookNamespaces(t *testing.T) {
 	pod := func(ns string) *corev1.Pod {
-		return &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "p", Namespace: ns, Labels: map[string]string{"app": "hook"}},
+		return &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "p-" + ns, Namespace: ns, Labels: map[string]string{"app": "hook"}},
 			Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "c", Image: "i", Env: []corev1.EnvVar{{Name: "BIG", Value: strings.Repeat("e", 64<<10)}}}}}}
 	}
-	r := startController(t, nil, validatingConfig("cfg", "hook", true, nil, "a.example.com"), pod(testNS), pod("late"))
+	// A hand-made EndpointSlice of the webhook's Service names a pod in
+	// namespace "target": its spec is read too.
+	sl := slice("hook", 9443, "10.0.0.9")
+	sl.Endpoints[0].TargetRef = &corev1.ObjectReference{Kind: "Pod", Namespace: "target", Name: "p-target"}
+	r := startController(t, nil, validatingConfig("cfg", "hook", true, nil, "a.example.com"), testService("hook", 9443), sl,
+		pod(testNS), pod("late"), pod("target"))
 	spec := func(ns string) int {
 		w := r.c.cl.wl.Load()
 		if w == nil || !w.hasSynced() {
 			return -1
 		}
-		p, err := w.pods.Pods(ns).Get("p")
+		p, err := w.pods.Pods(ns).Get("p-" + ns)
 		if err != nil {
 			return -1
 		}
@@ -103,4 +109,7 @@ func TestWorkloadsKeepSpecsInWebhookNamespaces(t *testing.T) {
 		t.Fatal(err)
 	}
 	waitFor(t, 10*time.Second, "the pods of the new webhook namespace listed with their spec", func() bool { return spec("late") == 1 })
+	if spec("target") != 1 {
+		t.Errorf("the pod a webhook's EndpointSlice names in another namespace has no spec")
+	}
 }

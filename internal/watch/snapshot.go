@@ -35,6 +35,7 @@ type view struct {
 // Errors: a lister failed with anything but NotFound (wrapped).
 func (c *cluster) snapshot(policies *doctor.PolicySet) (*view, error) {
 	v := &view{uids: map[string]types.UID{}, annotations: map[string]map[string]string{}}
+	c.targetNS = map[string]bool{}
 	s := &doctor.Snapshot{Namespaces: map[string]map[string]string{}, NamespacesKnown: true, Backends: map[string]*doctor.Backend{}, Policies: policies}
 	if s.Policies == nil {
 		s.Policies = &doctor.PolicySet{}
@@ -182,6 +183,8 @@ func (c *cluster) backend(ns, name string) (*doctor.Backend, error) {
 			if tns == "" {
 				tns = ns
 			}
+			// Its spec is read like the selected pods' (workloads.go).
+			c.targetNS[tns] = true
 			if p, err := wl.pods.Pods(tns).Get(e.TargetRef.Name); err == nil {
 				pods[p.Name] = p
 			}
