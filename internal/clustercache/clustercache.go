@@ -3,9 +3,11 @@
 // namespace labels) consult on the admission path. Policies never call the
 // API server while answering a review: they read these caches.
 //
-// A policy declares the resources it reads (policy.Definition.Caches); the
-// server starts one informer per resource, waits for them to sync, and only
-// then serves. A custom resource whose CRD is not served at start is left
+// A policy declares the resources it reads and the fields of their objects
+// it reads (policy.Definition.Caches, a Read each); the server starts one
+// informer per resource, which keeps of each object only the union of the
+// declared fields (Pruner, an informer transform), waits for them to sync,
+// and only then serves. A custom resource whose CRD is not served at start is left
 // out and reported: the policy sees no such objects until a restart.
 package clustercache
 
@@ -19,7 +21,6 @@ import (
 	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/discovery"
@@ -66,15 +67,25 @@ var (
 	ElasticQuotas = Resource{GroupVersionResource: schema.GroupVersionResource{Group: "scheduling.sigs.k8s.io", Version: "v1alpha1", Resource: "elasticquotas"}, Custom: true}
 )
 
-// Key returns a stable identity for a set of resources: two sets with the
-// same key can share one Caches.
-func Key(rs []Resource) string {
-	out := make([]string, 0, len(rs))
-	for _, r := range rs {
-		out = append(out, r.String())
+// Key returns a stable identity for a set of reads: two sets with the same
+// key (the same resources, keeping the same fields) can share one Caches.
+func Key(reads []Read) string {
+	byRes := group(reads)
+	out := make([]string, 0, len(byRes))
+	for r, rs := range byRes {
+		out = append(out, r.String()+"{"+pruner(rs).String()+"}")
 	}
 	slices.Sort(out)
-	return strings.Join(slices.Compact(out), ";")
+	return strings.Join(out, ";")
+}
+
+// group collects the reads of each resource.
+func group(reads []Read) map[Resource][]Read {
+	out := map[Resource][]Read{}
+	for _, r := range reads {
+		out[r.Resource] = append(out[r.Resource], r)
+	}
+	return out
 }
 
 // Caches is a set of started, synced informers.
@@ -99,11 +110,19 @@ func (c *Caches) Informer(r Resource) (cache.SharedIndexInformer, bool) {
 	return inf, inf != nil
 }
 
-// Start starts an informer for each resource, running until ctx ends, and
-// returns once they have synced, or an error after SyncTimeout. Managed
-// fields are dropped from every cached object: they are most of a pod's
-// bytes and no policy reads them.
-func Start(ctx context.Context, rc *rest.Config, resources []Resource, log *slog.Logger) (*Caches, error) {
+// Start starts an informer for each resource reads name, running until ctx
+// ends, and returns once they have synced, or an error after SyncTimeout.
+// Each informer keeps of every object only the union of the fields the
+// reads of its resource declare (Pruner), managedFields never.
+//
+// The initial sync streams the objects (client-go's WatchListClient, on by
+// default since v0.35, against an API server serving watch-list): each
+// object is decoded and pruned before the next, so the sync peak is one
+// object plus the pruned cache. An API server that refuses watch-list gets
+// a plain list instead, whose pages client-go's pager gathers whole before
+// any is pruned (tools/pager ListWithAlloc, v0.37.1): paging would not
+// lower that peak, so none is set.
+func Start(ctx context.Context, rc *rest.Config, reads []Read, log *slog.Logger) (*Caches, error) {
 	cs, err := kubernetes.NewForConfig(rc)
 	if err != nil {
 		return nil, fmt.Errorf("cluster caches: client: %w", err)
@@ -116,7 +135,9 @@ func Start(ctx context.Context, rc *rest.Config, resources []Resource, log *slog
 	typedF := map[string]informers.SharedInformerFactory{}
 	dynamicF := map[string]dynamicinformer.DynamicSharedInformerFactory{}
 	c := &Caches{informers: map[Resource]cache.SharedIndexInformer{}}
-	for _, r := range resources {
+	byRes := group(reads)
+	for _, rd := range reads {
+		r := rd.Resource
 		if _, done := c.informers[r]; done {
 			continue
 		}
@@ -144,7 +165,7 @@ func Start(ctx context.Context, rc *rest.Config, resources []Resource, log *slog
 			}
 			inf = gi.Informer()
 		}
-		if err := inf.SetTransform(dropManagedFields); err != nil {
+		if err := inf.SetTransform(pruner(byRes[r]).Transform()); err != nil {
 			return nil, fmt.Errorf("cluster caches: %s transform: %w", r.String(), err)
 		}
 		c.informers[r] = inf
@@ -168,13 +189,6 @@ func Start(ctx context.Context, rc *rest.Config, resources []Resource, log *slog
 		}
 	}
 	return c, nil
-}
-
-func dropManagedFields(obj any) (any, error) {
-	if m, err := meta.Accessor(obj); err == nil {
-		m.SetManagedFields(nil)
-	}
-	return obj, nil
 }
 
 // served asks discovery, once at start, whether the API server serves gvr.

@@ -41,7 +41,7 @@ func (o StaticObject) String() string { return fmt.Sprintf("%s (document %d)", o
 // `kadmit review --state`: each resource gets the same kind of
 // cache.SharedIndexInformer Start builds (typed objects for built-in
 // resources, *unstructured.Unstructured for custom ones, the namespace
-// index, managed fields dropped), over a ListWatch that lists the objects
+// index, the same transform keeping only the declared fields), over a ListWatch that lists the objects
 // of that resource and whose watch never delivers an event. Policies read
 // them exactly as they read a live cluster's, event handlers and indexers
 // included. Every custom resource counts as served (an empty state means
@@ -53,7 +53,7 @@ func (o StaticObject) String() string { return fmt.Sprintf("%s (document %d)", o
 // objects or more than MaxStaticBytes bytes is an error wrapping ErrStatic
 // and naming the object's source and document. The informers run until ctx
 // ends; NewStatic returns once they have synced.
-func NewStatic(ctx context.Context, resources []Resource, objs []StaticObject) (*Caches, error) {
+func NewStatic(ctx context.Context, reads []Read, objs []StaticObject) (*Caches, error) {
 	if len(objs) > MaxStaticObjects {
 		return nil, fmt.Errorf("%w: %d objects, more than %d", ErrStatic, len(objs), MaxStaticObjects)
 	}
@@ -65,9 +65,10 @@ func NewStatic(ctx context.Context, resources []Resource, objs []StaticObject) (
 	}
 	// Objects are sorted by resource; one resource may be cached at two
 	// scopes (cluster-wide and one namespace), each informer gets its share.
+	byRes := group(reads)
 	wanted := map[schema.GroupVersionResource]Resource{}
-	for _, r := range resources {
-		wanted[r.GroupVersionResource] = r
+	for _, rd := range reads {
+		wanted[rd.GroupVersionResource] = rd.Resource
 	}
 	byGVR := map[schema.GroupVersionResource][]runtime.Object{}
 	kinds := map[schema.GroupVersionResource]schema.GroupVersionKind{}
@@ -108,7 +109,8 @@ func NewStatic(ctx context.Context, resources []Resource, objs []StaticObject) (
 
 	c := &Caches{informers: map[Resource]cache.SharedIndexInformer{}}
 	var started []cache.SharedIndexInformer
-	for _, r := range resources {
+	for _, rd := range reads {
+		r := rd.Resource
 		if _, done := c.informers[r]; done {
 			continue
 		}
@@ -148,7 +150,7 @@ func NewStatic(ctx context.Context, resources []Resource, objs []StaticObject) (
 			},
 		}}
 		inf := cache.NewSharedIndexInformer(lw, example, 0, cache.Indexers{cache.NamespaceIndex: cache.MetaNamespaceIndexFunc})
-		if err := inf.SetTransform(dropManagedFields); err != nil {
+		if err := inf.SetTransform(pruner(byRes[r]).Transform()); err != nil {
 			return nil, fmt.Errorf("cluster state: %s transform: %w", r.String(), err)
 		}
 		c.informers[r] = inf

@@ -28,7 +28,7 @@ func TestNewStatic(t *testing.T) {
 		obj(2, `{"apiVersion":"v1","kind":"ConfigMap","metadata":{"name":"ignored","namespace":"a"}}`),
 		obj(3, `{"apiVersion":"v1","kind":"Namespace","metadata":{"name":"a","labels":{"team":"x"}}}`),
 	}
-	c, err := NewStatic(ctx, []Resource{Pods, LocalQueues, Namespaces, ElasticQuotas, Pods}, objs)
+	c, err := NewStatic(ctx, wholes(Pods, LocalQueues, Namespaces, ElasticQuotas, Pods), objs)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -71,7 +71,7 @@ func TestNewStatic(t *testing.T) {
 		t.Fatalf("handler saw %q", name)
 	}
 	// A built-in resource with an empty state still gets its typed informer.
-	c2, err := NewStatic(ctx, []Resource{Namespaces, {GroupVersionResource: schema.GroupVersionResource{Group: "apps", Version: "v1", Resource: "deployments"}}}, nil)
+	c2, err := NewStatic(ctx, wholes(Namespaces, Resource{GroupVersionResource: schema.GroupVersionResource{Group: "apps", Version: "v1", Resource: "deployments"}}), nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -105,7 +105,7 @@ func TestNewStaticErrors(t *testing.T) {
 		{"too many bytes", tooBig, fmt.Sprintf("big.yaml (document %d): more than %d bytes", len(tooBig)-1, MaxStaticBytes)},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			_, err := NewStatic(ctx, []Resource{Pods, LocalQueues}, tc.objs)
+			_, err := NewStatic(ctx, wholes(Pods, LocalQueues), tc.objs)
 			if !errors.Is(err, ErrStatic) || !strings.Contains(err.Error(), tc.want) {
 				t.Fatalf("err = %v, want ErrStatic containing %q", err, tc.want)
 			}
@@ -117,7 +117,7 @@ func TestNewStaticErrors(t *testing.T) {
 func TestNewStaticStopsWithContext(t *testing.T) {
 	before := runtime.NumGoroutine()
 	ctx, cancel := context.WithCancel(context.Background())
-	if _, err := NewStatic(ctx, []Resource{Pods, Namespaces, LocalQueues, ElasticQuotas}, nil); err != nil {
+	if _, err := NewStatic(ctx, wholes(Pods, Namespaces, LocalQueues, ElasticQuotas), nil); err != nil {
 		t.Fatal(err)
 	}
 	cancel()
@@ -139,9 +139,18 @@ func BenchmarkNewStatic(b *testing.B) {
 	}
 	for b.Loop() {
 		ctx, cancel := context.WithCancel(context.Background())
-		if _, err := NewStatic(ctx, []Resource{Pods}, objs); err != nil {
+		if _, err := NewStatic(ctx, wholes(Pods), objs); err != nil {
 			b.Fatal(err)
 		}
 		cancel()
 	}
+}
+
+// wholes reads rs's whole objects.
+func wholes(rs ...Resource) []Read {
+	out := make([]Read, len(rs))
+	for i, r := range rs {
+		out[i] = r.Whole()
+	}
+	return out
 }

@@ -134,7 +134,8 @@ func (r *reloader) build(ctx context.Context, cfg *config.Configuration, docs []
 	if r.declared() {
 		// Declared policies' namespaceSelector and namespaceObject read
 		// namespaces, as the API server's plugins do from its informer.
-		resources = append(resources, clustercache.Namespaces)
+		// namespaceObject is the whole namespace: kept whole.
+		resources = append(resources, clustercache.Namespaces.Whole())
 	}
 	key := clustercache.Key(resources)
 	if key != r.clusterKey {

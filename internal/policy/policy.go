@@ -51,7 +51,7 @@ type Section interface {
 	Enabled() bool
 	// Caches lists the cluster caches the enabled policy reads; none for a
 	// disabled one.
-	Caches() []clustercache.Resource
+	Caches() []clustercache.Read
 	// Hooks builds the policy's hooks, with a configured failurePolicy in
 	// place of each hook's default. A disabled section has none.
 	Hooks(env Env) ([]admission.Hook, error)
@@ -121,8 +121,11 @@ type Definition[C Validator] struct {
 	// Every hook must carry Policy == PolicyName. cfg has passed Validate.
 	Build func(cfg C, env Env) ([]admission.Hook, error)
 	// Caches, when set, lists the cluster caches an enabled policy with cfg
-	// reads; the server starts and syncs them before Build is called.
-	Caches func(cfg C) []clustercache.Resource
+	// reads and, for each, the fields of its objects the policy reads
+	// (clustercache.Resource.Keep; Whole for the whole object): the caches
+	// keep nothing else. The server starts and syncs them before Build is
+	// called.
+	Caches func(cfg C) []clustercache.Read
 }
 
 var _ Kind = (*Definition[Validator])(nil)
@@ -271,7 +274,7 @@ func (s *section[C]) validate() error {
 	return nil
 }
 
-func (s *section[C]) Caches() []clustercache.Resource {
+func (s *section[C]) Caches() []clustercache.Read {
 	if !s.enabled || s.def.Caches == nil {
 		return nil
 	}

@@ -76,7 +76,7 @@ func readState(path string, maxBytes int64, maxObjects int) ([]Document, error) 
 // the informer caches of resources with clustercache.NewStatic, the caches
 // `kadmit serve` would start against a cluster holding those objects. The
 // informers run until ctx ends. Errors wrap ErrInput.
-func LoadState(ctx context.Context, path string, resources []clustercache.Resource) (*clustercache.Caches, error) {
+func LoadState(ctx context.Context, path string, resources []clustercache.Read) (*clustercache.Caches, error) {
 	docs, err := ReadState(path)
 	if err != nil {
 		return nil, err

@@ -190,7 +190,7 @@ func TestReadStateErrors(t *testing.T) {
 	// A state object that is not a valid pod names its file and document.
 	bad := t.TempDir()
 	p := write(t, bad, "pods.yaml", "apiVersion: v1\nkind: Namespace\nmetadata: {name: ok}\n---\napiVersion: v1\nkind: Pod\nmetadata: {name: p, namespace: n}\nspec: {containers: 5}\n")
-	_, err := LoadState(context.Background(), bad, []clustercache.Resource{clustercache.Pods})
+	_, err := LoadState(context.Background(), bad, []clustercache.Read{clustercache.Pods.Whole()})
 	if !errors.Is(err, ErrInput) || !errors.Is(err, clustercache.ErrStatic) || !strings.Contains(err.Error(), p+` (document 1): Pod "p"`) {
 		t.Fatalf("bad pod: %v", err)
 	}

@@ -3,14 +3,15 @@ package watch
 import (
 	"context"
 	"fmt"
+	"maps"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
 	admissionlisters "k8s.io/client-go/listers/admissionregistration/v1"
-	appslisters "k8s.io/client-go/listers/apps/v1"
 	corelisters "k8s.io/client-go/listers/core/v1"
 	discoverylisters "k8s.io/client-go/listers/discovery/v1"
 	policylisters "k8s.io/client-go/listers/policy/v1"
@@ -23,17 +24,27 @@ type cluster struct {
 	factory informers.SharedInformerFactory
 	synced  []cache.InformerSynced
 
-	mutating     admissionlisters.MutatingWebhookConfigurationLister
-	validating   admissionlisters.ValidatingWebhookConfigurationLister
-	namespaces   corelisters.NamespaceLister
-	services     corelisters.ServiceLister
-	slices       discoverylisters.EndpointSliceLister
-	pods         corelisters.PodLister
-	replicaSets  appslisters.ReplicaSetLister
-	deployments  appslisters.DeploymentLister
-	statefulSets appslisters.StatefulSetLister
-	daemonSets   appslisters.DaemonSetLister
-	pdbs         policylisters.PodDisruptionBudgetLister
+	mutating   admissionlisters.MutatingWebhookConfigurationLister
+	validating admissionlisters.ValidatingWebhookConfigurationLister
+	namespaces corelisters.NamespaceLister
+	services   corelisters.ServiceLister
+	slices     discoverylisters.EndpointSliceLister
+	pdbs       policylisters.PodDisruptionBudgetLister
+
+	// cs builds the workload informers (workloads.go); wl holds the
+	// running ones, replaced when a webhook Service appears in a namespace
+	// whose pods and workloads were cached without their spec.
+	cs     kubernetes.Interface
+	wl     atomic.Pointer[workloads]
+	scoped cache.ResourceEventHandler
+	wlMu   sync.Mutex // serialises restarts of wl
+	// restarting is true while a background restart of wl runs.
+	restarting atomic.Bool
+	// targetNS are the namespaces of pods the last snapshot's
+	// EndpointSlices name (hand-made slices may point elsewhere): their
+	// specs are read too. Written and read by the evaluation only.
+	targetNS map[string]bool
+	ctx      context.Context
 
 	// unreadable names the resources this replica may not list and watch
 	// (access.go): no informer runs for them, and every backend says so.
@@ -50,16 +61,12 @@ type cluster struct {
 }
 
 // newCluster prepares the informer factory. Objects are stored without
-// managedFields, which no check reads, to keep the cluster-wide pod cache
-// small.
+// managedFields, which no check reads; pods and workloads keep only the
+// fields the checks read (transform, prune.go), to keep the cluster-wide
+// caches small.
 func newCluster(cs kubernetes.Interface) *cluster {
-	f := informers.NewSharedInformerFactoryWithOptions(cs, 0, informers.WithTransform(func(o any) (any, error) {
-		if m, ok := o.(metav1.ObjectMetaAccessor); ok {
-			m.GetObjectMeta().SetManagedFields(nil)
-		}
-		return o, nil
-	}))
-	return &cluster{factory: f, backendNS: map[string]bool{}, unreadable: map[string]bool{}, hookCache: map[string]cachedHooks{}}
+	f := informers.NewSharedInformerFactoryWithOptions(cs, 0, informers.WithTransform(transform))
+	return &cluster{factory: f, cs: cs, backendNS: map[string]bool{}, unreadable: map[string]bool{}, hookCache: map[string]cachedHooks{}}
 }
 
 // register adds the informers of every readable resource, calling kick on
@@ -92,6 +99,7 @@ func (c *cluster) register(unreadable map[string]bool, kick func()) error {
 		UpdateFunc: func(_, n any) { inBackendNS(n) },
 		DeleteFunc: inBackendNS,
 	}
+	c.scoped = scoped
 	add := func(inf cache.SharedIndexInformer, h cache.ResourceEventHandler) error {
 		if _, err := inf.AddEventHandler(h); err != nil {
 			return fmt.Errorf("add event handler: %w", err)
@@ -117,21 +125,6 @@ func (c *cluster) register(unreadable map[string]bool, kick func()) error {
 	if ok("endpointslices") {
 		c.slices = f.Discovery().V1().EndpointSlices().Lister()
 	}
-	if ok("pods") {
-		c.pods = f.Core().V1().Pods().Lister()
-	}
-	if ok("replicasets") {
-		c.replicaSets = f.Apps().V1().ReplicaSets().Lister()
-	}
-	if ok("deployments") {
-		c.deployments = f.Apps().V1().Deployments().Lister()
-	}
-	if ok("statefulsets") {
-		c.statefulSets = f.Apps().V1().StatefulSets().Lister()
-	}
-	if ok("daemonsets") {
-		c.daemonSets = f.Apps().V1().DaemonSets().Lister()
-	}
 	if ok("poddisruptionbudgets") {
 		c.pdbs = f.Policy().V1().PodDisruptionBudgets().Lister()
 	}
@@ -145,11 +138,6 @@ func (c *cluster) register(unreadable map[string]bool, kick func()) error {
 		{"namespaces", f.Core().V1().Namespaces().Informer, always},
 		{"services", f.Core().V1().Services().Informer, scoped},
 		{"endpointslices", f.Discovery().V1().EndpointSlices().Informer, scoped},
-		{"pods", f.Core().V1().Pods().Informer, scoped},
-		{"replicasets", f.Apps().V1().ReplicaSets().Informer, scoped},
-		{"deployments", f.Apps().V1().Deployments().Informer, scoped},
-		{"statefulsets", f.Apps().V1().StatefulSets().Informer, scoped},
-		{"daemonsets", f.Apps().V1().DaemonSets().Informer, scoped},
 		{"poddisruptionbudgets", f.Policy().V1().PodDisruptionBudgets().Informer, scoped},
 	} {
 		if unreadable[x.resource] {
@@ -162,8 +150,13 @@ func (c *cluster) register(unreadable map[string]bool, kick func()) error {
 	return nil
 }
 
-// start runs the informers until ctx ends.
-func (c *cluster) start(ctx context.Context) { c.factory.Start(ctx.Done()) }
+// start runs the informers until ctx ends. The workload informers start
+// in waitSynced, once the webhook configurations say which namespaces hold
+// webhook Services.
+func (c *cluster) start(ctx context.Context) {
+	c.ctx = ctx
+	c.factory.Start(ctx.Done())
+}
 
 // hasSynced reports whether every informer has listed once.
 func (c *cluster) hasSynced() bool {
@@ -172,17 +165,25 @@ func (c *cluster) hasSynced() bool {
 			return false
 		}
 	}
-	return true
+	w := c.wl.Load()
+	return w != nil && w.hasSynced()
 }
 
-// waitSynced blocks until every informer has synced or ctx ends.
+// waitSynced blocks until every informer has synced or ctx ends: first
+// the configurations and the other cluster-wide resources, then the
+// workload informers, started for the namespaces of the webhook Services
+// the configurations name.
 //
 // Errors: ctx ended first (a list is refused or never answered; the
 // informers' own log says which), wrapping ctx.Err().
 func (c *cluster) waitSynced(ctx context.Context) error {
 	t := time.NewTicker(100 * time.Millisecond)
 	defer t.Stop()
-	for !c.hasSynced() {
+	for started := false; !c.hasSynced(); {
+		if !started && c.baseSynced() {
+			c.restartWorkloads(c.serviceNamespaces())
+			started = true
+		}
 		select {
 		case <-ctx.Done():
 			return fmt.Errorf("informers not synced: %w", ctx.Err())
@@ -192,9 +193,23 @@ func (c *cluster) waitSynced(ctx context.Context) error {
 	return nil
 }
 
+func (c *cluster) baseSynced() bool {
+	for _, s := range c.synced {
+		if !s() {
+			return false
+		}
+	}
+	return true
+}
+
 // setBackendNamespaces records the namespaces whose workload events matter.
+// A namespace whose pods and workloads were cached without their spec
+// restarts the workload informers in the background (workloads.go).
 func (c *cluster) setBackendNamespaces(ns map[string]bool) {
 	c.mu.Lock()
 	c.backendNS = ns
 	c.mu.Unlock()
+	spec := maps.Clone(ns)
+	maps.Copy(spec, c.targetNS)
+	c.growSpecNamespaces(spec)
 }

@@ -35,6 +35,7 @@ type view struct {
 // Errors: a lister failed with anything but NotFound (wrapped).
 func (c *cluster) snapshot(policies *doctor.PolicySet) (*view, error) {
 	v := &view{uids: map[string]types.UID{}, annotations: map[string]map[string]string{}}
+	c.targetNS = map[string]bool{}
 	s := &doctor.Snapshot{Namespaces: map[string]map[string]string{}, NamespacesKnown: true, Backends: map[string]*doctor.Backend{}, Policies: policies}
 	if s.Policies == nil {
 		s.Policies = &doctor.PolicySet{}
@@ -121,6 +122,7 @@ func (c *cluster) hooks(key, resourceVersion string, seen map[string]bool, conve
 func (c *cluster) backend(ns, name string) (*doctor.Backend, error) {
 	b := &doctor.Backend{Namespace: ns, Name: name, ReplicaSets: map[string]*appsv1.ReplicaSet{}, Deployments: map[string]*appsv1.Deployment{}}
 	u := c.unreadable
+	wl := c.wl.Load() // one set of workload informers for the whole backend
 	if u["namespaces"] {
 		b.MarkUnreadable("namespaces", nil)
 	} else {
@@ -163,7 +165,7 @@ func (c *cluster) backend(ns, name string) (*doctor.Backend, error) {
 		b.MarkUnreadable("pods", nil)
 	}
 	if len(svc.Spec.Selector) > 0 && !u["pods"] {
-		pl, err := c.pods.Pods(ns).List(labels.SelectorFromSet(svc.Spec.Selector))
+		pl, err := wl.pods.Pods(ns).List(labels.SelectorFromSet(svc.Spec.Selector))
 		if err != nil {
 			return nil, fmt.Errorf("list pods selected by service %s/%s: %w", ns, name, err)
 		}
@@ -181,7 +183,9 @@ func (c *cluster) backend(ns, name string) (*doctor.Backend, error) {
 			if tns == "" {
 				tns = ns
 			}
-			if p, err := c.pods.Pods(tns).Get(e.TargetRef.Name); err == nil {
+			// Its spec is read like the selected pods' (workloads.go).
+			c.targetNS[tns] = true
+			if p, err := wl.pods.Pods(tns).Get(e.TargetRef.Name); err == nil {
 				pods[p.Name] = p
 			}
 		}
@@ -193,7 +197,7 @@ func (c *cluster) backend(ns, name string) (*doctor.Backend, error) {
 	if u["replicasets"] {
 		b.MarkUnreadable("replicasets", nil)
 	} else {
-		rsl, err := c.replicaSets.ReplicaSets(ns).List(labels.Everything())
+		rsl, err := wl.replicaSets.ReplicaSets(ns).List(labels.Everything())
 		if err != nil {
 			return nil, fmt.Errorf("list ReplicaSets in %s: %w", ns, err)
 		}
@@ -204,7 +208,7 @@ func (c *cluster) backend(ns, name string) (*doctor.Backend, error) {
 	if u["deployments"] {
 		b.MarkUnreadable("deployments", nil)
 	} else {
-		dl, err := c.deployments.Deployments(ns).List(labels.Everything())
+		dl, err := wl.deployments.Deployments(ns).List(labels.Everything())
 		if err != nil {
 			return nil, fmt.Errorf("list Deployments in %s: %w", ns, err)
 		}
@@ -215,7 +219,7 @@ func (c *cluster) backend(ns, name string) (*doctor.Backend, error) {
 	if u["statefulsets"] {
 		b.MarkUnreadable("statefulsets", nil)
 	} else {
-		sts, err := c.statefulSets.StatefulSets(ns).List(labels.Everything())
+		sts, err := wl.statefulSets.StatefulSets(ns).List(labels.Everything())
 		if err != nil {
 			return nil, fmt.Errorf("list StatefulSets in %s: %w", ns, err)
 		}
@@ -227,7 +231,7 @@ func (c *cluster) backend(ns, name string) (*doctor.Backend, error) {
 	if u["daemonsets"] {
 		b.MarkUnreadable("daemonsets", nil)
 	} else {
-		dss, err := c.daemonSets.DaemonSets(ns).List(labels.Everything())
+		dss, err := wl.daemonSets.DaemonSets(ns).List(labels.Everything())
 		if err != nil {
 			return nil, fmt.Errorf("list DaemonSets in %s: %w", ns, err)
 		}

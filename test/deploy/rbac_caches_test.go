@@ -50,7 +50,7 @@ func TestRBACCoversPolicyCaches(t *testing.T) {
 			var want []string
 			for _, r := range builtin.Caches(cfg) {
 				for _, verb := range []string{"list", "watch"} {
-					want = append(want, scoped(verb, r.Group, r.Resource, r.Namespace))
+					want = append(want, scoped(verb, r.Group, r.GroupVersionResource.Resource, r.Namespace))
 				}
 			}
 			slices.Sort(want)

@@ -49,8 +49,8 @@ var Config = config.Loader{Registry: Registry}
 
 // Caches lists the cluster caches cfg's enabled policies read; empty when
 // none reads cluster state (the seed profile).
-func Caches(cfg *config.Configuration) []clustercache.Resource {
-	var out []clustercache.Resource
+func Caches(cfg *config.Configuration) []clustercache.Read {
+	var out []clustercache.Read
 	for _, s := range cfg.Policies {
 		out = append(out, s.Caches()...)
 	}

@@ -10,6 +10,8 @@ import (
 	"github.com/kadmit/kadmit/internal/admission"
 	"github.com/kadmit/kadmit/internal/clustercache"
 	"github.com/kadmit/kadmit/internal/policy"
+	"github.com/kadmit/kadmit/internal/policy/elasticquota"
+	"github.com/kadmit/kadmit/internal/policy/jobqueue"
 )
 
 const schedulingConfig = `apiVersion: kadmit.io/v1alpha1
@@ -66,8 +68,8 @@ func TestSchedulingHooks(t *testing.T) {
 	}
 	// job-queue reads LocalQueues, elastic-quota quotas and pods; the
 	// colocation profile has no namespaceSelector, so no namespaces.
-	if got, want := clustercache.Key(Caches(cfg)), clustercache.Key([]clustercache.Resource{
-		clustercache.LocalQueues, clustercache.ElasticQuotas, clustercache.Pods}); got != want {
+	if got, want := clustercache.Key(Caches(cfg)), clustercache.Key([]clustercache.Read{
+		jobqueue.Definition.Caches(jobqueue.Config{})[0], elasticquota.QuotaFields, elasticquota.PodFields}); got != want {
 		t.Fatalf("caches %s, want %s", got, want)
 	}
 	if got := Caches(Config.Default()); len(got) != 0 {

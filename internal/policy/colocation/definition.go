@@ -29,7 +29,7 @@ var Definition = &policy.Definition[Config]{
 	PolicyName: Name,
 	SectionKey: "colocation",
 	Defaults:   DefaultConfig,
-	Caches: func(cfg Config) []clustercache.Resource {
+	Caches: func(cfg Config) []clustercache.Read {
 		return Caches(cfg.Profiles, true)
 	},
 	Build: func(cfg Config, env policy.Env) ([]admission.Hook, error) {
@@ -44,18 +44,21 @@ var Definition = &policy.Definition[Config]{
 // Caches lists the caches profiles read: namespaces (when withNamespaces
 // and a profile has a namespaceSelector) and PriorityClasses (when a
 // profile sets one).
-func Caches(profiles []Profile, withNamespaces bool) []clustercache.Resource {
-	var out []clustercache.Resource
+//
+// Of a namespace the profiles read its labels; of a PriorityClass its
+// value and preemptionPolicy.
+func Caches(profiles []Profile, withNamespaces bool) []clustercache.Read {
+	var out []clustercache.Read
 	var ns, pc bool
 	for _, pr := range profiles {
 		ns = ns || (withNamespaces && pr.NamespaceSelector != nil)
 		pc = pc || pr.PriorityClassName != ""
 	}
 	if ns {
-		out = append(out, clustercache.Namespaces)
+		out = append(out, clustercache.Namespaces.Keep(clustercache.P("metadata", "labels")))
 	}
 	if pc {
-		out = append(out, PriorityClassesResource)
+		out = append(out, PriorityClassesResource.Keep(clustercache.P("value"), clustercache.P("preemptionPolicy")))
 	}
 	return out
 }
@@ -80,7 +83,7 @@ func PriorityClassesFrom(env policy.Env, profiles []Profile) PriorityClasses {
 
 // informer is env.Cluster.Informer(r) when profiles declare r.
 func informer(env policy.Env, profiles []Profile, r clustercache.Resource) (cache.SharedIndexInformer, bool) {
-	if !slices.Contains(Caches(profiles, true), r) {
+	if !slices.ContainsFunc(Caches(profiles, true), func(rd clustercache.Read) bool { return rd.Resource == r }) {
 		return nil, false
 	}
 	return env.Cluster.Informer(r)

@@ -19,10 +19,11 @@ var Definition = &policy.Definition[Config]{
 	PolicyName: Name,
 	SectionKey: "jobQueue",
 	Defaults:   DefaultConfig,
-	Caches: func(cfg Config) []clustercache.Resource {
-		rs := []clustercache.Resource{clustercache.LocalQueues}
+	// A LocalQueue is only looked up by name; a namespace by its labels.
+	Caches: func(cfg Config) []clustercache.Read {
+		rs := []clustercache.Read{clustercache.LocalQueues.Keep()}
 		if cfg.ManageJobsWithoutQueueName {
-			rs = append(rs, clustercache.Namespaces)
+			rs = append(rs, clustercache.Namespaces.Keep(clustercache.P("metadata", "labels")))
 		}
 		return rs
 	},

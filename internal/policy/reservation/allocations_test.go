@@ -83,7 +83,7 @@ func TestCaches(t *testing.T) {
 		t.Fatalf("default caches %v", got)
 	}
 	got := Definition.Caches(Config{CheckAllocations: true})
-	if len(got) != 1 || got[0] != Reservations {
+	if len(got) != 1 || got[0].Resource != Reservations || len(got[0].Fields) == 0 {
 		t.Fatalf("caches %v", got)
 	}
 }

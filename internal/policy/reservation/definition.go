@@ -17,10 +17,12 @@ var Definition = &policy.Definition[Config]{
 	PolicyName: Name,
 	SectionKey: "reservation",
 	Defaults:   DefaultConfig,
-	Caches: func(cfg Config) []clustercache.Resource {
+	// Of a Reservation checkAllocations reads status.phase, allocatable
+	// and allocated (reservationStore).
+	Caches: func(cfg Config) []clustercache.Read {
 		out := colocation.Caches(cfg.Profiles, false)
 		if cfg.CheckAllocations {
-			out = append(out, Reservations)
+			out = append(out, Reservations.Keep(clustercache.P("status", "phase"), clustercache.P("status", "allocatable"), clustercache.P("status", "allocated")))
 		}
 		return out
 	},

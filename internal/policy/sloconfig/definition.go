@@ -32,11 +32,14 @@ var Definition = &policy.Definition[Config]{
 	PolicyName: Name,
 	SectionKey: "sloConfig",
 	Defaults:   DefaultConfig,
-	Caches: func(cfg Config) []clustercache.Resource {
+	// Of a node the checks read its labels (informerNodes); of a
+	// ConfigMap its data (informerConfigMaps).
+	Caches: func(cfg Config) []clustercache.Read {
+		nodes := NodesCache.Keep(clustercache.P("metadata", "labels"))
 		if cfg.NodeCheck {
-			return []clustercache.Resource{NodesCache, ConfigMapsCache(cfg.Namespace)}
+			return []clustercache.Read{nodes, ConfigMapsCache(cfg.Namespace).Keep(clustercache.P("data"))}
 		}
-		return []clustercache.Resource{NodesCache}
+		return []clustercache.Read{nodes}
 	},
 	Build: func(cfg Config, env policy.Env) ([]admission.Hook, error) {
 		var nodes Nodes
