@@ -189,7 +189,15 @@ func TestPoliciesConfigMapGuarded(t *testing.T) {
 			t.Logf("pod %d: %v", i, err)
 		}
 	}
-	answered := len(p2.Decisions()) - before
+	// Decision lines reach the log through kadmit's buffered writer
+	// (flushed every 100 ms): wait for them, bounded.
+	answered := 0
+	_ = poll.Until(ctx, 5*time.Second, func(context.Context) error {
+		if answered = len(p2.Decisions()) - before; answered < guardPods {
+			return fmt.Errorf("%d reviews logged", answered)
+		}
+		return nil
+	})
 	t.Logf("%d pod creates through the API server: %d denied; this replica answered %d reviews", guardPods, denied, answered)
 	if denied != 0 || answered < guardPods {
 		t.Fatalf("%d of %d pods denied, %d reviews answered by the replica with a broken set", denied, guardPods, answered)
