@@ -94,9 +94,13 @@ func NewWebhooks(hooks []Hook) ([]*Webhook, error) {
 // operations a mutator returns are applied (jsonedit.Apply) only when
 // another mutator follows, and the response patch is their concatenation;
 // no object is ever diffed. The first denial ends the chain; warnings and
-// audit annotations accumulate. A panicking policy yields a *PanicError and
-// no outcome; a patch that does not apply to the object it was made for, an
-// error.
+// audit annotations accumulate. A run of matched hooks whose Mutators are
+// GroupMutators of one group, with no other matched hook between them, is
+// served by one MutateGroup call (one decode and one encode of the object
+// for the declared MutatingAdmissionPolicies): each member's verdict is
+// still folded under its own hook's name, in order, and its operations
+// are the run's. A panicking policy yields a *PanicError and no outcome; a
+// patch that does not apply to the object it was made for, an error.
 func (w *Webhook) Review(ctx context.Context, req *Request) (out Outcome, err error) {
 	return w.review(ctx, req, true)
 }

@@ -156,15 +156,17 @@ spec: {policyName: label-%[1]d}
 }
 
 // envPod is a pod of about n bytes of JSON: one container with many
-// environment variables.
+// environment variables of 100-byte values (an estimated 4.5 times its
+// JSON decoded, so a 1 MB one fits the default decode budget).
 func envPod(n int) []byte {
+	value := strings.Repeat("v", 100)
 	var b strings.Builder
 	b.WriteString(`{"apiVersion":"v1","kind":"Pod","metadata":{"name":"x","namespace":"shop"},"spec":{"containers":[{"name":"c","image":"nginx","env":[`)
 	for i := 0; b.Len() < n; i++ {
 		if i > 0 {
 			b.WriteByte(',')
 		}
-		fmt.Fprintf(&b, `{"name":"E%d","value":"v"}`, i)
+		fmt.Fprintf(&b, `{"name":"E%d","value":%q}`, i, value)
 	}
 	b.WriteString("]}]}}")
 	return []byte(b.String())
