@@ -39,7 +39,7 @@ import (
 type Engine struct {
 	validating []validating.PolicyHook
 	mutating   []mutating.PolicyHook
-	// byName finds one policy's hook for the per-policy admission hooks.
+	// byName finds one policy's hook for the served admission hooks.
 	validatingByName map[string]int
 	mutatingByName   map[string]int
 
@@ -319,15 +319,6 @@ func (e *Engine) validatingObjects(req *Request, hooks []validating.PolicyHook) 
 // handled (mutating/plugin.go NewPlugin).
 func (e *Engine) Mutate(ctx context.Context, req *Request) (*Decision, error) {
 	return e.mutate(ctx, req, e.mutating)
-}
-
-// MutatePolicy is Mutate with only the named policy.
-func (e *Engine) MutatePolicy(ctx context.Context, policy string, req *Request) (*Decision, error) {
-	i, ok := e.mutatingByName[policy]
-	if !ok {
-		return nil, fmt.Errorf("no MutatingAdmissionPolicy %q", policy)
-	}
-	return e.mutate(ctx, req, e.mutating[i:i+1])
 }
 
 func (e *Engine) mutate(ctx context.Context, req *Request, hooks []mutating.PolicyHook) (*Decision, error) {
