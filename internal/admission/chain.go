@@ -93,7 +93,7 @@ func NewWebhooks(hooks []Hook) ([]*Webhook, error) {
 // response. Each mutator sees the object as the previous ones left it: the
 // operations a mutator returns are applied (jsonedit.Apply) only when
 // another mutator follows, and the response patch is their concatenation;
-// no object is ever diffed. The first denial ends the chain; warnings and
+// the chain never diffs an object. The first denial ends the chain; warnings and
 // audit annotations accumulate. A run of matched hooks whose Mutators are
 // GroupMutators of one group, with no other matched hook between them, is
 // served by one MutateGroup call (one decode and one encode of the object
@@ -183,7 +183,9 @@ func (w *Webhook) review(ctx context.Context, req *Request, withObject bool) (Ou
 					return true
 				})
 			}); err != nil {
-				err.(*PanicError).Policy = running
+				if pe, ok := err.(*PanicError); ok {
+					pe.Policy = running
+				}
 				return Outcome{}, err
 			}
 			if unanswered != nil {

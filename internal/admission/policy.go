@@ -63,7 +63,7 @@ type Mutator interface {
 type GroupMutator interface {
 	Mutator
 	// MutatorGroup names the group: hooks whose MutatorGroup values are
-	// equal (==) run together.
+	// equal (==) run together. It must be comparable (a pointer, say).
 	MutatorGroup() any
 	// MutateGroup runs run, the Mutators of consecutive hooks of the group
 	// (the receiver is run[0]), in order on req, and returns the JSONPatch
