@@ -18,7 +18,8 @@ import (
 
 // The paths kadmit serves declared policies on. Every ValidatingAdmission-
 // Policy is one hook on ValidatePath, every MutatingAdmissionPolicy one hook
-// on MutatePath, in the order they were loaded.
+// on MutatePath (the ones a request matches served in one run), in the
+// order they were loaded.
 const (
 	ValidatePath = "/validate-policies"
 	MutatePath   = "/mutate-policies"
@@ -38,9 +39,11 @@ func HookName(kind admission.Type, policy string) string {
 // versions, resources, scope; resourceNames, excludeResourceRules,
 // selectors and matchPolicy are applied by the engine, which the API
 // server's matcher decides exactly); its FailurePolicy is the policy's,
-// the webhook's answer when kadmit cannot be reached. Each hook evaluates
-// its own policy only: the chain's first denial ends it, as in-tree the
-// first denial's message is the one returned. A mutating hook carries its
+// the webhook's answer when kadmit cannot be reached. Each hook decides
+// for its own policy only: the chain's first denial ends it, as in-tree the
+// first denial's message is the one returned. The mutating hooks a request
+// reaches one after another run together on one decoded copy of the
+// object (mapHook, admission.GroupMutator). A mutating hook carries its
 // policy's reinvocationPolicy (Never when unset, the API's default); the
 // webhook on MutatePath is registered IfNeeded when any policy asks for it
 // (registration.Build).
