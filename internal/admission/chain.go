@@ -93,10 +93,14 @@ func NewWebhooks(hooks []Hook) ([]*Webhook, error) {
 // response. Each mutator sees the object as the previous ones left it: the
 // operations a mutator returns are applied (jsonedit.Apply) only when
 // another mutator follows, and the response patch is their concatenation;
-// no object is ever diffed. The first denial ends the chain; warnings and
-// audit annotations accumulate. A panicking policy yields a *PanicError and
-// no outcome; a patch that does not apply to the object it was made for, an
-// error.
+// the chain never diffs an object. The first denial ends the chain; warnings and
+// audit annotations accumulate. A run of matched hooks whose Mutators are
+// GroupMutators of one group, with no other matched hook between them, is
+// served by one MutateGroup call (one decode and one encode of the object
+// for the declared MutatingAdmissionPolicies): each member's verdict is
+// still folded under its own hook's name, in order, and its operations
+// are the run's. A panicking policy yields a *PanicError and no outcome; a
+// patch that does not apply to the object it was made for, an error.
 func (w *Webhook) Review(ctx context.Context, req *Request) (out Outcome, err error) {
 	return w.review(ctx, req, true)
 }
@@ -130,7 +134,7 @@ func (w *Webhook) review(ctx context.Context, req *Request, withObject bool) (Ou
 		cur, pending = &next, nil
 		return nil
 	}
-	for i := range w.Hooks {
+	for i := 0; i < len(w.Hooks); i++ {
 		h := &w.Hooks[i]
 		if !matched.match(w, i) {
 			continue
@@ -140,6 +144,61 @@ func (w *Webhook) review(ctx context.Context, req *Request, withObject bool) (Ou
 			if err := apply(); err != nil {
 				return Outcome{}, err
 			}
+		}
+		if g, ok := h.Mutator.(GroupMutator); ok && w.Type == Mutating {
+			// A run of one group's hooks: the matched hooks from i on
+			// whose Mutators are of g's group, up to the first matched
+			// hook that is not (it must see their result). They are
+			// decided one by one, as if chained: each verdict is folded
+			// under its own hook's name, the first denial ends the
+			// chain; their operations are the group's, made once.
+			run, hooks := []Mutator{g}, []*Hook{h}
+			key := g.MutatorGroup()
+			for j := i + 1; j < len(w.Hooks); j++ {
+				if !matched.match(w, j) {
+					continue
+				}
+				gj, ok := w.Hooks[j].Mutator.(GroupMutator)
+				if !ok || gj.MutatorGroup() != key {
+					break
+				}
+				run, hooks = append(run, gj), append(hooks, &w.Hooks[j])
+				out.Matched++
+				i = j
+			}
+			var ops []jsonedit.Op
+			var unanswered error
+			ended, running := false, h.Policy
+			if err := callPolicy(h.Policy, func() {
+				ops = g.MutateGroup(ctx, cur, run, func(k int) { running = hooks[k].Policy }, func(k int, v Verdict) bool {
+					p := hooks[k].Policy
+					if se := v.unanswered; se != nil {
+						unanswered, ended = &StatusError{Policy: p, Code: se.Code, Err: se.Err}, true
+						return false
+					}
+					if !addVerdict(resp, p, v) {
+						out.Policy, ended = p, true
+						return false
+					}
+					return true
+				})
+			}); err != nil {
+				if pe, ok := err.(*PanicError); ok {
+					pe.Policy = running
+				}
+				return Outcome{}, err
+			}
+			if unanswered != nil {
+				return Outcome{}, unanswered
+			}
+			if ended {
+				break
+			}
+			if len(ops) > 0 {
+				out.Patch = append(out.Patch, ops...)
+				pending, pendingPolicy = ops, strings.Join(policyNames(hooks), ", ")
+			}
+			continue
 		}
 		var v Verdict
 		var ops []jsonedit.Op
@@ -216,6 +275,14 @@ func addVerdict(resp *admissionv1.AdmissionResponse, policy string, v Verdict) b
 		resp.Result.Message = fmt.Sprintf("denied by kadmit policy %s", policy)
 	}
 	return false
+}
+
+func policyNames(hooks []*Hook) []string {
+	names := make([]string, len(hooks))
+	for i, h := range hooks {
+		names[i] = h.Policy
+	}
+	return names
 }
 
 func callPolicy(policy string, f func()) (err error) {

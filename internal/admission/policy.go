@@ -49,6 +49,35 @@ type Mutator interface {
 	Mutate(ctx context.Context, req *Request) ([]jsonedit.Op, Verdict)
 }
 
+// GroupMutator is a Mutator that can run with the other GroupMutators of
+// its group in one call: the hooks of the declared MutatingAdmissionPolicies
+// of one engine, which decode the object once, run each policy on that one
+// decoded copy in order and encode the result once, as the API server's
+// MutatingAdmissionPolicy plugin runs them all in one dispatcher
+// (k8s.io/apiserver v0.37.1 pkg/admission/plugin/policy/mutating/
+// dispatcher.go dispatchInvocations). Webhook.Review hands a group the
+// matched hooks of a path that follow each other with no other matched
+// hook between them: a run of one group's hooks; a built-in mutator
+// between two of them ends the run, so it still sees the first one's
+// result and the second sees its.
+type GroupMutator interface {
+	Mutator
+	// MutatorGroup names the group: hooks whose MutatorGroup values are
+	// equal (==) run together. It must be comparable (a pointer, say).
+	MutatorGroup() any
+	// MutateGroup runs run, the Mutators of consecutive hooks of the group
+	// (the receiver is run[0]), in order on req, and returns the JSONPatch
+	// operations that turn req.Object.Raw into the object all of them
+	// made (none when it is unchanged). It calls enter(i) before member i
+	// runs (so a panic is charged to the member running) and hands the
+	// member's verdict to verdict(i, v) once it is decided; a member may
+	// run more than once (a reinvocation pass), in the order the group
+	// runs them. When verdict returns false (the chain ended: a denial, or
+	// a review without decision) MutateGroup returns at once and its
+	// operations are ignored.
+	MutateGroup(ctx context.Context, req *Request, run []Mutator, enter func(i int), verdict func(i int, v Verdict) bool) []jsonedit.Op
+}
+
 // ValidatorFunc adapts a function to Validator.
 type ValidatorFunc func(ctx context.Context, req *Request) Verdict
 

@@ -2,6 +2,10 @@ package celpolicy
 
 import (
 	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
 	"testing"
 
 	admissionv1 "k8s.io/api/admission/v1"
@@ -119,3 +123,85 @@ func BenchmarkValidatePodNameRealistic(b *testing.B) {
 func BenchmarkValidateThreePolicies(b *testing.B) {
 	benchHooks(b, ValidatePath, "pod-name", "docs-deny-privileged", "gatekeeper-requiredlabels")
 }
+
+// fiveMAPs are five trivial MutatingAdmissionPolicies on pods, each
+// setting one label: issue 20's "five trivial MAPs".
+func fiveMAPs(tb testing.TB) string {
+	var docs strings.Builder
+	for i := 1; i <= 5; i++ {
+		fmt.Fprintf(&docs, `---
+apiVersion: admissionregistration.k8s.io/v1
+kind: MutatingAdmissionPolicy
+metadata: {name: label-%[1]d}
+spec:
+  failurePolicy: Fail
+  matchConstraints:
+    resourceRules: [{apiGroups: [""], apiVersions: ["v1"], operations: ["CREATE"], resources: ["pods"]}]
+  mutations:
+  - patchType: ApplyConfiguration
+    applyConfiguration:
+      expression: "Object{metadata: Object.metadata{labels: {'m%[1]d': 'x'}}}"
+---
+apiVersion: admissionregistration.k8s.io/v1
+kind: MutatingAdmissionPolicyBinding
+metadata: {name: label-%[1]d}
+spec: {policyName: label-%[1]d}
+`, i)
+	}
+	f := filepath.Join(tb.TempDir(), "maps.yaml")
+	if err := os.WriteFile(f, []byte(docs.String()), 0o600); err != nil {
+		tb.Fatal(err)
+	}
+	return f
+}
+
+// envPod is a pod of about n bytes of JSON: one container with many
+// environment variables of 100-byte values (an estimated 4.5 times its
+// JSON decoded, so a 1 MB one fits the default decode budget).
+func envPod(n int) []byte {
+	value := strings.Repeat("v", 100)
+	var b strings.Builder
+	b.WriteString(`{"apiVersion":"v1","kind":"Pod","metadata":{"name":"x","namespace":"shop"},"spec":{"containers":[{"name":"c","image":"nginx","env":[`)
+	for i := 0; b.Len() < n; i++ {
+		if i > 0 {
+			b.WriteByte(',')
+		}
+		fmt.Fprintf(&b, `{"name":"E%d","value":%q}`, i, value)
+	}
+	b.WriteString("]}]}}")
+	return []byte(b.String())
+}
+
+// benchFiveMAPs serves pod through the webhook of fiveMAPs, as `kadmit
+// serve --policies` does, with a request context that ends after each
+// review as the HTTP handler's does; each review must patch.
+func benchFiveMAPs(b *testing.B, pod []byte) {
+	whs, _, err := LoadWebhooks(Options{Budget: NewBudget(0)}, fiveMAPs(b))
+	if err != nil {
+		b.Fatal(err)
+	}
+	gvk := metav1.GroupVersionKind{Version: "v1", Kind: "Pod"}
+	gvr := metav1.GroupVersionResource{Version: "v1", Resource: "pods"}
+	req := &kadmission.Request{AdmissionRequest: admissionv1.AdmissionRequest{
+		UID: "u", Kind: gvk, Resource: gvr, RequestKind: &gvk, RequestResource: &gvr,
+		Namespace: "shop", Operation: admissionv1.Create,
+		Object: runtime.RawExtension{Raw: pod},
+	}}
+	b.SetBytes(int64(len(pod)))
+	b.ReportAllocs()
+	for b.Loop() {
+		ctx, cancel := context.WithCancel(context.Background())
+		out, err := whs[0].Review(ctx, req)
+		cancel()
+		if err != nil || !out.Response.Allowed || len(out.Patch) == 0 {
+			b.Fatal(err, out.Response)
+		}
+	}
+}
+
+// BenchmarkFiveMAPsRealistic: the realistic pod (4.6 KB) through five
+// trivial MAPs.
+func BenchmarkFiveMAPsRealistic(b *testing.B) { benchFiveMAPs(b, realisticPod(b)) }
+
+// BenchmarkFiveMAPs1MB: a 1 MB pod (env vars) through five trivial MAPs.
+func BenchmarkFiveMAPs1MB(b *testing.B) { benchFiveMAPs(b, envPod(1_000_000)) }

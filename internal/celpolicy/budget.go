@@ -36,12 +36,16 @@ const (
 	// keeps the worst case under the chart's GOMEMLIMIT=200MiB
 	// (docs/security.md "Bounds").
 	DefaultDecodeBudgetBytes int64 = 64 << 20
-	// mutateFactor is what a mutating evaluation takes, in estimates of
-	// its object: the decoded object, the typed value and field sets
+	// mutateFactor is what a run of mutating policies on one request
+	// takes, once for the run (mutateRun), in estimates of its object:
+	// the decoded object, the typed value and field sets
 	// structured-merge-diff builds for an ApplyConfiguration (measured: a
 	// 1.5 MB pod of 48,000 environment variables through one trivial
 	// ApplyConfiguration MAP took RSS from 85 to 231 MiB, about 4 times
-	// the estimate), the patched copy, and the two decodes of the diff.
+	// the estimate), the patched copy and the dispatcher's copy of its
+	// last output, and the two decodes of the diff. The policies of a run
+	// take turns on the one decoded object: what each builds beside it is
+	// garbage once the next starts.
 	mutateFactor = 4
 )
 
@@ -273,11 +277,12 @@ func estimate(raw []byte) int64 {
 }
 
 // requestMeters gives the mutating hooks of one request one meter, held
-// from the first hook until the request's context ends: the mutating
-// policies on a path run one after another on the same request, each
-// needing about as much as the last, and a request that got its share
-// keeps it through the chain instead of competing for it again at each
-// policy (and being refused 503 halfway). Entries live as long as their
+// from the first run of them until the request's context ends: the
+// policies the request reaches one after another run on one decoded copy
+// (serveMutateGroup), but a hook of another kind between them splits
+// them into runs, each needing about as much as the last, and a request
+// that got its share keeps it through the chain instead of competing for
+// it again at each run (and being refused 503 halfway). Entries live as long as their
 // requests, so there are at most as many as requests in flight.
 type requestMeters struct {
 	mu sync.Mutex

@@ -39,7 +39,7 @@ import (
 type Engine struct {
 	validating []validating.PolicyHook
 	mutating   []mutating.PolicyHook
-	// byName finds one policy's hook for the per-policy admission hooks.
+	// byName finds one policy's hook for the served admission hooks.
 	validatingByName map[string]int
 	mutatingByName   map[string]int
 
@@ -321,15 +321,6 @@ func (e *Engine) Mutate(ctx context.Context, req *Request) (*Decision, error) {
 	return e.mutate(ctx, req, e.mutating)
 }
 
-// MutatePolicy is Mutate with only the named policy.
-func (e *Engine) MutatePolicy(ctx context.Context, policy string, req *Request) (*Decision, error) {
-	i, ok := e.mutatingByName[policy]
-	if !ok {
-		return nil, fmt.Errorf("no MutatingAdmissionPolicy %q", policy)
-	}
-	return e.mutate(ctx, req, e.mutating[i:i+1])
-}
-
 func (e *Engine) mutate(ctx context.Context, req *Request, hooks []mutating.PolicyHook) (*Decision, error) {
 	if skipped(req) || len(hooks) == 0 || req.Operation == admission.Delete || req.Object == nil {
 		return &Decision{Allowed: true, Object: req.Object}, nil
@@ -392,6 +383,106 @@ func (e *Engine) mutate(ctx context.Context, req *Request, hooks []mutating.Poli
 		dec.Object, dec.Changed = out, true
 	}
 	return dec, nil
+}
+
+// errRunStopped is mutateRun's error when its caller stopped it (a
+// denial ended the chain).
+var errRunStopped = errors.New("the run was stopped")
+
+// mutateRun runs hooks, in order, on one decoded copy of req's object,
+// as the API server's MutatingAdmissionPolicy plugin runs the policies
+// of a request in one dispatcher (mutating/dispatcher.go
+// dispatchInvocations, v0.37.1): each policy sees the object as the ones
+// before it left it, and, when the run changed it, the policies with
+// reinvocationPolicy IfNeeded run once more, in order (admission/
+// reinvocation.go reinvoker.Admit). Each policy is dispatched on its own
+// over the one attributes record, whose reinvocation context carries the
+// dispatcher's bookkeeping from one to the next: a policy that runs
+// dirties the object, so after the first pass every IfNeeded policy that
+// ran is due again, the set one dispatch over all of them reaches. So
+// each policy gets its own decision: its error, the warnings it added
+// (one recorder for the run drops duplicates, as the API server's
+// does) and its audit annotations, handed to each with its index (d.Object
+// unset) right after it ran; enter(i) is called before. When each returns
+// false, mutateRun returns errRunStopped. It returns the mutated object,
+// encoded once, or nil when it is unchanged; any other error is the
+// request's (decode, budget, abandoned) at hook at, before it ran.
+func (e *Engine) mutateRun(ctx context.Context, req *Request, hooks []mutating.PolicyHook, enter func(int), each func(int, *Decision) bool) (out []byte, at int, err error) {
+	if skipped(req) || len(hooks) == 0 || req.Operation == admission.Delete || req.Object == nil {
+		return nil, 0, nil
+	}
+	// One decoded object for the run; patching builds the patched object
+	// beside it (through structured-merge-diff's typed values for an
+	// ApplyConfiguration), the dispatcher keeps a deep copy of its last
+	// output, and the diff decodes the request's and the patched JSON
+	// again: mutateFactor estimates of the object, charged once, before
+	// the decode.
+	if req.meter != nil {
+		need := mutateFactor * estimate(req.Object)
+		if req.shared == nil && req.OldObject != nil {
+			need += estimate(req.OldObject)
+		}
+		if err := req.meter.ensure(need); err != nil {
+			return nil, 0, fmt.Errorf("object: %w", err)
+		}
+	}
+	obj, err := decodeObject(req.Object, req.Kind, "object", nil)
+	if err != nil {
+		return nil, 0, err
+	}
+	var old runtime.Object
+	if req.shared != nil {
+		old, err = req.shared.oldObject(req)
+	} else {
+		old, err = decodeObject(req.OldObject, req.Kind, "oldObject", nil)
+	}
+	if err != nil {
+		return nil, 0, err
+	}
+	a, err := e.attributes(req, obj, old)
+	if err != nil {
+		return nil, 0, err
+	}
+	rec := &warnings{}
+	ctx = warning.WithWarningRecorder(ctx, rec)
+	d := mutating.NewDispatcher(e.authz, e.matcher(req), e.types)
+	annotations := make([]map[string]string, len(hooks))
+	pass := func() (int, error) {
+		for i := range hooks {
+			if err := ctx.Err(); err != nil {
+				return i, err
+			}
+			enter(i)
+			seen := len(rec.list)
+			a.annotations = annotations[i]
+			err := d.Dispatch(ctx, a, e.objects, hooks[i:i+1])
+			annotations[i] = a.annotations
+			dec := decide(err, a, rec, nil)
+			dec.Warnings = append([]string(nil), rec.list[seen:]...)
+			if !each(i, dec) || !dec.Allowed {
+				return i, errRunStopped
+			}
+		}
+		return 0, nil
+	}
+	if at, err := pass(); err != nil {
+		return nil, at, err
+	}
+	if rc := a.GetReinvocationContext(); rc.ShouldReinvoke() {
+		rc.SetIsReinvoke()
+		if at, err := pass(); err != nil {
+			return nil, at, err
+		}
+	}
+	out, err = json.Marshal(a.GetObject())
+	if err != nil {
+		return nil, len(hooks) - 1, fmt.Errorf("encode the mutated object: %w", err)
+	}
+	changed, err := jsonChanged(req.Object, out)
+	if err != nil || !changed {
+		return nil, len(hooks) - 1, err
+	}
+	return out, 0, nil
 }
 
 // decide turns the dispatcher's error into the API server's answer: a

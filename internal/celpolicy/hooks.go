@@ -10,6 +10,7 @@ import (
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	apiserveradmission "k8s.io/apiserver/pkg/admission"
+	"k8s.io/apiserver/pkg/admission/plugin/policy/mutating"
 
 	"github.com/kadmit/kadmit/internal/admission"
 	"github.com/kadmit/kadmit/internal/jsonedit"
@@ -17,7 +18,8 @@ import (
 
 // The paths kadmit serves declared policies on. Every ValidatingAdmission-
 // Policy is one hook on ValidatePath, every MutatingAdmissionPolicy one hook
-// on MutatePath, in the order they were loaded.
+// on MutatePath (the ones a request matches served in one run), in the
+// order they were loaded.
 const (
 	ValidatePath = "/validate-policies"
 	MutatePath   = "/mutate-policies"
@@ -37,9 +39,11 @@ func HookName(kind admission.Type, policy string) string {
 // versions, resources, scope; resourceNames, excludeResourceRules,
 // selectors and matchPolicy are applied by the engine, which the API
 // server's matcher decides exactly); its FailurePolicy is the policy's,
-// the webhook's answer when kadmit cannot be reached. Each hook evaluates
-// its own policy only: the chain's first denial ends it, as in-tree the
-// first denial's message is the one returned. A mutating hook carries its
+// the webhook's answer when kadmit cannot be reached. Each hook decides
+// for its own policy only: the chain's first denial ends it, as in-tree the
+// first denial's message is the one returned. The mutating hooks a request
+// reaches one after another run together on one decoded copy of the
+// object (mapHook, admission.GroupMutator). A mutating hook carries its
 // policy's reinvocationPolicy (Never when unset, the API's default); the
 // webhook on MutatePath is registered IfNeeded when any policy asks for it
 // (registration.Build).
@@ -59,9 +63,7 @@ func (e *Engine) Hooks() []admission.Hook {
 			Rules:              webhookRules(p.Spec.MatchConstraints, true),
 			FailurePolicy:      *p.Spec.FailurePolicy,
 			ReinvocationPolicy: &reinvoke,
-			Mutator: admission.MutatorFunc(func(ctx context.Context, req *admission.Request) ([]jsonedit.Op, admission.Verdict) {
-				return e.serveMutate(ctx, name, req)
-			}),
+			Mutator:            mapHook{e: e, name: name},
 		})
 	}
 	for _, h := range e.validating {
@@ -162,17 +164,87 @@ func (e *Engine) serveValidate(ctx context.Context, policy string, req *admissio
 		}
 		return admission.Invalid("ValidatingAdmissionPolicy '%s': %v", policy, err)
 	}
-	return verdict(d)
+	return asVerdict(d)
 }
 
-func (e *Engine) serveMutate(ctx context.Context, policy string, req *admission.Request) ([]jsonedit.Op, admission.Verdict) {
+// mapHook is the Mutator of one MutatingAdmissionPolicy's hook. The
+// hooks of one engine are one admission.GroupMutator group: a run of them
+// that the chain reaches with no other hook between (every MAP of the
+// engine matching a request, unless a built-in mutator shares the path)
+// is served by one serveMutateGroup, which decodes the object once, runs
+// each policy on that copy in order (with the API server's reinvocation
+// across them) and encodes and diffs the result once, where a hook per
+// policy would decode, encode and diff the object once per policy.
+type mapHook struct {
+	e    *Engine
+	name string
+}
+
+// Mutate serves the policy alone: a run of one.
+func (h mapHook) Mutate(ctx context.Context, req *admission.Request) ([]jsonedit.Op, admission.Verdict) {
+	v := admission.Allow()
+	ops := h.MutateGroup(ctx, req, []admission.Mutator{h}, func(int) {}, func(_ int, pv admission.Verdict) bool {
+		// The verdicts of its passes, folded: warnings and audit
+		// annotations add up, a denial (or a review without decision)
+		// ends it with what came before.
+		pv.Warnings = append(v.Warnings, pv.Warnings...)
+		for k, val := range v.AuditAnnotations {
+			if _, ok := pv.AuditAnnotations[k]; !ok {
+				pv = pv.WithAuditAnnotation(k, val)
+			}
+		}
+		v = pv
+		return v.Allowed
+	})
+	if !v.Allowed {
+		return nil, v
+	}
+	return ops, v
+}
+
+// MutatorGroup is the engine: its hooks run together.
+func (h mapHook) MutatorGroup() any { return h.e }
+
+// MutateGroup serves the policies of run (hooks of h's engine) on one
+// decoded copy of req's object: see serveMutateGroup.
+func (h mapHook) MutateGroup(ctx context.Context, req *admission.Request, run []admission.Mutator, enter func(int), verdict func(int, admission.Verdict) bool) []jsonedit.Op {
+	names := make([]string, len(run))
+	for i, m := range run {
+		names[i] = m.(mapHook).name // one group: one engine's mapHooks
+	}
+	return h.e.serveMutateGroup(ctx, names, req, enter, verdict)
+}
+
+// serveMutateGroup runs the MutatingAdmissionPolicies names, in order, on
+// req as the API server's mutating dispatcher runs them all (see
+// mutateRun), handing each policy's verdict to verdict under its own
+// index, and returns the JSONPatch of their joint result, made once. The
+// decode budget is charged once for the run (mutateFactor estimates of
+// the object: one decoded copy and what patching and the diff build
+// beside it), on the request's shared mutating meter. A request refused
+// before any policy runs (abandoned, too large, over budget, not
+// decodable) is answered as the first policy's.
+func (e *Engine) serveMutateGroup(ctx context.Context, names []string, req *admission.Request, enter func(int), verdict func(int, admission.Verdict) bool) []jsonedit.Op {
+	fail := func(i int, v admission.Verdict) []jsonedit.Op {
+		enter(i)
+		verdict(i, v)
+		return nil
+	}
 	if err := ctx.Err(); err != nil {
 		// The review was abandoned at its deadline (its answer, a 500, is
 		// sent): the policies after the one that overran do not run.
-		return nil, admission.Unanswered(http.StatusInternalServerError, fmt.Errorf("%s '%s' not evaluated: %w", "MutatingAdmissionPolicy", policy, err))
+		return fail(0, admission.Unanswered(http.StatusInternalServerError, fmt.Errorf("%s '%s' not evaluated: %w", "MutatingAdmissionPolicy", names[0], err)))
 	}
 	if err := e.checkSize(req); err != nil {
-		return nil, unanswered(policy, admission.Mutating, err)
+		return fail(0, unanswered(names[0], admission.Mutating, err))
+	}
+	hooks := make([]mutating.PolicyHook, len(names))
+	for i, name := range names {
+		j, ok := e.mutatingByName[name]
+		if !ok {
+			return fail(i, admission.Errored(500, fmt.Errorf("no MutatingAdmissionPolicy %q", name)))
+		}
+		hooks[i] = e.mutating[j]
 	}
 	r := FromAdmission(req)
 	var own bool
@@ -186,22 +258,30 @@ func (e *Engine) serveMutate(ctx context.Context, policy string, req *admission.
 		r.shared = e.decoded.get(ctx, req)
 		defer r.shared.m.leave()
 	}
-	d, err := e.MutatePolicy(ctx, policy, r)
-	if err != nil {
-		if v, ok := bounded(policy, admission.Mutating, err); ok {
-			return nil, v
+	out, at, err := e.mutateRun(ctx, r, hooks, enter, func(i int, d *Decision) bool {
+		return verdict(i, asVerdict(d))
+	})
+	switch {
+	case errors.Is(err, errRunStopped):
+		return nil
+	case err == nil:
+	case errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded):
+		return fail(at, admission.Unanswered(http.StatusInternalServerError, fmt.Errorf("%s '%s' not evaluated: %w", "MutatingAdmissionPolicy", names[at], err)))
+	default:
+		if v, ok := bounded(names[at], admission.Mutating, err); ok {
+			return fail(at, v)
 		}
-		return nil, admission.Invalid("MutatingAdmissionPolicy '%s': %v", policy, err)
+		return fail(at, admission.Invalid("MutatingAdmissionPolicy '%s': %v", names[at], err))
 	}
-	v := verdict(d)
-	if !d.Allowed || !d.Changed {
-		return nil, v
+	if out == nil {
+		return nil
 	}
-	ops, err := Ops(req.Object.Raw, d.Object)
+	ops, err := Ops(req.Object.Raw, out)
 	if err != nil {
-		return nil, admission.Errored(500, fmt.Errorf("MutatingAdmissionPolicy '%s': %w", policy, err))
+		last := len(names) - 1
+		return fail(last, admission.Errored(500, fmt.Errorf("MutatingAdmissionPolicy '%s': %w", strings.Join(names, "', '"), err)))
 	}
-	return ops, v
+	return ops
 }
 
 // checkSize refuses a request whose object or oldObject is larger than
@@ -244,12 +324,12 @@ func unanswered(policy string, kind admission.Type, err error) admission.Verdict
 	return admission.Unanswered(code, fmt.Errorf("%s '%s' not evaluated: %w", what, policy, err))
 }
 
-// verdict states a Decision as a webhook answers. Audit annotation keys
+// asVerdict states a Decision as a webhook answers. Audit annotation keys
 // lose their "<policy>/" prefix (the API server prefixes a webhook's keys
 // with the webhook's name, which already names the policy, and a key with
 // two slashes is refused); the validation_failure key loses its
 // "validation.policy.admission.k8s.io/" prefix for the same reason.
-func verdict(d *Decision) admission.Verdict {
+func asVerdict(d *Decision) admission.Verdict {
 	v := admission.Verdict{Allowed: d.Allowed, Warnings: d.Warnings}
 	for k, val := range d.AuditAnnotations {
 		if i := strings.LastIndexByte(k, '/'); i >= 0 {

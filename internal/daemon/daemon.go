@@ -381,6 +381,10 @@ func (d *daemon) newServer(context.Context) error {
 		MetricsMaxConnections: o.MetricsMaxConnections, MaxAbandonedReviews: o.MaxAbandonedReviews,
 	})
 	d.reloads.serve = d.srv.SetWebhooks
+	// The server and the registrar hold the start's hooks now, and a
+	// reload replaces them there: kept here too, they would keep the
+	// start's declared policy engine alive for the life of the process.
+	d.hooks = nil
 	return err
 }
 

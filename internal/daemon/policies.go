@@ -31,12 +31,16 @@ func declaredHooks(load celpolicy.LoadOptions, paths []string, docs []celpolicy.
 	if err != nil {
 		return nil, fmt.Errorf("declared policies: %w", err)
 	}
-	e, err := celpolicy.New(set, opts)
+	e, err := newEngine(set, opts)
 	if err != nil {
 		return nil, fmt.Errorf("declared policies: %w", err)
 	}
 	return e.Hooks(), nil
 }
+
+// newEngine is celpolicy.New; TestReloadReleasesOldEngine records the
+// engines it builds to prove a reload lets the previous one go.
+var newEngine = celpolicy.New
 
 // declaredLoad is how opts load declared policies.
 func declaredLoad(opts Options) celpolicy.LoadOptions {

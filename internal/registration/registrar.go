@@ -128,8 +128,12 @@ func NewRegistrar(opts RegistrarOptions) (*Registrar, error) {
 	if opts.Bundle == nil {
 		opts.Bundle = func() []byte { return nil }
 	}
+	hooks := opts.Hooks
+	// r.hooks holds them (SetHooks replaces them on a reload): a copy in
+	// r.o would keep the start's policies alive after the first reload.
+	opts.Hooks = nil
 	return &Registrar{o: opts, log: opts.Logger.With("component", "registrar", "configuration", opts.Registration.Name),
-		kick: make(chan struct{}, 1), hooks: opts.Hooks, called: map[string]time.Time{}}, nil
+		kick: make(chan struct{}, 1), hooks: hooks, called: map[string]time.Time{}}, nil
 }
 
 // Name is the name of both configurations.

@@ -266,6 +266,11 @@ func New(opts Options) (*Server, error) {
 	}
 
 	s.SetWebhooks(opts.Webhooks)
+	// The routes hold them now: a copy in s.opts, or in opts, which the
+	// listeners' refusal callbacks capture, would keep the start's
+	// policies (a declared policy engine with its compiled programs)
+	// alive after the first reload replaced them.
+	opts.Webhooks, s.opts.Webhooks = nil, nil
 	s.unserved = s.metrics.InFlight(UnservedWebhook, admission.NewHandler(&admission.Webhook{Path: UnservedWebhook, Type: admission.Validating},
 		admission.HandlerOptions{MaxRequestBytes: opts.MaxRequestBytes, Limits: s.limits, Observe: s.observe}))
 	mux := http.NewServeMux()

@@ -295,6 +295,21 @@ func bigPod(n int) []byte {
 	return []byte(b.String())
 }
 
+// bigPodValues is bigPod with environment values of valueLen bytes.
+func bigPodValues(n, valueLen int) []byte {
+	value := strings.Repeat("v", valueLen)
+	var b strings.Builder
+	b.WriteString(`{"apiVersion":"v1","kind":"Pod","metadata":{"name":"x","namespace":"default"},"spec":{"containers":[{"name":"c","image":"nginx","env":[`)
+	for i := 0; b.Len() < n; i++ {
+		if i > 0 {
+			b.WriteByte(',')
+		}
+		fmt.Fprintf(&b, `{"name":"E%d","value":%q}`, i, value)
+	}
+	b.WriteString("]}]}}")
+	return []byte(b.String())
+}
+
 func blobReview(n int) []byte { return review("blobs", "example.com", "Blob", blob(n)) }
 
 // finish waits for the process to settle, then asserts the bounds.
@@ -362,6 +377,37 @@ func TestHostileLargePodToMutatingPolicies(t *testing.T) {
 	}
 	if took := time.Since(t0); took > 5*time.Second {
 		t.Fatalf("answered after %v", took)
+	}
+}
+
+// (c2) A pod just under the size cap (1.4 MB) to the five MAPs: they run
+// on one decoded copy of it, encoded and diffed once (celpolicy
+// serveMutateGroup), so it is answered, patched, well within its 10 s
+// deadline and with bounded memory. The same size of the densest pod
+// (one-letter environment values, an estimated 105 MB of decoding and
+// patching) is more than the whole decode budget: refused 413 at once.
+func TestHostilePodUnderCapToMutatingPolicies(t *testing.T) {
+	p := start(t)
+	base, cpu0, t0 := p.status("VmRSS"), p.cpu(), time.Now()
+	pod := bigPodValues(1_400_000, 100)
+	code, msg := p.post("/mutate-policies", review("pods", "", "Pod", pod))
+	took := time.Since(t0)
+	p.finish(fmt.Sprintf("%d-byte pod (100-byte env values) to 5 MAPs", len(pod)), base, t0, cpu0, map[int]int{code: 1})
+	if code != http.StatusOK || !strings.Contains(msg, `"allowed":true`) || !strings.Contains(msg, `"patch":`) {
+		t.Fatalf("answer %d %.300s, want 200 allowed with a patch", code, msg)
+	}
+	if took > 8*time.Second {
+		t.Fatalf("answered after %v: past what its 10 s deadline leaves", took)
+	}
+
+	base, cpu0, t0 = p.status("VmRSS"), p.cpu(), time.Now()
+	code, msg = p.post("/mutate-policies", review("pods", "", "Pod", bigPod(1_400_000)))
+	p.finish("1.4 MB pod (one-letter env values) to 5 MAPs", base, t0, cpu0, map[int]int{code: 1})
+	if code != http.StatusRequestEntityTooLarge || !strings.Contains(msg, "budget") {
+		t.Fatalf("answer %d %.300s, want 413 naming the decode budget", code, msg)
+	}
+	if took := time.Since(t0); took > 5*time.Second {
+		t.Fatalf("refused after %v", took)
 	}
 }
 
