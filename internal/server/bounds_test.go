@@ -1,0 +1,226 @@
+package server
+
+// Tests for the fixed bounds of docs/security.md's "Bounds" table that no
+// other test pins: header size, handshake and header timeouts, the
+// metrics listener's read timeout, and the HTTP/2 settings kadmit
+// advertises.
+
+import (
+	"bufio"
+	"crypto/tls"
+	"encoding/binary"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/kadmit/kadmit/internal/admission"
+)
+
+// rawRequest sends a request with one header of n bytes on a fresh
+// connection and returns the status code kadmit answers.
+func rawRequest(t *testing.T, c net.Conn, method, path string, n int) int {
+	t.Helper()
+	defer c.Close()
+	_ = c.SetDeadline(time.Now().Add(wait))
+	fmt.Fprintf(c, "%s %s HTTP/1.1\r\nHost: k\r\nX-Big: %s\r\nContent-Length: 0\r\nConnection: close\r\n\r\n", method, path, strings.Repeat("a", n))
+	resp, err := http.ReadResponse(bufio.NewReader(c), nil)
+	if err != nil {
+		t.Fatalf("%s with a %d-byte header: %v", path, n, err)
+	}
+	resp.Body.Close()
+	return resp.StatusCode
+}
+
+// TestHeaderBytesBound: both listeners answer 431 to request headers
+// beyond 64 KiB (net/http allows 4 KiB of slack over MaxHeaderBytes), and
+// read headers up to that.
+func TestHeaderBytesBound(t *testing.T) {
+	ts := start(t, Options{Webhooks: []*admission.Webhook{webhook(t, "p", "/validate", allowAll)}}, true)
+	dialWebhook := func() net.Conn {
+		c, err := ts.dialTLS(nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return c
+	}
+	dialMetrics := func() net.Conn {
+		c, err := net.DialTimeout("tcp", ts.MetricsAddr().String(), wait)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return c
+	}
+	for _, l := range []struct {
+		name, method, path string
+		dial               func() net.Conn
+	}{{"webhook", "POST", "/validate", dialWebhook}, {"metrics", "GET", "/healthz", dialMetrics}} {
+		// 56 KiB of headers are read (the request itself may be refused:
+		// the webhook answers 400 to an empty body).
+		if code := rawRequest(t, l.dial(), l.method, l.path, 56<<10); code == http.StatusRequestHeaderFieldsTooLarge {
+			t.Errorf("%s: 56 KiB of headers answered 431, bound 64 KiB", l.name)
+		}
+		if code := rawRequest(t, l.dial(), l.method, l.path, 72<<10); code != http.StatusRequestHeaderFieldsTooLarge {
+			t.Errorf("%s: 72 KiB of headers answered %d, want 431 (bound 64 KiB)", l.name, code)
+		}
+	}
+}
+
+// closedWithin waits for the server to close c and returns when it did,
+// or -1 if c is still open at limit.
+func closedWithin(c net.Conn, start time.Time, limit time.Duration) time.Duration {
+	_ = c.SetReadDeadline(start.Add(limit))
+	_, err := io.Copy(io.Discard, c)
+	if ne, ok := err.(net.Error); ok && ne.Timeout() {
+		return -1
+	}
+	return time.Since(start)
+}
+
+// TestHandshakeHeaderAndMetricsReadTimeouts: with a 60 s read timeout, a
+// connection that never completes its TLS handshake or its request
+// headers is closed after 10 s, on the webhook listener and on the
+// metrics/health listener; a metrics request whose body stalls is closed
+// after the metrics listener's 10 s read timeout.
+func TestHandshakeHeaderAndMetricsReadTimeouts(t *testing.T) {
+	ts := start(t, Options{ReadTimeout: time.Minute, Webhooks: []*admission.Webhook{webhook(t, "p", "/validate", allowAll)}}, true)
+	dial := func(addr string) net.Conn {
+		c, err := net.DialTimeout("tcp", addr, wait)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { c.Close() })
+		return c
+	}
+	start := time.Now()
+	conns := map[string]net.Conn{}
+	conns["webhook: no TLS handshake"] = dial(ts.Addr().String())
+	tc, err := ts.dialTLS(nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { tc.Close() })
+	fmt.Fprint(tc, "POST /validate HTTP/1.1\r\nHost: k\r\n")
+	conns["webhook: half-sent headers"] = tc
+	conns["metrics: no request"] = dial(ts.MetricsAddr().String())
+	mh := dial(ts.MetricsAddr().String())
+	fmt.Fprint(mh, "GET /healthz HTTP/1.1\r\nHost: k\r\n")
+	conns["metrics: half-sent headers"] = mh
+	// Headers complete, 100 body bytes declared, none sent: the answer is
+	// written, then reading the rest of the body waits for the read
+	// timeout, not for ever.
+	mb := dial(ts.MetricsAddr().String())
+	fmt.Fprint(mb, "GET /healthz HTTP/1.1\r\nHost: k\r\nContent-Length: 100\r\n\r\n")
+	conns["metrics: stalled body"] = mb
+
+	const bound, margin = 10 * time.Second, 4 * time.Second
+	var mu sync.Mutex
+	closed := map[string]time.Duration{}
+	var wg sync.WaitGroup
+	for name, c := range conns {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			d := closedWithin(c, start, bound+margin)
+			mu.Lock()
+			closed[name] = d
+			mu.Unlock()
+		}()
+	}
+	wg.Wait()
+	for name, d := range closed {
+		switch {
+		case d < 0:
+			t.Errorf("%s: still open %s after it started, bound %s", name, bound+margin, bound)
+		case d < bound-time.Second:
+			t.Errorf("%s: closed after %s, before the %s bound", name, d.Round(10*time.Millisecond), bound)
+		default:
+			t.Logf("%s: closed after %s", name, d.Round(10*time.Millisecond))
+		}
+	}
+}
+
+// TestHTTP2Settings: with HTTP2 on, the server advertises 100 streams per
+// connection, 16 KiB frames, a 64 KiB receive window per stream and per
+// connection and 4 KiB header tables.
+func TestHTTP2Settings(t *testing.T) {
+	ts := start(t, Options{HTTP2: true, Webhooks: []*admission.Webhook{webhook(t, "p", "/validate", allowAll)}}, true)
+	cfg := ts.client.Transport.(*http.Transport).TLSClientConfig.Clone()
+	cfg.NextProtos = []string{"h2"}
+	c, err := tls.DialWithDialer(&net.Dialer{Timeout: wait}, "tcp", ts.Addr().String(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	_ = c.SetDeadline(time.Now().Add(wait))
+	// The client preface and an empty SETTINGS frame (RFC 9113, 3.4).
+	if _, err := c.Write(append([]byte("PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"), 0, 0, 0, 0x4, 0, 0, 0, 0, 0)); err != nil {
+		t.Fatal(err)
+	}
+	r := bufio.NewReader(c)
+	settings := map[uint16]uint32{}
+	connWindow := uint32(65535) // RFC 9113, 6.9.2
+	// The server's SETTINGS frame comes first, then its ACK of ours and,
+	// with a connection window above the initial 65,535, a WINDOW_UPDATE
+	// on stream 0 (in no fixed order): read frames until the server has
+	// been quiet for 500 ms after its ACK.
+	for seenSettings, acked := false, false; ; {
+		if acked {
+			_ = c.SetReadDeadline(time.Now().Add(500 * time.Millisecond))
+		}
+		var h [9]byte
+		if _, err := io.ReadFull(r, h[:]); err != nil {
+			if ne, ok := err.(net.Error); ok && ne.Timeout() && acked && r.Buffered() == 0 {
+				break
+			}
+			t.Fatalf("reading frames: %v", err)
+		}
+		n := int(h[0])<<16 | int(h[1])<<8 | int(h[2])
+		typ, flags, stream := h[3], h[4], binary.BigEndian.Uint32(h[5:])&0x7fffffff
+		payload := make([]byte, n)
+		if _, err := io.ReadFull(r, payload); err != nil {
+			t.Fatal(err)
+		}
+		switch {
+		case typ == 0x4 && flags&0x1 == 0: // SETTINGS
+			for i := 0; i+6 <= n; i += 6 {
+				settings[binary.BigEndian.Uint16(payload[i:])] = binary.BigEndian.Uint32(payload[i+2:])
+			}
+			seenSettings = true
+		case typ == 0x8 && stream == 0: // WINDOW_UPDATE for the connection
+			connWindow += binary.BigEndian.Uint32(payload) & 0x7fffffff
+		case typ == 0x4: // the ACK of our SETTINGS
+			if !seenSettings {
+				t.Fatal("ACK before the server's SETTINGS")
+			}
+			acked = true
+		}
+	}
+	const (
+		headerTableSize      = 0x1
+		maxConcurrentStreams = 0x3
+		initialWindowSize    = 0x4
+		maxFrameSize         = 0x5
+	)
+	for id, want := range map[uint16]uint32{maxConcurrentStreams: 100, maxFrameSize: 16 << 10, initialWindowSize: 64 << 10, headerTableSize: 4 << 10} {
+		got, ok := settings[id]
+		if id == maxFrameSize && !ok {
+			got = 16 << 10 // RFC 9113's default, which Go's server does not repeat
+		}
+		if id == headerTableSize && !ok {
+			got = 4 << 10 // the default
+		}
+		if got != want {
+			t.Errorf("SETTINGS 0x%x = %d, want %d (all: %v)", id, got, want, settings)
+		}
+	}
+	// 64 KiB is one byte over HTTP/2's initial 65,535; Go's server batches
+	// window updates that small away, so either is the bound.
+	if connWindow != 64<<10 && connWindow != 65535 {
+		t.Errorf("connection receive window %d, want 64 KiB", connWindow)
+	}
+}
