@@ -7,18 +7,22 @@ package server
 
 import (
 	"bufio"
+	"context"
 	"crypto/tls"
 	"encoding/binary"
+	"encoding/json"
 	"fmt"
 	"io"
 	"net"
 	"net/http"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
 	"github.com/kadmit/kadmit/internal/admission"
+	"github.com/kadmit/kadmit/internal/jsonedit"
 )
 
 // rawRequest sends a request with one header of n bytes on a fresh
@@ -222,5 +226,62 @@ func TestHTTP2Settings(t *testing.T) {
 	// window updates that small away, so either is the bound.
 	if connWindow != 64<<10 && connWindow != 65535 {
 		t.Errorf("connection receive window %d, want 64 KiB", connWindow)
+	}
+}
+
+// TestWriteTimeout: an answer the client does not read is given up on
+// after the read timeout plus 5 s, and the connection closed; the writing
+// goroutine and the answer's bytes do not wait for the client for ever.
+func TestWriteTimeout(t *testing.T) {
+	// A 12 MB patch: far more than the loopback socket buffers hold
+	// between a server and a client with a 4 KiB receive buffer.
+	big := jsonedit.Op{Op: "add", Path: "/metadata/annotations", Value: json.RawMessage(`{"a":"` + strings.Repeat("x", 12<<20) + `"}`)}
+	whs, err := admission.NewWebhooks([]admission.Hook{{Policy: "big", Path: "/mutate", Type: admission.Mutating, Rules: podRules,
+		Mutator: admission.MutatorFunc(func(context.Context, *admission.Request) ([]jsonedit.Op, admission.Verdict) {
+			return []jsonedit.Op{big}, admission.Allow()
+		})}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	const readTimeout = time.Second
+	ts := start(t, Options{ReadTimeout: readTimeout, Webhooks: whs}, true)
+	cfg := ts.client.Transport.(*http.Transport).TLSClientConfig.Clone()
+	cfg.NextProtos = []string{"http/1.1"}
+	d := &net.Dialer{Timeout: wait, Control: func(_, _ string, rc syscall.RawConn) error {
+		var serr error
+		if err := rc.Control(func(fd uintptr) { serr = syscall.SetsockoptInt(int(fd), syscall.SOL_SOCKET, syscall.SO_RCVBUF, 4<<10) }); err != nil {
+			return err
+		}
+		return serr
+	}}
+	c, err := tls.DialWithDialer(d, "tcp", ts.Addr().String(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	body := reviewBody("u", "p")
+	sent := time.Now()
+	fmt.Fprintf(c, "POST /mutate HTTP/1.1\r\nHost: k\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s", len(body), body)
+	// Read nothing for longer than the write timeout, then everything.
+	writeTimeout := readTimeout + 5*time.Second
+	time.Sleep(writeTimeout + 2*time.Second)
+	_ = c.SetReadDeadline(time.Now().Add(wait))
+	n, err := io.Copy(io.Discard, c)
+	if ne, ok := err.(net.Error); ok && ne.Timeout() {
+		t.Fatalf("the whole answer (%d bytes) waited %s for a client that did not read; write timeout %s", n, time.Since(sent).Round(time.Second), writeTimeout)
+	}
+	if n >= 12<<20 {
+		t.Fatalf("%d bytes delivered after the write timeout, the whole answer", n)
+	}
+	t.Logf("connection closed with %d bytes of the answer delivered (%v)", n, err)
+}
+
+// TestMetricsListenerTimeouts pins the metrics/health listener's fixed
+// write and idle timeouts (60 s: a default 30 s CPU profile fits; 90 s
+// idle), which a test would otherwise wait a minute or more for.
+func TestMetricsListenerTimeouts(t *testing.T) {
+	ts := start(t, Options{}, true)
+	if ts.plain.WriteTimeout != 60*time.Second || ts.plain.IdleTimeout != 90*time.Second {
+		t.Fatalf("metrics listener write timeout %s, idle %s; docs/security.md says 60s and 90s", ts.plain.WriteTimeout, ts.plain.IdleTimeout)
 	}
 }
