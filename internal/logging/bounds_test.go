@@ -1,7 +1,11 @@
 package logging
 
 import (
+	"bytes"
+	"encoding/json"
+	"fmt"
 	"io"
+	"strings"
 	"testing"
 	"time"
 )
@@ -25,5 +29,26 @@ func TestBufferedLoggerDefaults(t *testing.T) {
 	}
 	if DefaultCloseTimeout != 5*time.Second {
 		t.Fatalf("final flush bounded by %s, want 5s", DefaultCloseTimeout)
+	}
+}
+
+// TestFieldCaps pins the log field bounds: 1 KiB for a field, 8 KiB for
+// a panic's stack, each cut with its count of bytes cut.
+func TestFieldCaps(t *testing.T) {
+	var buf bytes.Buffer
+	log, err := New(&buf, "json", "info")
+	if err != nil {
+		t.Fatal(err)
+	}
+	log.Info("m", "uid", strings.Repeat("u", 100_000), "stack", strings.Repeat("s", 100_000))
+	var m map[string]string
+	if err := json.Unmarshal(buf.Bytes(), &m); err != nil {
+		t.Fatal(err)
+	}
+	for key, keep := range map[string]int{"uid": 1024, "stack": 8192} {
+		want := strings.Repeat(key[:1], keep) + fmt.Sprintf("…[%d bytes cut]", 100_000-keep)
+		if m[key] != want {
+			t.Errorf("%s: %d bytes logged, want %d kept and the rest counted: tail %q", key, len(m[key]), keep, m[key][max(0, len(m[key])-40):])
+		}
 	}
 }
