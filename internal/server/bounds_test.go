@@ -7,12 +7,14 @@ package server
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"crypto/tls"
 	"encoding/binary"
 	"encoding/json"
 	"fmt"
 	"io"
+	"log/slog"
 	"net"
 	"net/http"
 	"strings"
@@ -283,5 +285,31 @@ func TestMetricsListenerTimeouts(t *testing.T) {
 	ts := start(t, Options{}, true)
 	if ts.plain.WriteTimeout != 60*time.Second || ts.plain.IdleTimeout != 90*time.Second {
 		t.Fatalf("metrics listener write timeout %s, idle %s; docs/security.md says 60s and 90s", ts.plain.WriteTimeout, ts.plain.IdleTimeout)
+	}
+}
+
+// TestLogThrottle: client-caused log lines are written 20 at once, then 10
+// a second; the next line written carries the count dropped.
+func TestLogThrottle(t *testing.T) {
+	var buf bytes.Buffer
+	l := slog.New(slog.NewTextHandler(&buf, nil))
+	th := newThrottle()
+	for i := 0; i < 100; i++ {
+		th.log(l, slog.LevelWarn, "bad request")
+	}
+	if n := strings.Count(buf.String(), "\n"); n > 21 || n < 20 {
+		t.Fatalf("%d lines of 100 at once, want the burst of 20", n)
+	}
+	buf.Reset()
+	time.Sleep(time.Second)
+	for i := 0; i < 100; i++ {
+		th.log(l, slog.LevelWarn, "bad request")
+	}
+	out := buf.String()
+	if n := strings.Count(out, "\n"); n > 15 || n < 9 { // a late wake-up adds a few
+		t.Fatalf("%d lines of 100 a second later, want about 10", n)
+	}
+	if !strings.Contains(strings.SplitN(out, "\n", 2)[0], "suppressed=") {
+		t.Fatalf("the first line after drops does not count them: %q", strings.SplitN(out, "\n", 2)[0])
 	}
 }
