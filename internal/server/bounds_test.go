@@ -313,3 +313,67 @@ func TestLogThrottle(t *testing.T) {
 		t.Fatalf("the first line after drops does not count them: %q", strings.SplitN(out, "\n", 2)[0])
 	}
 }
+
+// TestStalledBodyAnswered408: a body that stalls past the read timeout is
+// answered 408 when the client still reads, then the connection closed.
+func TestStalledBodyAnswered408(t *testing.T) {
+	ts := start(t, Options{ReadTimeout: time.Second, Webhooks: []*admission.Webhook{webhook(t, "p", "/validate", allowAll)}}, true)
+	// net/http counts the read timeout from the end of the handshake (of
+	// the previous request), before the request's first byte.
+	start := time.Now()
+	c, err := ts.dialTLS(nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	fmt.Fprint(c, "POST /validate HTTP/1.1\r\nHost: k\r\nContent-Type: application/json\r\nContent-Length: 5000\r\n\r\n{\"apiVersion\":")
+	_ = c.SetReadDeadline(time.Now().Add(wait))
+	resp, err := http.ReadResponse(bufio.NewReader(c), nil)
+	if err != nil {
+		t.Fatalf("no answer to a stalled body: %v", err)
+	}
+	resp.Body.Close()
+	if took := time.Since(start); resp.StatusCode != http.StatusRequestTimeout || took < 900*time.Millisecond || took > 6*time.Second {
+		t.Fatalf("stalled body: HTTP %d after %s, want 408 after the 1s read timeout", resp.StatusCode, took)
+	}
+}
+
+// TestHTTP2StreamTakesInFlightSlot: with HTTP/2, every stream is a
+// request held to --max-in-flight like an HTTP/1.1 request.
+func TestHTTP2StreamTakesInFlightSlot(t *testing.T) {
+	ts := start(t, Options{HTTP2: true, MaxInFlight: 2, ReadTimeout: 20 * time.Second, Webhooks: []*admission.Webhook{webhook(t, "p", "/validate", allowAll)}}, true)
+	var protos http.Protocols
+	protos.SetHTTP2(true)
+	tr := &http.Transport{TLSClientConfig: ts.client.Transport.(*http.Transport).TLSClientConfig.Clone(), Protocols: &protos}
+	defer tr.CloseIdleConnections()
+	ctx, cancel := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	defer func() { cancel(); wg.Wait() }()
+	// Two streams on one connection send a first byte of their body and stall.
+	for i := 0; i < 2; i++ {
+		pr, pw := io.Pipe()
+		wg.Add(2)
+		go func() { defer wg.Done(); _, _ = pw.Write([]byte("{")); <-ctx.Done(); pw.CloseWithError(ctx.Err()) }()
+		req, _ := http.NewRequestWithContext(ctx, http.MethodPost, ts.base+"/validate", pr)
+		req.ContentLength = 5000
+		req.Header.Set("Content-Type", "application/json")
+		go func() {
+			defer wg.Done()
+			if resp, err := tr.RoundTrip(req); err == nil {
+				resp.Body.Close()
+			}
+		}()
+	}
+	eventually(t, "two streams in flight", func() bool { return ts.limits.InFlight() == 2 })
+	req, _ := http.NewRequest(http.MethodPost, ts.base+"/validate", bytes.NewReader(reviewBody("u", "p")))
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := tr.RoundTrip(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.ProtoMajor != 2 || resp.StatusCode != http.StatusServiceUnavailable {
+		t.Fatalf("a third stream beyond --max-in-flight 2: HTTP/%d %d %s", resp.ProtoMajor, resp.StatusCode, body)
+	}
+}
