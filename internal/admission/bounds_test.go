@@ -3,6 +3,7 @@ package admission
 import (
 	"bytes"
 	"context"
+	"io"
 	"net/http"
 	"net/http/httptest"
 	"runtime"
@@ -73,5 +74,29 @@ func TestParkedReviewersBound(t *testing.T) {
 			t.Fatalf("after %d concurrent reviews: %d review goroutines parked, %d goroutines beyond the start; bound 32", burst, parked, extra)
 		}
 		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// TestDeclaredOversizeRefusedAtOnce: a Content-Length beyond
+// MaxRequestBytes is answered 413 before any of the body is read.
+func TestDeclaredOversizeRefusedAtOnce(t *testing.T) {
+	h := NewHandler(validating(func(context.Context, *Request) Verdict { return Allow() }), HandlerOptions{MaxRequestBytes: 4096})
+	pr, pw := io.Pipe() // never written: reading it blocks
+	defer pw.Close()
+	r := httptest.NewRequest(http.MethodPost, "/x?timeout=10s", pr)
+	r.ContentLength = 7 << 20
+	r.Header.Set("Content-Type", "application/json")
+	w := httptest.NewRecorder()
+	done := make(chan struct{})
+	go func() { defer close(done); h.ServeHTTP(w, r) }()
+	select {
+	case <-done:
+	case <-time.After(5 * time.Second):
+		pw.CloseWithError(io.ErrUnexpectedEOF)
+		<-done
+		t.Fatal("a declared 7 MiB body was read instead of refused at once")
+	}
+	if w.Code != http.StatusRequestEntityTooLarge {
+		t.Fatalf("declared 7 MiB: HTTP %d %s", w.Code, w.Body)
 	}
 }
