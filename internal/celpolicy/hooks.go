@@ -347,17 +347,5 @@ func asVerdict(d *Decision) admission.Verdict {
 // New) and returns their webhooks (see Hooks): what `kadmit review
 // --policies` and `kadmit serve --policies` add to the built-in ones.
 func LoadWebhooks(opts Options, paths ...string) ([]*admission.Webhook, *Engine, error) {
-	set, err := Load(paths...)
-	if err != nil {
-		return nil, nil, err
-	}
-	e, err := New(set, opts)
-	if err != nil {
-		return nil, nil, err
-	}
-	whs, err := admission.NewWebhooks(e.Hooks())
-	if err != nil {
-		return nil, nil, err
-	}
-	return whs, e, nil
+	return LoadWebhooksWith(LoadOptions{}, opts, paths...)
 }
