@@ -331,29 +331,7 @@ func (e *Engine) mutate(ctx context.Context, req *Request, hooks []mutating.Poli
 	// typed values for an ApplyConfiguration), and the diff below decodes
 	// the request's and the patched JSON again: mutateFactor estimates of
 	// the object, charged before the first decode.
-	if req.meter != nil {
-		need := mutateFactor * estimate(req.Object)
-		if req.shared == nil && req.OldObject != nil {
-			need += estimate(req.OldObject)
-		}
-		if err := req.meter.ensure(need); err != nil {
-			return nil, fmt.Errorf("object: %w", err)
-		}
-	}
-	obj, err := decodeObject(req.Object, req.Kind, "object", nil)
-	if err != nil {
-		return nil, err
-	}
-	var old runtime.Object
-	if req.shared != nil {
-		old, err = req.shared.oldObject(req)
-	} else {
-		old, err = decodeObject(req.OldObject, req.Kind, "oldObject", nil)
-	}
-	if err != nil {
-		return nil, err
-	}
-	a, err := e.attributes(req, obj, old)
+	a, err := e.mutatingAttributes(req)
 	if err != nil {
 		return nil, err
 	}
@@ -417,29 +395,7 @@ func (e *Engine) mutateRun(ctx context.Context, req *Request, hooks []mutating.P
 	// output, and the diff decodes the request's and the patched JSON
 	// again: mutateFactor estimates of the object, charged once, before
 	// the decode.
-	if req.meter != nil {
-		need := mutateFactor * estimate(req.Object)
-		if req.shared == nil && req.OldObject != nil {
-			need += estimate(req.OldObject)
-		}
-		if err := req.meter.ensure(need); err != nil {
-			return nil, 0, fmt.Errorf("object: %w", err)
-		}
-	}
-	obj, err := decodeObject(req.Object, req.Kind, "object", nil)
-	if err != nil {
-		return nil, 0, err
-	}
-	var old runtime.Object
-	if req.shared != nil {
-		old, err = req.shared.oldObject(req)
-	} else {
-		old, err = decodeObject(req.OldObject, req.Kind, "oldObject", nil)
-	}
-	if err != nil {
-		return nil, 0, err
-	}
-	a, err := e.attributes(req, obj, old)
+	a, err := e.mutatingAttributes(req)
 	if err != nil {
 		return nil, 0, err
 	}
@@ -527,6 +483,37 @@ func (a *attributes) AddAnnotationWithLevel(key, value string, _ auditinternal.L
 	}
 	a.annotations[key] = value
 	return nil
+}
+
+// mutatingAttributes charges req's meter for a mutating run (mutateFactor
+// estimates of the object, plus the old object's unless a shared decode
+// holds it), decodes the object and the old object once and builds the
+// attributes record mutate and mutateRun dispatch over. Its errors are the
+// request's (budget, decode).
+func (e *Engine) mutatingAttributes(req *Request) (*attributes, error) {
+	if req.meter != nil {
+		need := mutateFactor * estimate(req.Object)
+		if req.shared == nil && req.OldObject != nil {
+			need += estimate(req.OldObject)
+		}
+		if err := req.meter.ensure(need); err != nil {
+			return nil, fmt.Errorf("object: %w", err)
+		}
+	}
+	obj, err := decodeObject(req.Object, req.Kind, "object", nil)
+	if err != nil {
+		return nil, err
+	}
+	var old runtime.Object
+	if req.shared != nil {
+		old, err = req.shared.oldObject(req)
+	} else {
+		old, err = decodeObject(req.OldObject, req.Kind, "oldObject", nil)
+	}
+	if err != nil {
+		return nil, err
+	}
+	return e.attributes(req, obj, old)
 }
 
 // attributes builds the dispatchers' admission attributes of req with its
