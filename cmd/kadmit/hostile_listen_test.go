@@ -11,13 +11,10 @@ package main
 import (
 	"context"
 	"crypto/tls"
-	"crypto/x509"
 	"fmt"
 	"net"
 	"net/http"
 	"os"
-	"os/exec"
-	"path/filepath"
 	"testing"
 	"time"
 )
@@ -31,80 +28,12 @@ func startSecureMetrics(t *testing.T, ours ...string) *kadmitProc {
 	return startWith(t, true, nil, ours)
 }
 
-// startWith runs kadmit serve with a self-signed certificate for
-// 127.0.0.1, the metrics listener secure (HTTPS, a kubeconfig that points
-// nowhere) or plain, the flags common to every binary and, for this one,
-// ours; it returns once /readyz answers.
+// startWith runs kadmit serve with a 1s shutdown grace, the metrics
+// listener secure or plain, the flags common to every binary and, for
+// this one, ours (see startServe).
 func startWith(t *testing.T, secure bool, common, ours []string) *kadmitProc {
 	t.Helper()
-	dir := t.TempDir()
-	kc := filepath.Join(dir, "kubeconfig")
-	if err := os.WriteFile(kc, []byte(`apiVersion: v1
-kind: Config
-clusters: [{name: c, cluster: {server: "https://127.0.0.1:1", insecure-skip-tls-verify: true}}]
-users: [{name: u, user: {token: x}}]
-contexts: [{name: c, context: {cluster: c, user: u}}]
-current-context: c
-`), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	p := &kadmitProc{t: t, addr: freePort(t), metrics: freePort(t), logPath: filepath.Join(dir, "kadmit.log"), done: make(chan struct{})}
-	caFile := filepath.Join(dir, "ca.crt")
-	args := []string{"serve", "--tls=self-signed", "--dns-name=127.0.0.1", "--ca-file=" + caFile, "--addr=" + p.addr, "--metrics-addr=" + p.metrics,
-		"--log-format=json", "--shutdown-grace=1s"}
-	scheme := "http"
-	if secure {
-		args = append(args, "--metrics-secure", "--kubeconfig="+kc)
-		scheme = "https"
-	}
-	args = append(args, common...)
-	bin := external
-	if bin == "" {
-		bin = os.Args[0]
-		args = append(args, ours...)
-	}
-	logFile, err := os.Create(p.logPath)
-	if err != nil {
-		t.Fatal(err)
-	}
-	p.cmd = exec.Command(bin, args...)
-	p.cmd.Env = append(os.Environ(), "KADMIT_HOSTILE_EXEC=1")
-	p.cmd.Stderr, p.cmd.Stdout = logFile, logFile
-	if err := p.cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	go func() {
-		p.err = p.cmd.Wait()
-		logFile.Close()
-		close(p.done)
-	}()
-	t.Cleanup(func() {
-		select {
-		case <-p.done:
-		default:
-			_ = p.cmd.Process.Kill()
-			<-p.done
-		}
-	})
-	probe := probeClient("127.0.0.1")
-	deadline := time.Now().Add(20 * time.Second)
-	for {
-		if code, err := probe(scheme + "://" + p.metrics + "/readyz"); err == nil && code == 200 {
-			break
-		}
-		if time.Now().After(deadline) {
-			log, _ := os.ReadFile(p.logPath)
-			t.Fatalf("kadmit not ready after 20s:\n%s", log)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
-	pem, err := os.ReadFile(caFile)
-	if err != nil {
-		t.Fatal(err)
-	}
-	p.roots = x509.NewCertPool()
-	p.roots.AppendCertsFromPEM(pem)
-	return p
+	return startServe(t, serveOptions{grace: time.Second, secure: secure, common: common, ours: ours})
 }
 
 // probeClient probes as the kubelet does (k8s.io/kubernetes pkg/probe/http:

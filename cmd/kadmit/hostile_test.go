@@ -76,15 +76,55 @@ func freePort(t *testing.T) string {
 // this commit added, left out for an external binary).
 func startKadmit(t *testing.T, grace time.Duration, ours ...string) *kadmitProc {
 	t.Helper()
+	return startServe(t, serveOptions{grace: grace, ours: ours})
+}
+
+// serveOptions are what startServe varies between the suite's runs of
+// kadmit serve.
+type serveOptions struct {
+	// grace is --shutdown-grace.
+	grace time.Duration
+	// secure serves metrics and probes over HTTPS (--metrics-secure) with a
+	// kubeconfig whose API server is a closed port: metrics authentication
+	// builds its client at start but calls the API server only for
+	// /metrics.
+	secure bool
+	// common are flags every binary gets; ours are flags this commit
+	// added, left out for an external binary.
+	common, ours []string
+}
+
+// startServe runs kadmit serve with a self-signed certificate for
+// 127.0.0.1, JSON logs to a file and o; it returns once /readyz answers
+// 200 to a kubelet-style probe (within 20s, else the test fails with the
+// log). The process is killed at test cleanup if still running.
+func startServe(t *testing.T, o serveOptions) *kadmitProc {
+	t.Helper()
 	dir := t.TempDir()
 	p := &kadmitProc{t: t, addr: freePort(t), metrics: freePort(t), logPath: filepath.Join(dir, "kadmit.log"), done: make(chan struct{})}
 	caFile := filepath.Join(dir, "ca.crt")
 	args := []string{"serve", "--tls=self-signed", "--dns-name=127.0.0.1", "--ca-file=" + caFile,
-		"--addr=" + p.addr, "--metrics-addr=" + p.metrics, "--log-format=json", "--shutdown-grace=" + grace.String()}
+		"--addr=" + p.addr, "--metrics-addr=" + p.metrics, "--log-format=json", "--shutdown-grace=" + o.grace.String()}
+	scheme := "http"
+	if o.secure {
+		kc := filepath.Join(dir, "kubeconfig")
+		if err := os.WriteFile(kc, []byte(`apiVersion: v1
+kind: Config
+clusters: [{name: c, cluster: {server: "https://127.0.0.1:1", insecure-skip-tls-verify: true}}]
+users: [{name: u, user: {token: x}}]
+contexts: [{name: c, context: {cluster: c, user: u}}]
+current-context: c
+`), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		args = append(args, "--metrics-secure", "--kubeconfig="+kc)
+		scheme = "https"
+	}
+	args = append(args, o.common...)
 	bin := external
 	if bin == "" {
 		bin = os.Args[0]
-		args = append(args, ours...)
+		args = append(args, o.ours...)
 	}
 	logFile, err := os.Create(p.logPath)
 	if err != nil {
@@ -109,13 +149,11 @@ func startKadmit(t *testing.T, grace time.Duration, ours ...string) *kadmitProc 
 			<-p.done
 		}
 	})
+	probe := probeClient("127.0.0.1")
 	deadline := time.Now().Add(20 * time.Second)
 	for {
-		if resp, err := http.Get("http://" + p.metrics + "/readyz"); err == nil {
-			resp.Body.Close()
-			if resp.StatusCode == 200 {
-				break
-			}
+		if code, err := probe(scheme + "://" + p.metrics + "/readyz"); err == nil && code == 200 {
+			break
 		}
 		if time.Now().After(deadline) {
 			log, _ := os.ReadFile(p.logPath)
