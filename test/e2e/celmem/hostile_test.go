@@ -25,7 +25,6 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -33,6 +32,7 @@ import (
 
 	"github.com/kadmit/kadmit/test/controlplane"
 	"github.com/kadmit/kadmit/test/controlplane/kadmitproc"
+	"github.com/kadmit/kadmit/test/procstat"
 )
 
 const mib = 1 << 20
@@ -206,32 +206,23 @@ func startWith(t *testing.T, docs string) *proc {
 		Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: roots}, MaxIdleConnsPerHost: 16}}}
 }
 
-// status reads one field (kB) of /proc/<pid>/status: VmHWM is the peak RSS.
+// status reads one kB field of /proc/<pid>/status, in bytes: VmHWM is
+// the peak RSS.
 func (p *proc) status(field string) int64 {
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", p.p.PID()))
+	v, err := procstat.Status(p.p.PID(), field)
 	if err != nil {
-		p.t.Fatalf("kadmit gone: %v", err)
+		p.t.Fatalf("kadmit: %v", err)
 	}
-	for _, line := range strings.Split(string(b), "\n") {
-		if f := strings.Fields(line); len(f) >= 2 && f[0] == field+":" {
-			kb, _ := strconv.ParseInt(f[1], 10, 64)
-			return kb << 10
-		}
-	}
-	p.t.Fatalf("no %s", field)
-	return 0
+	return v
 }
 
 // cpu is the process's user+system CPU time.
 func (p *proc) cpu() time.Duration {
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", p.p.PID()))
+	d, err := procstat.CPU(p.p.PID())
 	if err != nil {
-		p.t.Fatalf("kadmit gone: %v", err)
+		p.t.Fatalf("kadmit: %v", err)
 	}
-	f := strings.Fields(string(b[bytes.LastIndexByte(b, ')')+2:]))
-	ut, _ := strconv.ParseInt(f[11], 10, 64)
-	st, _ := strconv.ParseInt(f[12], 10, 64)
-	return time.Duration(ut+st) * 10 * time.Millisecond // USER_HZ 100
+	return d
 }
 
 func (p *proc) post(path string, body []byte) (int, string) {

@@ -1,14 +1,10 @@
 package scheduling
 
 import (
-	"bufio"
 	"context"
 	"fmt"
 	"os"
 	"path/filepath"
-	"strconv"
-	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -25,27 +21,11 @@ import (
 // GOMEMLIMIT=200MiB) in a crash loop while its pod informer synced.
 const (
 	bigPods = 40
-	// bigPodEnv env vars of ~78 bytes of JSON each make a pod of ~1.4 MB,
-	// under etcd's 1.5 MiB value limit in the API server's protobuf form.
-	bigPodEnv = 18_000
 	// maxCacheRSS bounds kadmit's peak RSS (VmHWM) from start to ready with
 	// the pod cache synced: under the chart's 256 MiB limit with room to
 	// serve.
 	maxCacheRSS = 150 << 20
 )
-
-// bigPod is a pod of about 1.4 MB: one container whose env no policy reads.
-func bigPod(name string) *corev1.Pod {
-	env := make([]corev1.EnvVar, bigPodEnv)
-	for i := range env {
-		env[i] = corev1.EnvVar{Name: fmt.Sprintf("V_%05d", i), Value: strings.Repeat("v", 50)}
-	}
-	return &corev1.Pod{
-		ObjectMeta: metav1.ObjectMeta{Name: name},
-		Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "c", Image: "registry.k8s.io/pause:3.10", Env: env,
-			Resources: corev1.ResourceRequirements{Requests: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("10m")}}}}},
-	}
-}
 
 // TestPodCacheMemory: with bigPods pods of ~1.4 MB in the cluster, a
 // `kadmit serve` with elastic-quota (which caches every pod) becomes ready
@@ -63,28 +43,11 @@ func TestPodCacheMemory(t *testing.T) {
 	t.Cleanup(func() {
 		_ = e.Client.CoreV1().Namespaces().Delete(context.Background(), ns, metav1.DeleteOptions{})
 	})
-	// Four creates at a time: each is a 1.4 MB request the suite's kadmit
-	// also reviews.
-	var wg sync.WaitGroup
-	errs := make(chan error, bigPods)
-	next := make(chan int, bigPods)
-	for i := range bigPods {
-		next <- i
-	}
-	close(next)
-	for range 4 {
-		wg.Go(func() {
-			for i := range next {
-				if _, err := e.Client.CoreV1().Pods(ns).Create(ctx, bigPod(fmt.Sprintf("big-%02d", i)), metav1.CreateOptions{}); err != nil {
-					errs <- fmt.Errorf("create big pod %d: %w", i, err)
-					return
-				}
-			}
-		})
-	}
-	wg.Wait()
-	close(errs)
-	for err := range errs {
+	// Pods of ~1.4 MB with a CPU request, no labels.
+	requests := corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("10m")}
+	if err := e2eenv.CreatePods(ctx, e.Client, ns, bigPods, func(i int) *corev1.Pod {
+		return e2eenv.BigPod(fmt.Sprintf("big-%02d", i), nil, requests)
+	}); err != nil {
 		t.Fatal(err)
 	}
 
@@ -114,31 +77,9 @@ func TestPodCacheMemory(t *testing.T) {
 	if err := p.WaitReady(readyCtx); err != nil {
 		t.Fatalf("kadmit with %d pods of ~1.4 MB did not become ready: %v", bigPods, err)
 	}
-	peak, rss := procStatus(t, p.PID(), "VmHWM:"), procStatus(t, p.PID(), "VmRSS:")
+	peak, rss := e2eenv.Memory(t, p.PID())
 	t.Logf("%d pods of ~1.4 MB: ready in %s, peak RSS %d MiB, RSS %d MiB", bigPods, time.Since(start).Round(time.Millisecond), peak>>20, rss>>20)
 	if peak > maxCacheRSS {
 		t.Errorf("peak RSS %d MiB while the pod cache synced, want < %d MiB", peak>>20, maxCacheRSS>>20)
 	}
-}
-
-// procStatus reads a kB field of /proc/<pid>/status, in bytes.
-func procStatus(t *testing.T, pid int, field string) int64 {
-	t.Helper()
-	f, err := os.Open(fmt.Sprintf("/proc/%d/status", pid))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	s := bufio.NewScanner(f)
-	for s.Scan() {
-		if fs := strings.Fields(s.Text()); len(fs) >= 2 && fs[0] == field {
-			kb, err := strconv.ParseInt(fs[1], 10, 64)
-			if err != nil {
-				t.Fatal(err)
-			}
-			return kb << 10
-		}
-	}
-	t.Fatalf("no %s in /proc/%d/status", field, pid)
-	return 0
 }
