@@ -8,6 +8,8 @@ package kadmitproc
 import (
 	"bytes"
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -85,6 +87,35 @@ func FreeAddr() (string, error) {
 	}
 	defer ln.Close()
 	return ln.Addr().String(), nil
+}
+
+// FreeAddrs returns two free loopback addresses for a kadmit process: one
+// for admission (--addr) and one for metrics and health (--metrics-addr).
+// Another process may take them before kadmit binds; callers accept that.
+func FreeAddrs() (addr, metricsAddr string, err error) {
+	if addr, err = FreeAddr(); err != nil {
+		return "", "", err
+	}
+	if metricsAddr, err = FreeAddr(); err != nil {
+		return "", "", err
+	}
+	return addr, metricsAddr, nil
+}
+
+// HTTPSClient is a client for kadmit's admission port that trusts only the
+// CA certificate in caFile (PEM, as kadmit serve --ca-file writes it), with
+// a 30s timeout per request and at most maxIdlePerHost idle connections.
+func HTTPSClient(caFile string, maxIdlePerHost int) (*http.Client, error) {
+	pem, err := os.ReadFile(caFile)
+	if err != nil {
+		return nil, fmt.Errorf("kadmitproc: read kadmit's CA: %w", err)
+	}
+	roots := x509.NewCertPool()
+	if !roots.AppendCertsFromPEM(pem) {
+		return nil, fmt.Errorf("kadmitproc: no PEM certificate in %s", caFile)
+	}
+	return &http.Client{Timeout: 30 * time.Second, Transport: &http.Transport{
+		TLSClientConfig: &tls.Config{RootCAs: roots}, MaxIdleConnsPerHost: maxIdlePerHost}}, nil
 }
 
 // AddrFree reports whether addr (host:port) can be listened on right now.

@@ -15,8 +15,6 @@ package abandoned
 import (
 	"bytes"
 	"context"
-	"crypto/tls"
-	"crypto/x509"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -94,11 +92,7 @@ func TestAbandonedReviewsReleaseBodyBudget(t *testing.T) {
 	if err := <-built; err != nil {
 		t.Fatal(err)
 	}
-	addr, err := kadmitproc.FreeAddr()
-	if err != nil {
-		t.Fatal(err)
-	}
-	metricsAddr, err := kadmitproc.FreeAddr()
+	addr, metricsAddr, err := kadmitproc.FreeAddrs()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -115,13 +109,10 @@ func TestAbandonedReviewsReleaseBodyBudget(t *testing.T) {
 	if err := p.WaitReady(wctx); err != nil {
 		t.Fatal(err)
 	}
-	pem, err := os.ReadFile(caFile)
+	c, err := kadmitproc.HTTPSClient(caFile, 8)
 	if err != nil {
 		t.Fatal(err)
 	}
-	roots := x509.NewCertPool()
-	roots.AppendCertsFromPEM(pem)
-	c := &http.Client{Timeout: 30 * time.Second, Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: roots}, MaxIdleConnsPerHost: 8}}
 	post := func(path string, body []byte) (int, string) {
 		resp, err := c.Post("https://"+addr+path, "application/json", bytes.NewReader(body))
 		if err != nil {

@@ -157,11 +157,7 @@ func serveKadmit(ctx context.Context, t *testing.T, extraArgs ...string) *kadmit
 	if err := world.cp.WriteKubeconfig(kubeconfig); err != nil {
 		t.Fatal(err)
 	}
-	addr, err := kadmitproc.FreeAddr()
-	if err != nil {
-		t.Fatal(err)
-	}
-	metricsAddr, err := kadmitproc.FreeAddr()
+	addr, metricsAddr, err := kadmitproc.FreeAddrs()
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -17,8 +17,6 @@ package celmem
 import (
 	"bytes"
 	"context"
-	"crypto/tls"
-	"crypto/x509"
 	"errors"
 	"fmt"
 	"io"
@@ -167,11 +165,7 @@ func startWith(t *testing.T, docs string) *proc {
 	if err := world.cp.WriteKubeconfig(kubeconfig); err != nil {
 		t.Fatal(err)
 	}
-	addr, err := kadmitproc.FreeAddr()
-	if err != nil {
-		t.Fatal(err)
-	}
-	metricsAddr, err := kadmitproc.FreeAddr()
+	addr, metricsAddr, err := kadmitproc.FreeAddrs()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -196,14 +190,11 @@ func startWith(t *testing.T, docs string) *proc {
 	if err := p.WaitReady(ctx); err != nil {
 		t.Fatal(err)
 	}
-	pem, err := os.ReadFile(caFile)
+	client, err := kadmitproc.HTTPSClient(caFile, 16)
 	if err != nil {
 		t.Fatal(err)
 	}
-	roots := x509.NewCertPool()
-	roots.AppendCertsFromPEM(pem)
-	return &proc{t: t, p: p, addr: addr, metrics: metricsAddr, client: &http.Client{Timeout: 30 * time.Second,
-		Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: roots}, MaxIdleConnsPerHost: 16}}}
+	return &proc{t: t, p: p, addr: addr, metrics: metricsAddr, client: client}
 }
 
 // status reads one kB field of /proc/<pid>/status, in bytes: VmHWM is

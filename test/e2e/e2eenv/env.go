@@ -174,18 +174,9 @@ func (e *Env) StartKadmit(ctx context.Context, args ...string) error {
 	return err
 }
 
-// FreeAddrs returns two free loopback addresses for a kadmit process: one
-// for admission (--addr) and one for metrics and health (--metrics-addr).
-// Another process may take them before kadmit binds; callers accept that.
-func FreeAddrs() (addr, metricsAddr string, err error) {
-	if addr, err = kadmitproc.FreeAddr(); err != nil {
-		return "", "", err
-	}
-	if metricsAddr, err = kadmitproc.FreeAddr(); err != nil {
-		return "", "", err
-	}
-	return addr, metricsAddr, nil
-}
+// FreeAddrs returns two free loopback addresses for a kadmit process
+// (see kadmitproc.FreeAddrs).
+func FreeAddrs() (addr, metricsAddr string, err error) { return kadmitproc.FreeAddrs() }
 
 // teardown ends the suite's processes (Suite.Stop), kadmit (SIGTERM, as in
 // production) and the control plane, and removes the temporary directory

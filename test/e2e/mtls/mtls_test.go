@@ -147,11 +147,7 @@ func TestMutualTLSAndSecureMetrics(t *testing.T) {
 	apiCert, apiKey := issue(t, dir, "kube-apiserver-client", "kube-apiserver", clientCA, clientCAKey, x509.ExtKeyUsageClientAuth)
 	strayCert, strayKey := issue(t, dir, "stray-client", "someone-else", clientCA, clientCAKey, x509.ExtKeyUsageClientAuth)
 
-	addr, err := kadmitproc.FreeAddr()
-	if err != nil {
-		t.Fatal(err)
-	}
-	metricsAddr, err := kadmitproc.FreeAddr()
+	addr, metricsAddr, err := kadmitproc.FreeAddrs()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -256,11 +252,7 @@ func TestMutualTLSAndSecureMetrics(t *testing.T) {
 // secureMetrics runs a second kadmit (not registered) with --metrics-secure
 // and checks /metrics against real ServiceAccount tokens.
 func secureMetrics(t *testing.T, ctx context.Context, cp *controlplane.ControlPlane, bin, kubeconfig, dir string) {
-	addr, err := kadmitproc.FreeAddr()
-	if err != nil {
-		t.Fatal(err)
-	}
-	metricsAddr, err := kadmitproc.FreeAddr()
+	addr, metricsAddr, err := kadmitproc.FreeAddrs()
 	if err != nil {
 		t.Fatal(err)
 	}
