@@ -64,10 +64,5 @@ func workloadTransform(specNS map[string]bool) cache.TransformFunc {
 }
 
 // transform is the transform of the other informers: they lose only
-// their managedFields.
-func transform(o any) (any, error) {
-	if m, ok := o.(metav1.ObjectMetaAccessor); ok {
-		m.GetObjectMeta().SetManagedFields(nil)
-	}
-	return o, nil
-}
+// their managedFields (clustercache's whole-object pruner).
+var transform = clustercache.NewPruner(true).Transform()
