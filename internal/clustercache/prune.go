@@ -7,6 +7,7 @@ import (
 	"strings"
 
 	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/tools/cache"
@@ -138,7 +139,8 @@ func (p *Pruner) String() string {
 // a new object of obj's type holding only the kept fields, or obj itself
 // with managedFields dropped when p keeps whole objects. Typed objects
 // (*corev1.Pod) go through their unstructured form and back, so one set of
-// paths serves typed and custom resources alike. The work and the
+// paths serves typed and custom resources alike; when the paths keep only
+// metadata, only the ObjectMeta does (pruneMetaOnly). The work and the
 // transient memory are proportional to obj's size; the result's size is
 // bounded by what the paths select. Tombstones and objects that are not
 // Kubernetes objects pass unchanged. It is idempotent, as client-go asks of
@@ -172,6 +174,9 @@ func (p *Pruner) Prune(obj any) (any, error) {
 	case *unstructured.Unstructured:
 		return &unstructured.Unstructured{Object: pruneMap(o.Object, p.root)}, nil
 	case runtime.Object:
+		if out, ok, err := p.pruneMetaOnly(o); ok {
+			return out, err
+		}
 		m, err := runtime.DefaultUnstructuredConverter.ToUnstructured(o)
 		if err != nil {
 			return nil, fmt.Errorf("prune %T: %w", o, err)
@@ -183,6 +188,45 @@ func (p *Pruner) Prune(obj any) (any, error) {
 		return out, nil
 	}
 	return obj, nil
+}
+
+// pruneMetaOnly prunes a typed object when p keeps nothing beyond
+// apiVersion, kind and metadata (labels and owner references of pods, say):
+// only its ObjectMeta goes through the unstructured form, not its spec and
+// status, which are most of its bytes. The result is the one Prune's full
+// conversion gives. ok is false when p keeps more, or o has no ObjectMeta
+// and TypeMeta fields.
+func (p *Pruner) pruneMetaOnly(o runtime.Object) (out runtime.Object, ok bool, err error) {
+	for k := range p.root.children {
+		if k != "apiVersion" && k != "kind" && k != "metadata" {
+			return nil, false, nil
+		}
+	}
+	src := reflect.ValueOf(o).Elem()
+	if src.Kind() != reflect.Struct {
+		return nil, false, nil
+	}
+	omv, tm := src.FieldByName("ObjectMeta"), src.FieldByName("TypeMeta")
+	if !omv.IsValid() || omv.Type() != reflect.TypeFor[metav1.ObjectMeta]() ||
+		!tm.IsValid() || tm.Type() != reflect.TypeFor[metav1.TypeMeta]() {
+		return nil, false, nil
+	}
+	om := omv.Addr().Interface().(*metav1.ObjectMeta)
+	m, err := runtime.DefaultUnstructuredConverter.ToUnstructured(om)
+	if err != nil {
+		return nil, true, fmt.Errorf("prune %T: %w", o, err)
+	}
+	var kept metav1.ObjectMeta
+	if pm, keep := pruneValue(m, p.root.children["metadata"]); keep {
+		if err := runtime.DefaultUnstructuredConverter.FromUnstructured(pm.(map[string]any), &kept); err != nil {
+			return nil, true, fmt.Errorf("prune %T: %w", o, err)
+		}
+	}
+	out = reflect.New(src.Type()).Interface().(runtime.Object)
+	dst := reflect.ValueOf(out).Elem()
+	dst.FieldByName("TypeMeta").Set(tm)
+	dst.FieldByName("ObjectMeta").Set(reflect.ValueOf(kept))
+	return out, true, nil
 }
 
 // pruneMap returns the kept fields of m under n, sharing kept leaves with
