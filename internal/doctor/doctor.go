@@ -249,6 +249,7 @@ func Diagnose(ctx context.Context, cs kubernetes.Interface, snap *Snapshot, opts
 	}
 
 	rep := &Report{Gaps: snap.AllGaps(), FromError: em}
+	var hooks []*Webhook // hooks[i] is rep.Webhooks[i]'s webhook
 	for _, w := range r.all {
 		if len(want) > 0 && !want[w.Configuration] {
 			continue
@@ -259,20 +260,16 @@ func Diagnose(ctx context.Context, cs kubernetes.Interface, snap *Snapshot, opts
 		if len(hookWanted) > 0 && !hookWanted[w.Configuration+"/"+w.Name] {
 			continue
 		}
+		hooks = append(hooks, w)
 		rep.Webhooks = append(rep.Webhooks, WebhookReport{Webhook: w.Name, Configuration: w.Configuration, Kind: w.Kind, FailurePolicy: string(w.FailurePolicy), Target: w.Target()})
 	}
 	// Webhooks are checked Concurrency at a time, each writing only its
 	// own report; a webhook reached after ctx ended says it was not checked.
-	byName := map[string]*Webhook{}
-	for _, w := range r.all {
-		byName[w.Kind+"/"+w.Configuration+"/"+w.Name] = w
-	}
 	var wg sync.WaitGroup
 	sem := make(chan struct{}, opts.Concurrency)
 	notChecked := 0
 	for i := range rep.Webhooks {
-		wr := &rep.Webhooks[i]
-		w := byName[wr.Kind+"/"+wr.Configuration+"/"+wr.Webhook]
+		wr, w := &rep.Webhooks[i], hooks[i]
 		select {
 		case sem <- struct{}{}:
 		case <-ctx.Done():
