@@ -697,6 +697,30 @@ func bundleFix(w *Webhook) string {
 	return fmt.Sprintf("kubectl patch %s %s --type=json -p '[{\"op\":\"replace\",\"path\":\"/webhooks/%d/clientConfig/caBundle\",\"value\":\"'$(base64 -w0 ca.crt)'\"}]'", w.resourceKind(), w.Configuration, w.Index)
 }
 
+// sharedHandshake handshakes addr as serverName once per run: a webhook
+// wanting an endpoint another is handshaking waits for its result, and
+// past MaxHandshakes distinct endpoints the result is errHandshakeBound.
+func (r *run) sharedHandshake(ctx context.Context, addr, serverName string) ([]*x509.Certificate, error) {
+	key := addr + "|" + serverName
+	r.mu.Lock()
+	h, ok := r.handshakes[key]
+	switch {
+	case ok:
+		r.mu.Unlock()
+		<-h.done
+	case len(r.handshakes) >= r.o.MaxHandshakes:
+		r.mu.Unlock()
+		return nil, errHandshakeBound
+	default:
+		h = &handshakeResult{done: make(chan struct{})}
+		r.handshakes[key] = h
+		r.mu.Unlock()
+		h.chain, h.err = r.handshake(ctx, addr, serverName)
+		close(h.done)
+	}
+	return h.chain, h.err
+}
+
 // checkEndpoint handshakes addr ("ip:port") with serverName and the
 // webhook's caBundle as the only root, and analyses the certificate. reached
 // is false when the address cannot be dialled from here (no finding then);
@@ -705,31 +729,11 @@ func bundleFix(w *Webhook) string {
 // pending is true when the Handshake seam has no result yet: no finding,
 // and the endpoint counts neither as reached nor as unreachable.
 func (r *run) checkEndpoint(ctx context.Context, w *Webhook, addr, serverName string) (out []Finding, reached, certOK, pending bool) {
-	var res struct {
-		chain []*x509.Certificate
-		err   error
-	}
+	var res handshakeResult
 	if r.o.Handshake != nil {
 		res.chain, res.err = r.o.Handshake(ctx, w, addr, serverName)
 	} else {
-		key := addr + "|" + serverName
-		r.mu.Lock()
-		h, ok := r.handshakes[key]
-		switch {
-		case ok:
-			r.mu.Unlock()
-			<-h.done
-		case len(r.handshakes) >= r.o.MaxHandshakes:
-			r.mu.Unlock()
-			h = &handshakeResult{err: errHandshakeBound}
-		default:
-			h = &handshakeResult{done: make(chan struct{})}
-			r.handshakes[key] = h
-			r.mu.Unlock()
-			h.chain, h.err = r.handshake(ctx, addr, serverName)
-			close(h.done)
-		}
-		res.chain, res.err = h.chain, h.err
+		res.chain, res.err = r.sharedHandshake(ctx, addr, serverName)
 	}
 	if res.err != nil {
 		switch {
