@@ -159,6 +159,11 @@ type run struct {
 	objects map[*Backend][]Object
 }
 
+// newRun is a run over snap with opts (defaults already applied).
+func newRun(cs kubernetes.Interface, snap *Snapshot, opts Options) *run {
+	return &run{cs: cs, o: opts, snap: snap, all: snap.Webhooks, backends: snap.Backends, namespaces: snap.Namespaces, handshakes: map[string]*handshakeResult{}}
+}
+
 // objectsOf returns b.objects(), computed once per run.
 func (r *run) objectsOf(b *Backend) []Object {
 	r.mu.Lock()
@@ -215,7 +220,7 @@ func Run(ctx context.Context, cs kubernetes.Interface, opts Options) (*Report, e
 // keeps current from informers, with its own handshake results.
 func Diagnose(ctx context.Context, cs kubernetes.Interface, snap *Snapshot, opts Options) (*Report, error) {
 	opts.defaults()
-	r := &run{cs: cs, o: opts, snap: snap, all: snap.Webhooks, backends: snap.Backends, namespaces: snap.Namespaces, handshakes: map[string]*handshakeResult{}}
+	r := newRun(cs, snap, opts)
 	configNames := map[string]bool{}
 	for _, w := range snap.Webhooks {
 		configNames[w.Configuration] = true
