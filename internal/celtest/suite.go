@@ -163,12 +163,18 @@ func readBounded(path string) ([]byte, error) {
 		return nil, err
 	}
 	defer f.Close()
+	return readLimited(f, path)
+}
+
+// readLimited reads f (named name in errors) whole, at most MaxSuiteBytes.
+// A read error of an *os.File names its path already.
+func readLimited(f io.Reader, name string) ([]byte, error) {
 	data, err := io.ReadAll(io.LimitReader(f, MaxSuiteBytes+1))
 	if err != nil {
 		return nil, err
 	}
 	if len(data) > MaxSuiteBytes {
-		return nil, fmt.Errorf("%s: larger than %d bytes", path, MaxSuiteBytes)
+		return nil, fmt.Errorf("%s: larger than %d bytes", name, MaxSuiteBytes)
 	}
 	return data, nil
 }
@@ -392,14 +398,7 @@ func (s *Suite) readObjectFile(file string) ([]byte, error) {
 		return nil, fmt.Errorf("%s: must be a file inside the suite's directory %s: %w", file, filepath.Dir(s.file), err)
 	}
 	defer f.Close()
-	data, err := io.ReadAll(io.LimitReader(f, MaxSuiteBytes+1))
-	if err != nil {
-		return nil, fmt.Errorf("%s: %w", file, err)
-	}
-	if len(data) > MaxSuiteBytes {
-		return nil, fmt.Errorf("%s: larger than %d bytes", file, MaxSuiteBytes)
-	}
-	return data, nil
+	return readLimited(f, file)
 }
 
 func compare(t *Test, req *celpolicy.Request, d *celpolicy.Decision) []string {

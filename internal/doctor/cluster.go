@@ -122,19 +122,34 @@ func (b *Backend) podInfos(addrByPod map[string]string) []PodInfo {
 // nsObjects is what doctor reads of one namespace that holds webhook
 // Services, each kind listed once however many webhooks call into the
 // namespace (624 webhooks used to cost nine reads each, minutes at
-// client-go's default 5 requests per second). An error is the refusal
-// (isAccessGap) of that list; other errors end the run.
+// client-go's default 5 requests per second). gaps holds, by resource
+// (as Backend.MarkUnreadable names it), the refusal (isAccessGap) of that
+// list; other errors end the run.
 type nsObjects struct {
-	services                         map[string]*corev1.Service // nil: list refused, read one by one
-	slices                           map[string][]discoveryv1.EndpointSlice
-	pods                             map[string]*corev1.Pod
-	replicaSets                      *appsv1.ReplicaSetList
-	deployments                      *appsv1.DeploymentList
-	statefulSets                     *appsv1.StatefulSetList
-	daemonSets                       *appsv1.DaemonSetList
-	pdbs                             *policyv1.PodDisruptionBudgetList
-	slicesErr, podsErr, rsErr        error
-	deployErr, stsErr, dsErr, pdbErr error
+	services     map[string]*corev1.Service // nil: list refused, read one by one
+	slices       map[string][]discoveryv1.EndpointSlice
+	pods         map[string]*corev1.Pod
+	replicaSets  *appsv1.ReplicaSetList
+	deployments  *appsv1.DeploymentList
+	statefulSets *appsv1.StatefulSetList
+	daemonSets   *appsv1.DaemonSetList
+	pdbs         *policyv1.PodDisruptionBudgetList
+	gaps         map[string]error
+}
+
+// listed records the outcome err of listing resource (kind in errors) in
+// ns: nil, a refusal kept in o.gaps (false: the list is not there), or
+// another error, returned wrapped.
+func (o *nsObjects) listed(ns, resource, kind string, err error) (bool, error) {
+	switch {
+	case err == nil:
+		return true, nil
+	case isAccessGap(err):
+		o.gaps[resource] = err
+		return false, nil
+	default:
+		return false, fmt.Errorf("list %s in %s: %w", kind, ns, err)
+	}
 }
 
 // backendLoader reads backends, listing each namespace's objects once.
@@ -151,7 +166,7 @@ func (l *backendLoader) namespace(ctx context.Context, ns string) (*nsObjects, e
 	if o := l.byNS[ns]; o != nil {
 		return o, nil
 	}
-	o := &nsObjects{slices: map[string][]discoveryv1.EndpointSlice{}, pods: map[string]*corev1.Pod{}}
+	o := &nsObjects{slices: map[string][]discoveryv1.EndpointSlice{}, pods: map[string]*corev1.Pod{}, gaps: map[string]error{}}
 	svcs, err := l.cs.CoreV1().Services(ns).List(ctx, metav1.ListOptions{})
 	switch {
 	case isAccessGap(err): // read one by one, as doctor did before
@@ -164,12 +179,9 @@ func (l *backendLoader) namespace(ctx context.Context, ns string) (*nsObjects, e
 		}
 	}
 	sl, err := l.cs.DiscoveryV1().EndpointSlices(ns).List(ctx, metav1.ListOptions{})
-	switch {
-	case isAccessGap(err):
-		o.slicesErr = err
-	case err != nil:
-		return nil, fmt.Errorf("list EndpointSlices in %s: %w", ns, err)
-	default:
+	if ok, err := o.listed(ns, "endpointslices", "EndpointSlices", err); err != nil {
+		return nil, err
+	} else if ok {
 		for _, s := range sl.Items {
 			if svc := s.Labels[discoveryv1.LabelServiceName]; svc != "" {
 				o.slices[svc] = append(o.slices[svc], s)
@@ -177,36 +189,33 @@ func (l *backendLoader) namespace(ctx context.Context, ns string) (*nsObjects, e
 		}
 	}
 	pl, err := l.cs.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{})
-	switch {
-	case isAccessGap(err):
-		o.podsErr = err
-	case err != nil:
-		return nil, fmt.Errorf("list pods in %s: %w", ns, err)
-	default:
+	if ok, err := o.listed(ns, "pods", "pods", err); err != nil {
+		return nil, err
+	} else if ok {
 		for i := range pl.Items {
 			o.pods[pl.Items[i].Name] = &pl.Items[i]
 		}
 	}
-	if o.replicaSets, err = l.cs.AppsV1().ReplicaSets(ns).List(ctx, metav1.ListOptions{}); err != nil && !isAccessGap(err) {
-		return nil, fmt.Errorf("list ReplicaSets in %s: %w", ns, err)
+	o.replicaSets, err = l.cs.AppsV1().ReplicaSets(ns).List(ctx, metav1.ListOptions{})
+	if _, err := o.listed(ns, "replicasets", "ReplicaSets", err); err != nil {
+		return nil, err
 	}
-	o.rsErr = err
-	if o.deployments, err = l.cs.AppsV1().Deployments(ns).List(ctx, metav1.ListOptions{}); err != nil && !isAccessGap(err) {
-		return nil, fmt.Errorf("list Deployments in %s: %w", ns, err)
+	o.deployments, err = l.cs.AppsV1().Deployments(ns).List(ctx, metav1.ListOptions{})
+	if _, err := o.listed(ns, "deployments", "Deployments", err); err != nil {
+		return nil, err
 	}
-	o.deployErr = err
-	if o.statefulSets, err = l.cs.AppsV1().StatefulSets(ns).List(ctx, metav1.ListOptions{}); err != nil && !isAccessGap(err) {
-		return nil, fmt.Errorf("list StatefulSets in %s: %w", ns, err)
+	o.statefulSets, err = l.cs.AppsV1().StatefulSets(ns).List(ctx, metav1.ListOptions{})
+	if _, err := o.listed(ns, "statefulsets", "StatefulSets", err); err != nil {
+		return nil, err
 	}
-	o.stsErr = err
-	if o.daemonSets, err = l.cs.AppsV1().DaemonSets(ns).List(ctx, metav1.ListOptions{}); err != nil && !isAccessGap(err) {
-		return nil, fmt.Errorf("list DaemonSets in %s: %w", ns, err)
+	o.daemonSets, err = l.cs.AppsV1().DaemonSets(ns).List(ctx, metav1.ListOptions{})
+	if _, err := o.listed(ns, "daemonsets", "DaemonSets", err); err != nil {
+		return nil, err
 	}
-	o.dsErr = err
-	if o.pdbs, err = l.cs.PolicyV1().PodDisruptionBudgets(ns).List(ctx, metav1.ListOptions{}); err != nil && !isAccessGap(err) {
-		return nil, fmt.Errorf("list PodDisruptionBudgets in %s: %w", ns, err)
+	o.pdbs, err = l.cs.PolicyV1().PodDisruptionBudgets(ns).List(ctx, metav1.ListOptions{})
+	if _, err := o.listed(ns, "poddisruptionbudgets", "PodDisruptionBudgets", err); err != nil {
+		return nil, err
 	}
-	o.pdbErr = err
 	if l.byNS == nil {
 		l.byNS = map[string]*nsObjects{}
 	}
@@ -264,16 +273,16 @@ func (l *backendLoader) load(ctx context.Context, ns, name string) (*Backend, er
 		return nil, fmt.Errorf("get service %s/%s: %w", ns, name, err)
 	}
 	b.Service = svc
-	if o.slicesErr != nil {
-		b.MarkUnreadable("endpointslices", o.slicesErr)
+	if o.gaps["endpointslices"] != nil {
+		b.MarkUnreadable("endpointslices", o.gaps["endpointslices"])
 	} else {
 		b.Slices = o.slices[name]
 	}
 
 	pods := map[string]*corev1.Pod{}
 	if len(svc.Spec.Selector) > 0 {
-		if o.podsErr != nil {
-			b.MarkUnreadable("pods", o.podsErr)
+		if o.gaps["pods"] != nil {
+			b.MarkUnreadable("pods", o.gaps["pods"])
 		} else {
 			sel := labels.SelectorFromSet(svc.Spec.Selector)
 			for _, p := range o.pods {
@@ -298,7 +307,7 @@ func (l *backendLoader) load(ctx context.Context, ns, name string) (*Backend, er
 					pods[p.Name] = p
 					continue
 				}
-				if tns == ns && o.podsErr == nil {
+				if tns == ns && o.gaps["pods"] == nil {
 					continue // listed: the pod is gone
 				}
 				p, err := cs.CoreV1().Pods(tns).Get(ctx, e.TargetRef.Name, metav1.GetOptions{})
@@ -317,33 +326,33 @@ func (l *backendLoader) load(ctx context.Context, ns, name string) (*Backend, er
 	}
 	sort.Slice(b.Pods, func(i, j int) bool { return b.Pods[i].Name < b.Pods[j].Name })
 
-	if o.rsErr != nil {
-		b.MarkUnreadable("replicasets", o.rsErr)
+	if o.gaps["replicasets"] != nil {
+		b.MarkUnreadable("replicasets", o.gaps["replicasets"])
 	} else {
 		for i := range o.replicaSets.Items {
 			b.ReplicaSets[o.replicaSets.Items[i].Name] = &o.replicaSets.Items[i]
 		}
 	}
-	if o.deployErr != nil {
-		b.MarkUnreadable("deployments", o.deployErr)
+	if o.gaps["deployments"] != nil {
+		b.MarkUnreadable("deployments", o.gaps["deployments"])
 	} else {
 		for i := range o.deployments.Items {
 			b.Deployments[o.deployments.Items[i].Name] = &o.deployments.Items[i]
 		}
 	}
-	if o.stsErr != nil {
-		b.MarkUnreadable("statefulsets", o.stsErr)
+	if o.gaps["statefulsets"] != nil {
+		b.MarkUnreadable("statefulsets", o.gaps["statefulsets"])
 	} else {
 		b.StatefulSets = o.statefulSets.Items
 	}
-	if o.dsErr != nil {
-		b.MarkUnreadable("daemonsets", o.dsErr)
+	if o.gaps["daemonsets"] != nil {
+		b.MarkUnreadable("daemonsets", o.gaps["daemonsets"])
 	} else {
 		b.DaemonSets = o.daemonSets.Items
 	}
 	b.Resolve()
-	if o.pdbErr != nil {
-		b.MarkUnreadable("poddisruptionbudgets", o.pdbErr)
+	if o.gaps["poddisruptionbudgets"] != nil {
+		b.MarkUnreadable("poddisruptionbudgets", o.gaps["poddisruptionbudgets"])
 	} else {
 		b.PDBs = o.pdbs.Items
 	}

@@ -159,6 +159,11 @@ type run struct {
 	objects map[*Backend][]Object
 }
 
+// newRun is a run over snap with opts (defaults already applied).
+func newRun(cs kubernetes.Interface, snap *Snapshot, opts Options) *run {
+	return &run{cs: cs, o: opts, snap: snap, all: snap.Webhooks, backends: snap.Backends, namespaces: snap.Namespaces, handshakes: map[string]*handshakeResult{}}
+}
+
 // objectsOf returns b.objects(), computed once per run.
 func (r *run) objectsOf(b *Backend) []Object {
 	r.mu.Lock()
@@ -215,7 +220,7 @@ func Run(ctx context.Context, cs kubernetes.Interface, opts Options) (*Report, e
 // keeps current from informers, with its own handshake results.
 func Diagnose(ctx context.Context, cs kubernetes.Interface, snap *Snapshot, opts Options) (*Report, error) {
 	opts.defaults()
-	r := &run{cs: cs, o: opts, snap: snap, all: snap.Webhooks, backends: snap.Backends, namespaces: snap.Namespaces, handshakes: map[string]*handshakeResult{}}
+	r := newRun(cs, snap, opts)
 	configNames := map[string]bool{}
 	for _, w := range snap.Webhooks {
 		configNames[w.Configuration] = true
@@ -249,6 +254,7 @@ func Diagnose(ctx context.Context, cs kubernetes.Interface, snap *Snapshot, opts
 	}
 
 	rep := &Report{Gaps: snap.AllGaps(), FromError: em}
+	var hooks []*Webhook // hooks[i] is rep.Webhooks[i]'s webhook
 	for _, w := range r.all {
 		if len(want) > 0 && !want[w.Configuration] {
 			continue
@@ -259,20 +265,16 @@ func Diagnose(ctx context.Context, cs kubernetes.Interface, snap *Snapshot, opts
 		if len(hookWanted) > 0 && !hookWanted[w.Configuration+"/"+w.Name] {
 			continue
 		}
+		hooks = append(hooks, w)
 		rep.Webhooks = append(rep.Webhooks, WebhookReport{Webhook: w.Name, Configuration: w.Configuration, Kind: w.Kind, FailurePolicy: string(w.FailurePolicy), Target: w.Target()})
 	}
 	// Webhooks are checked Concurrency at a time, each writing only its
 	// own report; a webhook reached after ctx ended says it was not checked.
-	byName := map[string]*Webhook{}
-	for _, w := range r.all {
-		byName[w.Kind+"/"+w.Configuration+"/"+w.Name] = w
-	}
 	var wg sync.WaitGroup
 	sem := make(chan struct{}, opts.Concurrency)
 	notChecked := 0
 	for i := range rep.Webhooks {
-		wr := &rep.Webhooks[i]
-		w := byName[wr.Kind+"/"+wr.Configuration+"/"+wr.Webhook]
+		wr, w := &rep.Webhooks[i], hooks[i]
 		select {
 		case sem <- struct{}{}:
 		case <-ctx.Done():
@@ -700,6 +702,30 @@ func bundleFix(w *Webhook) string {
 	return fmt.Sprintf("kubectl patch %s %s --type=json -p '[{\"op\":\"replace\",\"path\":\"/webhooks/%d/clientConfig/caBundle\",\"value\":\"'$(base64 -w0 ca.crt)'\"}]'", w.resourceKind(), w.Configuration, w.Index)
 }
 
+// sharedHandshake handshakes addr as serverName once per run: a webhook
+// wanting an endpoint another is handshaking waits for its result, and
+// past MaxHandshakes distinct endpoints the result is errHandshakeBound.
+func (r *run) sharedHandshake(ctx context.Context, addr, serverName string) ([]*x509.Certificate, error) {
+	key := addr + "|" + serverName
+	r.mu.Lock()
+	h, ok := r.handshakes[key]
+	switch {
+	case ok:
+		r.mu.Unlock()
+		<-h.done
+	case len(r.handshakes) >= r.o.MaxHandshakes:
+		r.mu.Unlock()
+		return nil, errHandshakeBound
+	default:
+		h = &handshakeResult{done: make(chan struct{})}
+		r.handshakes[key] = h
+		r.mu.Unlock()
+		h.chain, h.err = r.handshake(ctx, addr, serverName)
+		close(h.done)
+	}
+	return h.chain, h.err
+}
+
 // checkEndpoint handshakes addr ("ip:port") with serverName and the
 // webhook's caBundle as the only root, and analyses the certificate. reached
 // is false when the address cannot be dialled from here (no finding then);
@@ -708,31 +734,11 @@ func bundleFix(w *Webhook) string {
 // pending is true when the Handshake seam has no result yet: no finding,
 // and the endpoint counts neither as reached nor as unreachable.
 func (r *run) checkEndpoint(ctx context.Context, w *Webhook, addr, serverName string) (out []Finding, reached, certOK, pending bool) {
-	var res struct {
-		chain []*x509.Certificate
-		err   error
-	}
+	var res handshakeResult
 	if r.o.Handshake != nil {
 		res.chain, res.err = r.o.Handshake(ctx, w, addr, serverName)
 	} else {
-		key := addr + "|" + serverName
-		r.mu.Lock()
-		h, ok := r.handshakes[key]
-		switch {
-		case ok:
-			r.mu.Unlock()
-			<-h.done
-		case len(r.handshakes) >= r.o.MaxHandshakes:
-			r.mu.Unlock()
-			h = &handshakeResult{err: errHandshakeBound}
-		default:
-			h = &handshakeResult{done: make(chan struct{})}
-			r.handshakes[key] = h
-			r.mu.Unlock()
-			h.chain, h.err = r.handshake(ctx, addr, serverName)
-			close(h.done)
-		}
-		res.chain, res.err = h.chain, h.err
+		res.chain, res.err = r.sharedHandshake(ctx, addr, serverName)
 	}
 	if res.err != nil {
 		switch {

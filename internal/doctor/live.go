@@ -64,7 +64,7 @@ type ProbeCall struct {
 func ProbeWebhook(ctx context.Context, cs kubernetes.Interface, snap *Snapshot, w *Webhook, count int) ([]Finding, []ProbeCall) {
 	o := Options{ProbeCount: count}
 	o.defaults()
-	r := &run{cs: cs, o: o, snap: snap, all: snap.Webhooks, backends: snap.Backends, namespaces: snap.Namespaces, handshakes: map[string]*handshakeResult{}}
+	r := newRun(cs, snap, o)
 	fs := r.probe(ctx, w)
 	return fs, r.probeCalls
 }
