@@ -145,7 +145,7 @@ func (e *Engine) serveValidate(ctx context.Context, policy string, req *admissio
 	if err := ctx.Err(); err != nil {
 		// The review was abandoned at its deadline (its answer, a 500, is
 		// sent): the policies after the one that overran do not run.
-		return admission.Unanswered(http.StatusInternalServerError, fmt.Errorf("%s '%s' not evaluated: %w", "ValidatingAdmissionPolicy", policy, err))
+		return notEvaluated(http.StatusInternalServerError, policy, admission.Validating, err)
 	}
 	if err := e.checkSize(req); err != nil {
 		return unanswered(policy, admission.Validating, err)
@@ -234,7 +234,7 @@ func (e *Engine) serveMutateGroup(ctx context.Context, hooks []mutating.PolicyHo
 	if err := ctx.Err(); err != nil {
 		// The review was abandoned at its deadline (its answer, a 500, is
 		// sent): the policies after the one that overran do not run.
-		return fail(0, admission.Unanswered(http.StatusInternalServerError, fmt.Errorf("%s '%s' not evaluated: %w", "MutatingAdmissionPolicy", name(0), err)))
+		return fail(0, notEvaluated(http.StatusInternalServerError, name(0), admission.Mutating, err))
 	}
 	if err := e.checkSize(req); err != nil {
 		return fail(0, unanswered(name(0), admission.Mutating, err))
@@ -259,7 +259,7 @@ func (e *Engine) serveMutateGroup(ctx context.Context, hooks []mutating.PolicyHo
 		return nil
 	case err == nil:
 	case errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded):
-		return fail(at, admission.Unanswered(http.StatusInternalServerError, fmt.Errorf("%s '%s' not evaluated: %w", "MutatingAdmissionPolicy", name(at), err)))
+		return fail(at, notEvaluated(http.StatusInternalServerError, name(at), admission.Mutating, err))
 	default:
 		if v, ok := bounded(name(at), admission.Mutating, err); ok {
 			return fail(at, v)
@@ -308,11 +308,20 @@ func bounded(policy string, kind admission.Type, err error) (admission.Verdict, 
 	return admission.Verdict{}, false
 }
 
+// unanswered is notEvaluated for an error of a bound: 413 for
+// ErrObjectTooLarge, else 503.
 func unanswered(policy string, kind admission.Type, err error) admission.Verdict {
 	code := http.StatusServiceUnavailable
 	if errors.Is(err, ErrObjectTooLarge) {
 		code = http.StatusRequestEntityTooLarge
 	}
+	return notEvaluated(code, policy, kind, err)
+}
+
+// notEvaluated is the verdict of a policy the review ends at without
+// evaluating it (see admission.Unanswered): HTTP code, and err under the
+// policy's kind and name.
+func notEvaluated(code int, policy string, kind admission.Type, err error) admission.Verdict {
 	what := "ValidatingAdmissionPolicy"
 	if kind == admission.Mutating {
 		what = "MutatingAdmissionPolicy"
