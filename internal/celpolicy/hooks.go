@@ -151,11 +151,15 @@ func (e *Engine) serveValidate(ctx context.Context, policy string, req *admissio
 		return unanswered(policy, admission.Validating, err)
 	}
 	r := FromAdmission(req)
-	r.meter = newMeter(e.budget)
-	defer r.meter.release()
 	if len(e.validating) > 1 {
 		r.shared = e.decoded.get(ctx, req)
 		defer r.shared.m.leave()
+	}
+	if r.shared == nil || r.shared.m == nil {
+		// Decoding for this hook alone (see decoded.meterFor): a shared
+		// entry charges its own meter, so a hook on one needs none.
+		r.meter = newMeter(e.budget)
+		defer r.meter.release()
 	}
 	d, err := e.ValidatePolicy(ctx, policy, r)
 	if err != nil {
