@@ -113,7 +113,10 @@ func (w *Webhook) review(ctx context.Context, req *Request, withObject bool) (Ou
 	matched := w.matcher(req)
 	cur := req                // the request as the next hook sees it
 	var pending []jsonedit.Op // the last mutator's operations, not yet in cur
+	// Who made pending, for apply's error: one hook, or a group's run
+	// (named only if its patch fails, not on every request).
 	var pendingPolicy string
+	var pendingRun []*Hook
 	apply := func() error {
 		// The next mutator reads the result: ApplyIndexed starts from the
 		// located top level of the object it edits and, for edits below the
@@ -123,6 +126,9 @@ func (w *Webhook) review(ctx context.Context, req *Request, withObject bool) (Ou
 		ix := new(jsonedit.Index)
 		obj, err := jsonedit.ApplyIndexed(cur.Object.Raw, cur.objectIndex, pending, ix)
 		if err != nil {
+			if pendingRun != nil {
+				pendingPolicy = strings.Join(policyNames(pendingRun), ", ")
+			}
 			return fmt.Errorf("policy %s: its JSONPatch does not apply to the object it was given: %w", pendingPolicy, err)
 		}
 		next := *cur
@@ -196,7 +202,7 @@ func (w *Webhook) review(ctx context.Context, req *Request, withObject bool) (Ou
 			}
 			if len(ops) > 0 {
 				out.Patch = append(out.Patch, ops...)
-				pending, pendingPolicy = ops, strings.Join(policyNames(hooks), ", ")
+				pending, pendingRun = ops, hooks
 			}
 			continue
 		}
@@ -220,7 +226,7 @@ func (w *Webhook) review(ctx context.Context, req *Request, withObject bool) (Ou
 		}
 		if len(ops) > 0 {
 			out.Patch = append(out.Patch, ops...)
-			pending, pendingPolicy = ops, h.Policy
+			pending, pendingPolicy, pendingRun = ops, h.Policy, nil
 		}
 	}
 	resp.Warnings = sanitizeWarnings(resp.Warnings)

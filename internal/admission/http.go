@@ -349,17 +349,17 @@ type call struct {
 	// Set by run before it marks the review abandoned (the state CAS
 	// orders these writes before the review goroutine's reads):
 	// released says the lease was given back at the answer, counted in
-	// Limits' released set with releasedBytes; abandonedAt is when.
-	released      bool
-	releasedBytes int64
-	abandonedAt   time.Time
+	// Limits' released set with ls.reserved (the handler released a copy
+	// of ls, so ls still says how many bytes); abandonedAt is when.
+	released    bool
+	abandonedAt time.Time
 }
 
 var callPool = sync.Pool{New: func() any { return &call{done: make(chan struct{}, 1)} }}
 
 func (c *call) recycle() {
 	c.h, c.ls, c.ctx, c.req, c.out, c.err = nil, lease{}, nil, nil, Outcome{}, nil
-	c.released, c.releasedBytes, c.abandonedAt = false, 0, time.Time{}
+	c.released, c.abandonedAt = false, time.Time{}
 	c.state.Store(reviewRunning)
 	callPool.Put(c)
 }
@@ -391,7 +391,7 @@ func (c *call) run(ctx context.Context, req *Request) (out Outcome, abandoned bo
 		lim := c.h.opts.Limits
 		held := c.ls // the handler's copy: after the CAS the call is the review goroutine's
 		c.released = lim.takeReleased(held.reserved)
-		c.releasedBytes, c.abandonedAt = held.reserved, time.Now()
+		c.abandonedAt = time.Now()
 		// Counted before the CAS: the review goroutine may end and
 		// uncount it right after.
 		lim.abandoned.Add(1)
@@ -406,7 +406,7 @@ func (c *call) run(ctx context.Context, req *Request) (out Outcome, abandoned bo
 		lim.abandoned.Add(-1)
 		if c.released {
 			lim.returnReleased(held.reserved)
-			c.released, c.releasedBytes = false, 0
+			c.released = false
 		}
 		<-c.done
 		return c.out, false, c.err
@@ -458,7 +458,7 @@ func (c *call) review() {
 	lim := c.h.opts.Limits
 	lim.abandoned.Add(-1)
 	if c.released {
-		lim.returnReleased(c.releasedBytes)
+		lim.returnReleased(c.ls.reserved)
 	} else {
 		c.ls.release()
 	}

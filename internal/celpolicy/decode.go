@@ -182,10 +182,7 @@ func (c *requestCache) get(ctx context.Context, req *admission.Request) *decoded
 		clear(c.entries[:drop])
 		c.entries = append(c.entries[:0], c.entries[drop:]...)
 	}
-	d := &decoded{m: newMeter(c.budget)}
-	if d.m == nil {
-		d.m = &meter{} // a meter that never charges: the entry is shared all the same
-	}
+	d := &decoded{m: &meter{b: c.budget}} // without a Budget, it never charges: the entry is shared all the same
 	c.entries = append(c.entries, cacheEntry{req: req, obj: po, n: len(obj), old: pold, oldN: len(old), d: d})
 	c.bytes += size
 	d.m.enter()

@@ -39,9 +39,9 @@ import (
 type Engine struct {
 	validating []validating.PolicyHook
 	mutating   []mutating.PolicyHook
-	// byName finds one policy's hook for the served admission hooks.
+	// validatingByName finds a policy's hook for ValidatePolicy (the
+	// served validating hooks); a mutating hook holds its index (mapHook).
 	validatingByName map[string]int
-	mutatingByName   map[string]int
 
 	set        *Set
 	namespaces corelisters.NamespaceLister
@@ -100,7 +100,6 @@ func New(set *Set, opts Options) (*Engine, error) {
 		namespaces:       opts.Namespaces,
 		authz:            opts.Authorizer,
 		validatingByName: map[string]int{},
-		mutatingByName:   map[string]int{},
 		objects:          admission.NewObjectInterfacesFromScheme(runtime.NewScheme()),
 		types:            sharedTypeConverters(),
 		fields:           map[string]fieldSet{},
@@ -136,7 +135,6 @@ func New(set *Set, opts Options) (*Engine, error) {
 			}
 		}
 		h.ParamInformer, h.ParamScope, h.ConfigurationError = params.forKind(p.Spec.ParamKind)
-		e.mutatingByName[p.Name] = len(e.mutating)
 		e.mutating = append(e.mutating, h)
 	}
 	e.validatingUnion = fieldSet{}

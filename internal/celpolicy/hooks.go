@@ -49,7 +49,7 @@ func HookName(kind admission.Type, policy string) string {
 // (registration.Build).
 func (e *Engine) Hooks() []admission.Hook {
 	var out []admission.Hook
-	for _, h := range e.mutating {
+	for i, h := range e.mutating {
 		p := h.Policy
 		name := p.Name
 		reinvoke := p.Spec.ReinvocationPolicy
@@ -63,7 +63,7 @@ func (e *Engine) Hooks() []admission.Hook {
 			Rules:              webhookRules(p.Spec.MatchConstraints, true),
 			FailurePolicy:      *p.Spec.FailurePolicy,
 			ReinvocationPolicy: &reinvoke,
-			Mutator:            mapHook{e: e, name: name},
+			Mutator:            mapHook{e: e, i: i},
 		})
 	}
 	for _, h := range e.validating {
@@ -145,17 +145,21 @@ func (e *Engine) serveValidate(ctx context.Context, policy string, req *admissio
 	if err := ctx.Err(); err != nil {
 		// The review was abandoned at its deadline (its answer, a 500, is
 		// sent): the policies after the one that overran do not run.
-		return admission.Unanswered(http.StatusInternalServerError, fmt.Errorf("%s '%s' not evaluated: %w", "ValidatingAdmissionPolicy", policy, err))
+		return notEvaluated(http.StatusInternalServerError, policy, admission.Validating, err)
 	}
 	if err := e.checkSize(req); err != nil {
 		return unanswered(policy, admission.Validating, err)
 	}
 	r := FromAdmission(req)
-	r.meter = newMeter(e.budget)
-	defer r.meter.release()
 	if len(e.validating) > 1 {
 		r.shared = e.decoded.get(ctx, req)
 		defer r.shared.m.leave()
+	}
+	if r.shared == nil || r.shared.m == nil {
+		// Decoding for this hook alone (see decoded.meterFor): a shared
+		// entry charges its own meter, so a hook on one needs none.
+		r.meter = newMeter(e.budget)
+		defer r.meter.release()
 	}
 	d, err := e.ValidatePolicy(ctx, policy, r)
 	if err != nil {
@@ -176,8 +180,8 @@ func (e *Engine) serveValidate(ctx context.Context, policy string, req *admissio
 // across them) and encodes and diffs the result once, where a hook per
 // policy would decode, encode and diff the object once per policy.
 type mapHook struct {
-	e    *Engine
-	name string
+	e *Engine
+	i int // its policy's index in e.mutating
 }
 
 // Mutate serves the policy alone: a run of one.
@@ -208,14 +212,14 @@ func (h mapHook) MutatorGroup() any { return h.e }
 // MutateGroup serves the policies of run (hooks of h's engine) on one
 // decoded copy of req's object: see serveMutateGroup.
 func (h mapHook) MutateGroup(ctx context.Context, req *admission.Request, run []admission.Mutator, enter func(int), verdict func(int, admission.Verdict) bool) []jsonedit.Op {
-	names := make([]string, len(run))
+	hooks := make([]mutating.PolicyHook, len(run))
 	for i, m := range run {
-		names[i] = m.(mapHook).name // one group: one engine's mapHooks
+		hooks[i] = h.e.mutating[m.(mapHook).i] // one group: one engine's mapHooks
 	}
-	return h.e.serveMutateGroup(ctx, names, req, enter, verdict)
+	return h.e.serveMutateGroup(ctx, hooks, req, enter, verdict)
 }
 
-// serveMutateGroup runs the MutatingAdmissionPolicies names, in order, on
+// serveMutateGroup runs the MutatingAdmissionPolicies of hooks, in order, on
 // req as the API server's mutating dispatcher runs them all (see
 // mutateRun), handing each policy's verdict to verdict under its own
 // index, and returns the JSONPatch of their joint result, made once. The
@@ -224,7 +228,8 @@ func (h mapHook) MutateGroup(ctx context.Context, req *admission.Request, run []
 // beside it), on the request's shared mutating meter. A request refused
 // before any policy runs (abandoned, too large, over budget, not
 // decodable) is answered as the first policy's.
-func (e *Engine) serveMutateGroup(ctx context.Context, names []string, req *admission.Request, enter func(int), verdict func(int, admission.Verdict) bool) []jsonedit.Op {
+func (e *Engine) serveMutateGroup(ctx context.Context, hooks []mutating.PolicyHook, req *admission.Request, enter func(int), verdict func(int, admission.Verdict) bool) []jsonedit.Op {
+	name := func(i int) string { return hooks[i].Policy.Name }
 	fail := func(i int, v admission.Verdict) []jsonedit.Op {
 		enter(i)
 		verdict(i, v)
@@ -233,18 +238,10 @@ func (e *Engine) serveMutateGroup(ctx context.Context, names []string, req *admi
 	if err := ctx.Err(); err != nil {
 		// The review was abandoned at its deadline (its answer, a 500, is
 		// sent): the policies after the one that overran do not run.
-		return fail(0, admission.Unanswered(http.StatusInternalServerError, fmt.Errorf("%s '%s' not evaluated: %w", "MutatingAdmissionPolicy", names[0], err)))
+		return fail(0, notEvaluated(http.StatusInternalServerError, name(0), admission.Mutating, err))
 	}
 	if err := e.checkSize(req); err != nil {
-		return fail(0, unanswered(names[0], admission.Mutating, err))
-	}
-	hooks := make([]mutating.PolicyHook, len(names))
-	for i, name := range names {
-		j, ok := e.mutatingByName[name]
-		if !ok {
-			return fail(i, admission.Errored(500, fmt.Errorf("no MutatingAdmissionPolicy %q", name)))
-		}
-		hooks[i] = e.mutating[j]
+		return fail(0, unanswered(name(0), admission.Mutating, err))
 	}
 	r := FromAdmission(req)
 	var own bool
@@ -266,20 +263,23 @@ func (e *Engine) serveMutateGroup(ctx context.Context, names []string, req *admi
 		return nil
 	case err == nil:
 	case errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded):
-		return fail(at, admission.Unanswered(http.StatusInternalServerError, fmt.Errorf("%s '%s' not evaluated: %w", "MutatingAdmissionPolicy", names[at], err)))
+		return fail(at, notEvaluated(http.StatusInternalServerError, name(at), admission.Mutating, err))
 	default:
-		if v, ok := bounded(names[at], admission.Mutating, err); ok {
+		if v, ok := bounded(name(at), admission.Mutating, err); ok {
 			return fail(at, v)
 		}
-		return fail(at, admission.Invalid("MutatingAdmissionPolicy '%s': %v", names[at], err))
+		return fail(at, admission.Invalid("MutatingAdmissionPolicy '%s': %v", name(at), err))
 	}
 	if out == nil {
 		return nil
 	}
 	ops, err := Ops(req.Object.Raw, out)
 	if err != nil {
-		last := len(names) - 1
-		return fail(last, admission.Errored(500, fmt.Errorf("MutatingAdmissionPolicy '%s': %w", strings.Join(names, "', '"), err)))
+		names := make([]string, len(hooks))
+		for i := range hooks {
+			names[i] = name(i)
+		}
+		return fail(len(hooks)-1, admission.Errored(500, fmt.Errorf("MutatingAdmissionPolicy '%s': %w", strings.Join(names, "', '"), err)))
 	}
 	return ops
 }
@@ -312,11 +312,20 @@ func bounded(policy string, kind admission.Type, err error) (admission.Verdict, 
 	return admission.Verdict{}, false
 }
 
+// unanswered is notEvaluated for an error of a bound: 413 for
+// ErrObjectTooLarge, else 503.
 func unanswered(policy string, kind admission.Type, err error) admission.Verdict {
 	code := http.StatusServiceUnavailable
 	if errors.Is(err, ErrObjectTooLarge) {
 		code = http.StatusRequestEntityTooLarge
 	}
+	return notEvaluated(code, policy, kind, err)
+}
+
+// notEvaluated is the verdict of a policy the review ends at without
+// evaluating it (see admission.Unanswered): HTTP code, and err under the
+// policy's kind and name.
+func notEvaluated(code int, policy string, kind admission.Type, err error) admission.Verdict {
 	what := "ValidatingAdmissionPolicy"
 	if kind == admission.Mutating {
 		what = "MutatingAdmissionPolicy"

@@ -98,10 +98,11 @@ type Document struct {
 // name the file or document. Policies may not match SensitiveGroups (see
 // LoadWith to lift that).
 func LoadAll(paths []string, docs []Document) (*Set, error) {
-	return loadAll(LoadOptions{}, paths, docs)
+	return LoadWith(LoadOptions{}, paths, docs)
 }
 
-func loadAll(opts LoadOptions, paths []string, docs []Document) (*Set, error) {
+// LoadWith reads paths and docs as LoadAll does, with opts.
+func LoadWith(opts LoadOptions, paths []string, docs []Document) (*Set, error) {
 	if len(docs) > MaxFiles {
 		return nil, fmt.Errorf("%w: %d policy documents, more than %d", ErrInput, len(docs), MaxFiles)
 	}

@@ -44,11 +44,6 @@ type LoadOptions struct {
 	AllowSensitiveGroups bool
 }
 
-// LoadWith reads paths and docs as LoadAll does, with opts.
-func LoadWith(opts LoadOptions, paths []string, docs []Document) (*Set, error) {
-	return loadAll(opts, paths, docs)
-}
-
 // LoadWebhooksWith is LoadWebhooks with load options: what `kadmit review
 // --policies` runs next to the built-in webhooks.
 func LoadWebhooksWith(lo LoadOptions, opts Options, paths ...string) ([]*admission.Webhook, *Engine, error) {
