@@ -282,9 +282,7 @@ func New(opts Options) (*Server, error) {
 	}
 	var errorLogObservers []func(string)
 	if opts.ClientCAFile != "" {
-		ca, err := newClientCA(opts.ClientCAFile, opts.ClientAllowedNames, func(reason string) {
-			s.boundsM.ClientCertRefused(reason)
-		})
+		ca, err := newClientCA(opts.ClientCAFile, opts.ClientAllowedNames, s.boundsM.ClientCertRefused)
 		if err != nil {
 			return nil, fmt.Errorf("server: %w", err)
 		}
