@@ -271,7 +271,8 @@ func (d *daemon) newMetrics(context.Context) error {
 		return err
 	}
 	d.reloads.declaredMetric.Served(d.reloads.declaredReady() == nil)
-	if b := d.reloads.decodeBudget(); d.reloads.declared() {
+	if d.reloads.declared() {
+		b := d.reloads.decodeBudget()
 		err = metrics.NewDecodeBudget(d.promReg, metrics.DecodeBudgetSource{Used: b.Used, Refused: b.Refused, Max: b.Max()})
 	}
 	return err
