@@ -271,7 +271,8 @@ func (d *daemon) newMetrics(context.Context) error {
 		return err
 	}
 	d.reloads.declaredMetric.Served(d.reloads.declaredReady() == nil)
-	if b := d.reloads.decodeBudget(); d.reloads.declared() {
+	if d.reloads.declared() {
+		b := d.reloads.decodeBudget()
 		err = metrics.NewDecodeBudget(d.promReg, metrics.DecodeBudgetSource{Used: b.Used, Refused: b.Refused, Max: b.Max()})
 	}
 	return err
@@ -371,10 +372,11 @@ func (d *daemon) newServer(context.Context) error {
 	if d.registrar != nil {
 		unserved = d.registrar.Calls
 	}
+	gate := d.ready()
 	d.srv, err = server.New(server.Options{
 		Addr: o.Addr, MetricsAddr: o.MetricsAddr, Webhooks: webhooks, Certs: d.source.Holder(),
 		Logger: d.log, ShutdownGrace: o.ShutdownGrace, MaxRequestBytes: o.MaxRequestBytes,
-		Registry: d.promReg, Ready: d.ready().Check, Degraded: d.ready().Degraded, Pprof: o.Pprof,
+		Registry: d.promReg, Ready: gate.Check, Degraded: gate.Degraded, Pprof: o.Pprof,
 		MetricsAuth: metricsAuth, ReadTimeout: o.ReadTimeout, MaxConnections: o.MaxConnections,
 		MaxInFlight: o.MaxInFlight, MaxBodyBytesInFlight: o.MaxBodyBytesInFlight, HTTP2: o.HTTP2,
 		ClientCAFile: o.ClientCAFile, ClientAllowedNames: o.ClientAllowedNames, Unserved: unserved,

@@ -73,11 +73,7 @@ func NewBounds(reg prometheus.Registerer, src BoundsSource) (*Bounds, error) {
 			Help: "Metrics requests answered 429 because token reviews of unknown tokens were over the per-source or global rate.",
 		}, []string{"scope"}),
 	}
-	gauge := func(name, help string, f func() int64) prometheus.Collector {
-		return prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: name, Help: help}, func() float64 { return float64(f()) })
-	}
-	constant := func(v int64) func() int64 { return func() int64 { return v } }
-	cs := []prometheus.Collector{
+	if err := register(reg,
 		b.abandonedRan, b.clientCertRefused, b.metricsAuthLimit,
 		gauge("kadmit_server_metrics_open_connections", "Metrics and health listener connections open.", src.MetricsConnections),
 		gauge("kadmit_server_metrics_open_connections_limit", "Bound on kadmit_server_metrics_open_connections (--metrics-max-connections).", constant(src.MaxMetricsConnections)),
@@ -85,11 +81,8 @@ func NewBounds(reg prometheus.Registerer, src BoundsSource) (*Bounds, error) {
 			func() float64 { return float64(src.AbandonedTotal()) }),
 		gauge("kadmit_server_abandoned_body_bytes", "Body bytes of running abandoned reviews, released from the body budget at their answer.", src.AbandonedBytes),
 		gauge("kadmit_server_abandoned_reviews_released_limit", "How many running abandoned reviews may have released their in-flight slot and body bytes (--max-abandoned-reviews).", constant(src.MaxAbandoned)),
-	}
-	for _, c := range cs {
-		if err := reg.Register(c); err != nil {
-			return nil, err
-		}
+	); err != nil {
+		return nil, err
 	}
 	for _, r := range clientCertReasons {
 		b.clientCertRefused.WithLabelValues(r)

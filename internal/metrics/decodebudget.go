@@ -18,18 +18,10 @@ type DecodeBudgetSource struct {
 //
 // It returns an error when a metric is already registered on reg.
 func NewDecodeBudget(reg prometheus.Registerer, src DecodeBudgetSource) error {
-	cs := []prometheus.Collector{
-		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "kadmit_policy_decoded_bytes", Help: "Estimated bytes of the objects declared policies hold decoded now."},
-			func() float64 { return float64(src.Used()) }),
-		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "kadmit_policy_decoded_bytes_limit", Help: "Bound on kadmit_policy_decoded_bytes (--policy-decode-bytes-in-flight)."},
-			func() float64 { return float64(src.Max) }),
+	return register(reg,
+		gauge("kadmit_policy_decoded_bytes", "Estimated bytes of the objects declared policies hold decoded now.", src.Used),
+		gauge("kadmit_policy_decoded_bytes_limit", "Bound on kadmit_policy_decoded_bytes (--policy-decode-bytes-in-flight).", constant(src.Max)),
 		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "kadmit_policy_decode_refused_total", Help: "Declared-policy reviews answered 503 because the decoded-objects budget was spent."},
 			func() float64 { return float64(src.Refused()) }),
-	}
-	for _, c := range cs {
-		if err := reg.Register(c); err != nil {
-			return err
-		}
-	}
-	return nil
+	)
 }

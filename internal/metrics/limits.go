@@ -34,11 +34,7 @@ func NewLimits(reg prometheus.Registerer, src LimitsSource) (*Limits, error) {
 		Name: "kadmit_server_refused_total",
 		Help: "Connections closed at accept and requests answered 503 because a server bound was reached, by bound.",
 	}, []string{"limit"})}
-	gauge := func(name, help string, f func() int64) prometheus.Collector {
-		return prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: name, Help: help}, func() float64 { return float64(f()) })
-	}
-	constant := func(v int64) func() int64 { return func() int64 { return v } }
-	cs := []prometheus.Collector{
+	if err := register(reg,
 		l.refused,
 		gauge("kadmit_server_in_flight_requests", "Admission requests in flight, abandoned reviews beyond --max-abandoned-reviews (which keep their slot) included.", src.InFlight),
 		gauge("kadmit_server_in_flight_requests_limit", "Bound on kadmit_server_in_flight_requests (--max-in-flight).", constant(src.MaxInFlight)),
@@ -47,11 +43,8 @@ func NewLimits(reg prometheus.Registerer, src LimitsSource) (*Limits, error) {
 		gauge("kadmit_server_body_bytes_limit", "Bound on kadmit_server_body_bytes (--max-body-bytes-in-flight).", constant(src.MaxBodyBytes)),
 		gauge("kadmit_server_open_connections", "Admission listener connections open.", src.Connections),
 		gauge("kadmit_server_open_connections_limit", "Bound on kadmit_server_open_connections (--max-connections).", constant(src.MaxConnections)),
-	}
-	for _, c := range cs {
-		if err := reg.Register(c); err != nil {
-			return nil, err
-		}
+	); err != nil {
+		return nil, err
 	}
 	for _, lim := range []string{"connections", "in-flight", "body-bytes", "metrics-connections"} {
 		l.refused.WithLabelValues(lim)
@@ -69,4 +62,22 @@ func (l *Limits) Refused(limit string) {
 		limit = "other"
 	}
 	l.refused.WithLabelValues(limit).Inc()
+}
+
+// gauge is a GaugeFunc reading f.
+func gauge(name, help string, f func() int64) prometheus.Collector {
+	return prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: name, Help: help}, func() float64 { return float64(f()) })
+}
+
+// constant is a source always reporting v (a bound's limit gauge).
+func constant(v int64) func() int64 { return func() int64 { return v } }
+
+// register registers cs on reg in order, stopping at the first error.
+func register(reg prometheus.Registerer, cs ...prometheus.Collector) error {
+	for _, c := range cs {
+		if err := reg.Register(c); err != nil {
+			return err
+		}
+	}
+	return nil
 }

@@ -24,24 +24,18 @@ type Gate []Condition
 
 // Check returns nil when every condition holds, else the first failing one
 // as "<name>: <reason>" (wrapping the reason). A nil Check is skipped.
-func (g Gate) Check() error {
-	for _, c := range g {
-		if c.Check == nil || c.Degraded {
-			continue
-		}
-		if err := c.Check(); err != nil {
-			return fmt.Errorf("%s: %w", c.Name, err)
-		}
-	}
-	return nil
-}
+func (g Gate) Check() error { return g.first(false) }
 
 // Degraded returns nil when every Degraded condition holds, else the first
 // failing one as "<name>: <reason>" (wrapping the reason). /readyz still
 // answers 200 and says so in its body.
-func (g Gate) Degraded() error {
+func (g Gate) Degraded() error { return g.first(true) }
+
+// first returns the first failing condition whose Degraded is degraded,
+// as "<name>: <reason>"; a nil Check is skipped.
+func (g Gate) first(degraded bool) error {
 	for _, c := range g {
-		if c.Check == nil || !c.Degraded {
+		if c.Check == nil || c.Degraded != degraded {
 			continue
 		}
 		if err := c.Check(); err != nil {

@@ -202,18 +202,19 @@ func (r *Registrar) Calls(path string) bool {
 func (r *Registrar) trackCalled() {
 	now := r.o.Now()
 	live := map[string]bool{}
+	add := func(cc admissionregistrationv1.WebhookClientConfig) {
+		if p, ok := calledPath(cc); ok {
+			live[p] = true
+		}
+	}
 	if mwc, err := r.mutating.Get(r.Name()); err == nil {
 		for _, w := range mwc.Webhooks {
-			if p, ok := calledPath(w.ClientConfig); ok {
-				live[p] = true
-			}
+			add(w.ClientConfig)
 		}
 	}
 	if vwc, err := r.validating.Get(r.Name()); err == nil {
 		for _, w := range vwc.Webhooks {
-			if p, ok := calledPath(w.ClientConfig); ok {
-				live[p] = true
-			}
+			add(w.ClientConfig)
 		}
 	}
 	r.mu.Lock()

@@ -163,11 +163,7 @@ func remoteIP(a net.Addr) string {
 	if ta, ok := a.(*net.TCPAddr); ok {
 		return ta.IP.String()
 	}
-	host, _, err := net.SplitHostPort(a.String())
-	if err != nil {
-		return a.String()
-	}
-	return host
+	return remoteHost(a.String())
 }
 
 // connKey carries the request's connection in its context (ConnContext).

@@ -280,16 +280,14 @@ func New(opts Options) (*Server, error) {
 		MinVersion:     tls.VersionTLS12,
 		GetCertificate: opts.Certs.GetCertificate,
 	}
-	var errorLogObservers []func(string)
+	var handshakeLine func(string)
 	if opts.ClientCAFile != "" {
-		ca, err := newClientCA(opts.ClientCAFile, opts.ClientAllowedNames, func(reason string) {
-			s.boundsM.ClientCertRefused(reason)
-		})
+		ca, err := newClientCA(opts.ClientCAFile, opts.ClientAllowedNames, s.boundsM.ClientCertRefused)
 		if err != nil {
 			return nil, fmt.Errorf("server: %w", err)
 		}
 		ca.configure(tlsConfig)
-		errorLogObservers = append(errorLogObservers, ca.handshakeLogLine)
+		handshakeLine = ca.handshakeLogLine
 	} else if len(opts.ClientAllowedNames) > 0 {
 		return nil, errors.New("server: allowed client names need a client CA file")
 	}
@@ -309,7 +307,7 @@ func New(opts Options) (*Server, error) {
 		MaxHeaderBytes: DefaultMaxHeaderBytes,
 		ConnState:      s.tracker.connState,
 		ConnContext:    s.tracker.connContext,
-		ErrorLog:       s.throttle.errorLog(opts.Logger, errorLogObservers...),
+		ErrorLog:       s.throttle.errorLog(opts.Logger, handshakeLine),
 		HTTP2: &http.HTTP2Config{
 			MaxConcurrentStreams:          http2MaxStreams,
 			MaxReadFrameSize:              http2MaxReadFrameSize,
@@ -366,7 +364,7 @@ func (s *Server) buildMetricsServer() error {
 		IdleTimeout:       metricsIdleTimeout,
 		MaxHeaderBytes:    DefaultMaxHeaderBytes,
 		ConnState:         s.metricsLn.connState,
-		ErrorLog:          s.throttle.errorLog(opts.Logger),
+		ErrorLog:          s.throttle.errorLog(opts.Logger, nil),
 	}
 	if opts.MetricsAuth != nil {
 		var protocols http.Protocols

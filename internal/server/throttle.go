@@ -48,11 +48,11 @@ func (t *throttle) log(l *slog.Logger, level slog.Level, msg string, attrs ...sl
 // errorLog is an http.Server ErrorLog: net/http's own complaints (TLS
 // handshake errors, HTTP/2 stream resets, malformed requests) go to the
 // debug level, throttled.
-// Each line is also given to observe, when set, before the throttle.
-func (t *throttle) errorLog(l *slog.Logger, observe ...func(line string)) *log.Logger {
+// Each line is also given to observe, when not nil, before the throttle.
+func (t *throttle) errorLog(l *slog.Logger, observe func(line string)) *log.Logger {
 	return log.New(writerFunc(func(p []byte) (int, error) {
-		for _, f := range observe {
-			f(string(p))
+		if observe != nil {
+			observe(string(p))
 		}
 		t.log(l, slog.LevelDebug, strings.TrimSpace(string(p)), slog.String("source", "net/http"))
 		return len(p), nil
