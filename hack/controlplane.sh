@@ -6,7 +6,21 @@
 # machine needs no kubectl of its own.
 #
 # Usage: hack/controlplane.sh            build (skips what is already built)
+#        hack/controlplane.sh --node     also build what a real node needs
+#                                        (test/cluster): containerd, its runc
+#                                        shim and ctr from containerd's module,
+#                                        and Debian's runc, CNI plugins and
+#                                        iptables (installed with apt-get when
+#                                        missing; CI runs as root)
 #        hack/controlplane.sh --print-dir print the cache directory and exit
+#
+# For the pinned version (v1.37.1) the Kubernetes components are one
+# multi-call binary, $OUT/kube, dispatching on the name it is called by:
+# kube-apiserver, kube-controller-manager, kube-scheduler, kubelet,
+# kube-proxy and kubectl are symlinks to it. The components share most of
+# their packages, so one link costs ~1,050 CPU-s cold where kube-apiserver
+# alone costs ~700 and kubectl another ~250; the older minors keep their
+# apiserver-only builds (KUBE_MULTICALL=0).
 #
 # Environment: KUBE_VERSION (default v1.37.1), ETCD_VERSION (default v3.6.16),
 #              KADMIT_CONTROLPLANE_DIR (default ~/.cache/kadmit/controlplane/$KUBE_VERSION),
@@ -24,7 +38,10 @@
 # published k8s.io/<x> v0.<minor>.<patch> modules.
 set -euo pipefail
 
-KUBE_VERSION="${KUBE_VERSION:-v1.37.1}"
+PINNED_KUBE_VERSION=v1.37.1
+KUBE_VERSION="${KUBE_VERSION:-$PINNED_KUBE_VERSION}"
+CONTAINERD_VERSION="${CONTAINERD_VERSION:-v2.4.2}"
+if [[ "$KUBE_VERSION" == "$PINNED_KUBE_VERSION" ]]; then KUBE_MULTICALL="${KUBE_MULTICALL:-1}"; else KUBE_MULTICALL="${KUBE_MULTICALL:-0}"; fi
 ETCD_VERSION="${ETCD_VERSION:-v3.6.16}"
 STAGING_VERSION="v0.${KUBE_VERSION#v1.}"
 OUT="${KADMIT_CONTROLPLANE_DIR:-${HOME}/.cache/kadmit/controlplane/${KUBE_VERSION}}"
@@ -33,6 +50,8 @@ if [[ "${1:-}" == "--print-dir" ]]; then
   echo "$OUT"
   exit 0
 fi
+WITH_NODE=0
+[[ "${1:-}" == "--node" ]] && WITH_NODE=1
 
 mkdir -p "$OUT"
 log() { echo "controlplane: $*" >&2; }
@@ -156,7 +175,140 @@ build_kubectl() {
   log "kubectl built: $("$OUT/kubectl" version --client | head -1)"
 }
 
+
+# The components a multi-call binary serves; each is a symlink to $OUT/kube.
+KUBE_COMPONENTS=(kube-apiserver kube-controller-manager kube-scheduler kubelet kube-proxy kubectl)
+
+# build_multicall builds $OUT/kube, dispatching on basename(argv[0]) (or on
+# its first argument when called as kube), and links every component to it.
+# A component already built on its own (a cache from before the multi-call
+# binary) is kept: it is the same source at the same version.
+build_multicall() {
+  if has_version "$OUT/kube" "$KUBE_VERSION"; then
+    log "kube (multi-call) $KUBE_VERSION already built in $OUT"
+  else
+    local work; work="$(mktemp -d)"
+    log "building the multi-call kube $KUBE_VERSION in $work (cold: ~1,050 CPU-s, ~10 min on 2 cores)"
+    kube_module "$work"
+    cat > "$work/main.go" <<'GO'
+// kube runs one Kubernetes component, chosen by the name it was called by
+// (a symlink) or, when called as kube, by its first argument.
+package main
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	_ "time/tzdata" // CronJob time zones in kube-controller-manager
+
+	"github.com/spf13/cobra"
+	_ "k8s.io/client-go/plugin/pkg/client/auth"
+	"k8s.io/component-base/cli"
+	"k8s.io/component-base/logs"
+	_ "k8s.io/component-base/logs/json/register"
+	_ "k8s.io/component-base/metrics/prometheus/clientgo"
+	_ "k8s.io/component-base/metrics/prometheus/version"
+	kubectl "k8s.io/kubectl/pkg/cmd"
+	kubectlutil "k8s.io/kubectl/pkg/cmd/util"
+	apiserver "k8s.io/kubernetes/cmd/kube-apiserver/app"
+	controllermanager "k8s.io/kubernetes/cmd/kube-controller-manager/app"
+	proxy "k8s.io/kubernetes/cmd/kube-proxy/app"
+	scheduler "k8s.io/kubernetes/cmd/kube-scheduler/app"
+	kubelet "k8s.io/kubernetes/cmd/kubelet/app"
+)
+
+var components = map[string]func() *cobra.Command{
+	"kube-apiserver":          apiserver.NewAPIServerCommand,
+	"kube-controller-manager": controllermanager.NewControllerManagerCommand,
+	"kube-scheduler":          func() *cobra.Command { return scheduler.NewSchedulerCommand() },
+	"kubelet":                 func() *cobra.Command { return kubelet.NewKubeletCommand(context.Background()) },
+	"kube-proxy":              proxy.NewProxyCommand,
+}
+
+func main() {
+	name := filepath.Base(os.Args[0])
+	if name == "kube" && len(os.Args) > 1 {
+		name = os.Args[1]
+		os.Args = append([]string{name}, os.Args[2:]...)
+	}
+	if name == "kubectl" {
+		logs.GlogSetter(kubectl.GetLogVerbosity(os.Args)) // nolint:errcheck
+		if err := cli.RunNoErrOutput(kubectl.NewDefaultKubectlCommand()); err != nil {
+			kubectlutil.CheckErr(err)
+		}
+		return
+	}
+	newCommand, ok := components[name]
+	if !ok {
+		fmt.Fprintf(os.Stderr, "kube: unknown component %q (kube-apiserver, kube-controller-manager, kube-scheduler, kubelet, kube-proxy, kubectl)\n", name)
+		os.Exit(2)
+	}
+	os.Exit(cli.Run(newCommand()))
+}
+GO
+    local minor="${KUBE_VERSION#v1.}"; minor="${minor%%.*}"
+    local flags="-s -w" pkg
+    for pkg in k8s.io/component-base/version k8s.io/client-go/pkg/version; do
+      flags+=" -X ${pkg}.gitVersion=${KUBE_VERSION} -X ${pkg}.gitMajor=1 -X ${pkg}.gitMinor=${minor} -X ${pkg}.gitTreeState=clean"
+    done
+    (cd "$work" && GOFLAGS=-mod=mod CGO_ENABLED=0 go build -trimpath -ldflags "$flags" -o "$OUT/kube.tmp" .)
+    mv "$OUT/kube.tmp" "$OUT/kube"
+    rm -rf "$work"
+    log "kube built: $("$OUT/kube" kube-apiserver --version)"
+  fi
+  local c
+  for c in "${KUBE_COMPONENTS[@]}"; do
+    if [[ -e "$OUT/$c" && ! -L "$OUT/$c" ]]; then continue; fi
+    ln -sfn kube "$OUT/$c"
+  done
+}
+
+# build_node builds containerd, its runc shim and ctr from containerd's Go
+# module into $OUT/node (kubelet 1.36+ needs containerd 2.x; Debian's is
+# 1.6), static, with the tags that drop the cgo storage drivers; and installs
+# Debian's runc, CNI plugins (/usr/lib/cni), iptables and conntrack when
+# missing (kube-proxy's iptables mode needs iptables-nft).
+build_node() {
+  local missing=() p
+  command -v runc >/dev/null || missing+=(runc)
+  [[ -x /usr/lib/cni/bridge && -x /usr/lib/cni/host-local && -x /usr/lib/cni/portmap && -x /usr/lib/cni/loopback ]] || missing+=(containernetworking-plugins)
+  command -v iptables >/dev/null || missing+=(iptables)
+  command -v conntrack >/dev/null || missing+=(conntrack)
+  if ((${#missing[@]})); then
+    log "installing Debian packages: ${missing[*]}"
+    if [[ $(id -u) -ne 0 ]]; then log "needs root to apt-get install ${missing[*]}"; exit 1; fi
+    DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends "${missing[@]}" >&2 ||
+      { apt-get update >&2 && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends "${missing[@]}" >&2; }
+  fi
+  local dir="$OUT/node"
+  mkdir -p "$dir"
+  if has_version "$dir/containerd" "$CONTAINERD_VERSION" && [[ -x "$dir/containerd-shim-runc-v2" && -x "$dir/ctr" ]]; then
+    log "containerd $CONTAINERD_VERSION already built in $dir"
+    return
+  fi
+  local work; work="$(mktemp -d)"
+  log "building containerd $CONTAINERD_VERSION in $work (cold: ~240 CPU-s)"
+  cat > "$work/go.mod" <<MOD
+module kadmit.local/containerd
+
+go 1.26
+
+require github.com/containerd/containerd/v2 ${CONTAINERD_VERSION}
+MOD
+  local tags="urfave_cli_no_docs osusergo netgo static_build no_btrfs no_devmapper no_zfs"
+  local ld="-s -w -X github.com/containerd/containerd/v2/version.Version=${CONTAINERD_VERSION}"
+  (cd "$work" && GOFLAGS=-mod=mod CGO_ENABLED=0 go build -trimpath -tags "$tags" -ldflags "$ld" -o "$dir/containerd.tmp" github.com/containerd/containerd/v2/cmd/containerd)
+  (cd "$work" && GOFLAGS=-mod=mod CGO_ENABLED=0 go build -trimpath -tags "$tags no_grpc" -ldflags "$ld" -o "$dir/containerd-shim-runc-v2" github.com/containerd/containerd/v2/cmd/containerd-shim-runc-v2)
+  (cd "$work" && GOFLAGS=-mod=mod CGO_ENABLED=0 go build -trimpath -tags "$tags" -ldflags "$ld" -o "$dir/ctr" github.com/containerd/containerd/v2/cmd/ctr)
+  mv "$dir/containerd.tmp" "$dir/containerd"
+  rm -rf "$work"
+  log "containerd built: $("$dir/containerd" --version)"
+}
+
 build_etcd
+if [[ "$KUBE_MULTICALL" == 1 ]]; then build_multicall; fi
 build_apiserver
 build_kubectl
+if [[ "$WITH_NODE" == 1 ]]; then build_node; fi
 echo "$OUT"
