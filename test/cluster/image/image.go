@@ -21,6 +21,14 @@
 // "kadmit.test/pause:1" — so the name in containerd is byte for byte the
 // string a pod spec carries. Use imagePullPolicy IfNotPresent or Never:
 // kadmit.test does not resolve, there is no registry to pull from.
+//
+// Import into the namespace the CRI plugin reads, and without --base-name
+// (which keeps only the images under that prefix):
+//
+//	ctr --address <sock> -n k8s.io images import <archive>
+//
+// ctr unpacks for the default snapshotter on import. TestContainerdImport
+// checks all of this against a real containerd when one is built.
 package image
 
 import (
