@@ -118,7 +118,7 @@ func TestContainerdImport(t *testing.T) {
 
 	run := func(args ...string) string {
 		t.Helper()
-		cmd := exec.CommandContext(ctx, ctr, append([]string{"--address", sock, "--namespace", "k8s.io"}, args...)...)
+		cmd := exec.CommandContext(ctx, ctr, append([]string{"--address", sock, "--namespace", CRINamespace}, args...)...)
 		// stdout only: ctr warns on stderr (cgroup v1 deprecation, say).
 		var stderr bytes.Buffer
 		cmd.Stderr = &stderr
@@ -160,8 +160,9 @@ func TestContainerdImport(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	run("images", "import", pause) // unpacks too, as the cluster's import does
-	run("images", "import", bare)
+	if err := Import(ctx, ctr, sock, pause, bare); err != nil {
+		t.Fatal(err)
+	}
 	names := strings.Fields(run("images", "ls", "-q"))
 	if !slices.Contains(names, PauseRef) {
 		t.Errorf("containerd names %q, want %q among them", names, PauseRef)
