@@ -8,6 +8,7 @@ replace (
 )
 
 require (
+	github.com/google/go-containerregistry v0.22.1
 	github.com/kadmit/kadmit v0.0.0-00010101000000-000000000000
 	github.com/kadmit/kadmit/test v0.0.0-00010101000000-000000000000
 	github.com/prometheus/prometheus v0.316.0
@@ -81,6 +82,7 @@ require (
 	github.com/inconshreveable/mousetrap v1.1.0 // indirect
 	github.com/jmoiron/sqlx v1.4.0 // indirect
 	github.com/json-iterator/go v1.1.12 // indirect
+	github.com/klauspost/compress v1.20.3 // indirect
 	github.com/lann/builder v0.0.0-20180802200727-47ae307949d0 // indirect
 	github.com/lann/ps v0.0.0-20150810152359-62de8c46ede0 // indirect
 	github.com/leodido/go-urn v1.2.1 // indirect

@@ -21,6 +21,14 @@
 // "kadmit.test/pause:1" — so the name in containerd is byte for byte the
 // string a pod spec carries. Use imagePullPolicy IfNotPresent or Never:
 // kadmit.test does not resolve, there is no registry to pull from.
+//
+// Import into the namespace the CRI plugin reads, and without --base-name
+// (which keeps only the images under that prefix):
+//
+//	ctr --address <sock> -n k8s.io images import <archive>
+//
+// ctr unpacks for the default snapshotter on import. TestContainerdImport
+// checks all of this against a real containerd when one is built.
 package image
 
 import (
@@ -31,6 +39,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"os"
 	"os/exec"
 	"path"
@@ -189,59 +198,47 @@ func build(files []File, cfg Config) (v1.Image, error) {
 	return mutate.ConfigFile(img, cf)
 }
 
-// layerBytes is the uncompressed tar stream of the layer: directories
-// first (listed or implied), then in the order given, paths relative as in
-// the layers docker builds ("etc/passwd").
+// layerBytes is the uncompressed tar stream of the layer: every
+// directory first (listed or implied), sorted so a parent precedes its
+// children, then the files in the order given; names relative as in the
+// layers docker builds ("etc/passwd").
 func layerBytes(files []File) ([]byte, error) {
-	seen := map[string]bool{}
-	var dirs []string // implied parents, created before their contents
+	listed := map[string]File{}
 	for _, f := range files {
 		if !path.IsAbs(f.Path) || path.Clean(f.Path) != f.Path || f.Path == "/" {
 			return nil, fmt.Errorf("path %q: want a clean absolute path other than /", f.Path)
 		}
-		if seen[f.Path] {
+		if _, dup := listed[f.Path]; dup {
 			return nil, fmt.Errorf("path %q listed twice", f.Path)
 		}
-		seen[f.Path] = true
+		listed[f.Path] = f
 	}
+	dirs := map[string]File{}
+	var regular []File
 	for _, f := range files {
+		if f.Mode.IsDir() {
+			dirs[f.Path] = f
+		} else {
+			regular = append(regular, f)
+		}
 		for d := path.Dir(f.Path); d != "/"; d = path.Dir(d) {
-			if !seen[d] && !slices.Contains(dirs, d) {
-				dirs = append(dirs, d)
+			if p, ok := listed[d]; ok && !p.Mode.IsDir() {
+				return nil, fmt.Errorf("path %q: its parent %q is listed as a file", f.Path, d)
+			}
+			if _, ok := dirs[d]; !ok && listed[d].Path == "" {
+				dirs[d] = File{Path: d, Mode: os.ModeDir | 0o755}
 			}
 		}
 	}
-	slices.Sort(dirs) // a parent sorts before its children
 
 	var buf bytes.Buffer
 	tw := tar.NewWriter(&buf)
-	for _, d := range dirs {
-		if err := tw.WriteHeader(header(File{Path: d, Mode: os.ModeDir | 0o755}, 0)); err != nil {
+	for _, d := range slices.Sorted(maps.Keys(dirs)) {
+		if err := tw.WriteHeader(header(dirs[d], 0)); err != nil {
 			return nil, err
 		}
 	}
-	// Listed directories go before files too, so a file never precedes
-	// the entry that sets its directory's mode.
-	ordered := slices.Clone(files)
-	slices.SortStableFunc(ordered, func(a, b File) int {
-		da, db := a.Mode.IsDir(), b.Mode.IsDir()
-		switch {
-		case da && !db:
-			return -1
-		case !da && db:
-			return 1
-		case da && db:
-			return strings.Compare(a.Path, b.Path)
-		}
-		return 0
-	})
-	for _, f := range ordered {
-		if f.Mode.IsDir() {
-			if err := tw.WriteHeader(header(f, 0)); err != nil {
-				return nil, err
-			}
-			continue
-		}
+	for _, f := range regular {
 		data := f.Data
 		if data == nil {
 			if f.Source == "" {
@@ -441,4 +438,23 @@ func TestModuleDir(ctx context.Context) (string, error) {
 		return "", fmt.Errorf("locate module %s: go list gave no directory", testModule)
 	}
 	return dir, nil
+}
+
+// CRINamespace is the containerd namespace the CRI plugin (and so the
+// kubelet) sees images in.
+const CRINamespace = "k8s.io"
+
+// Import loads each archive into the containerd serving address (its
+// gRPC socket) with ctr, the path of containerd's ctr: `ctr --address
+// <address> -n k8s.io images import <archive>`, which names the image
+// after the archive's reference and unpacks it for the default
+// snapshotter. Errors carry ctr's output.
+func Import(ctx context.Context, ctr, address string, archives ...string) error {
+	for _, a := range archives {
+		cmd := exec.CommandContext(ctx, ctr, "--address", address, "--namespace", CRINamespace, "images", "import", a)
+		if out, err := cmd.CombinedOutput(); err != nil {
+			return fmt.Errorf("ctr images import %s: %w\n%s", a, err, out)
+		}
+	}
+	return nil
 }

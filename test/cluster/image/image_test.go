@@ -212,6 +212,7 @@ func TestWriteRejects(t *testing.T) {
 		{{Path: "/a", Data: []byte("x")}, {Path: "/a", Data: []byte("y")}},
 		{{Path: "/a"}},
 		{{Path: "/a", Source: filepath.Join(dir, "missing")}},
+		{{Path: "/a", Data: []byte("x")}, {Path: "/a/b", Data: []byte("y")}},
 	} {
 		if err := Write(filepath.Join(dir, "x.tar"), "kadmit.test/x:1", files, Config{}); err == nil {
 			t.Errorf("Write accepted files %+v", files)
@@ -326,5 +327,37 @@ func TestWriteJSONShape(t *testing.T) {
 			t.Fatalf("manifest.json %v", m)
 		}
 		return
+	}
+}
+
+// TestLayerOrder: every directory comes before any file, each parent
+// before its children, whether listed or implied, so an extracting
+// snapshotter never creates a directory with a default mode first.
+func TestLayerOrder(t *testing.T) {
+	b, err := layerBytes([]File{
+		{Path: "/z", Data: []byte("z")},
+		{Path: "/a/b/c", Mode: os.ModeDir | 0o700},
+		{Path: "/a/b/c/f", Data: []byte("f")},
+		{Path: "/a", Mode: os.ModeDir | 0o711},
+		{Path: "/a-b/g", Data: []byte("g")},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var names []string
+	tr := tar.NewReader(strings.NewReader(string(b)))
+	for {
+		h, err := tr.Next()
+		if err == io.EOF {
+			break
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		names = append(names, h.Name)
+	}
+	want := []string{"a/", "a-b/", "a/b/", "a/b/c/", "z", "a/b/c/f", "a-b/g"}
+	if !reflect.DeepEqual(names, want) {
+		t.Errorf("entries %q, want %q", names, want)
 	}
 }
