@@ -18,15 +18,16 @@ build: ## build bin/kadmit
 controlplane: ## build the pinned kube-apiserver, etcd and kubectl into the cache (skips what is built)
 	bash hack/controlplane.sh
 
-# A real cluster's binaries (test/cluster, docs/real-cluster.md): on top of
-# controlplane's multi-call Kubernetes binary (kubelet, kube-proxy,
-# controller-manager and scheduler are links to it), containerd 2.x, its
-# runc shim and ctr from containerd's module (cold ~240 CPU-s), and Debian's
-# runc, CNI plugins, iptables and conntrack (apt-get, as root, when missing).
-# make test builds this right after controlplane, while the older minors
-# build in the background at the lowest priority, so the e2e suites start
-# with every binary in place.
-cluster: controlplane ## build what test/cluster's nodes need: containerd, runc, CNI plugins (skips what is built)
+# A real cluster's binaries (test/cluster, docs/real-cluster.md): what
+# controlplane builds (the multi-call Kubernetes binary: kubelet, kube-proxy,
+# controller-manager and scheduler are links to it), plus containerd 2.x,
+# its runc shim and ctr from containerd's module (cold ~240 CPU-s), and
+# Debian's runc, CNI plugins, iptables and conntrack (apt-get, as root, when
+# missing). --node builds everything controlplane does, so cluster does not
+# run controlplane first. make test runs it right after controlplane, while
+# the older minors build in the background at the lowest priority, so the
+# e2e suites start with every binary in place.
+cluster: ## build controlplane's binaries and what test/cluster's nodes need: containerd, runc, CNI plugins (skips what is built)
 	bash hack/controlplane.sh --node
 
 # The older supported minors: the wire contract (v1 and v1beta1 reviews,
@@ -63,6 +64,15 @@ e2e-minors: controlplane-minors ## the wire-contract e2e and the CEL differentia
 # controller-runtime are dependencies of the tests only, never of kadmit.
 demo: build controlplane ## the main job: a real kube-apiserver admits, mutates and rejects through kadmit
 	cd test && $(GO) run ./demo --kadmit $(abspath $(BIN))/kadmit
+
+# Not a set-up command: the same story on a real two-node cluster (kubelets,
+# containerd, kube-proxy, in private namespaces here; needs root and what
+# make cluster builds, once). kadmit's image is built from the Dockerfile's
+# build stage, the chart installed with the Helm SDK; then seed 004 and 001
+# happen for real to other controllers' webhooks, with kadmit doctor's
+# diagnosis of each. About two minutes once built (docs/real-cluster.md).
+demo-cluster: build cluster ## kadmit's chart on a real two-node cluster, and seed failures 004 and 001 arising for real
+	cd test/deploy && $(GO) run ./cmd/democluster --kadmit $(abspath $(BIN))/kadmit
 
 # Modules kadmit itself must never depend on; their place is test/,
 # test/deploy and bench/reference.
