@@ -50,7 +50,7 @@ func (d *demo) install(ctx context.Context) error {
 	values := map[string]any{"image": map[string]any{
 		"repository": kadmitimage.Repository, "tag": imageTag, "pullPolicy": "Never",
 	}}
-	d.say("\nInstalling kadmit's chart with the Helm SDK (helm install kadmit deploy/helm/kadmit, default values but")
+	d.section("Installing kadmit's chart with the Helm SDK (helm install kadmit deploy/helm/kadmit, default values but")
 	d.say("--set image.repository=%s,image.tag=%s,image.pullPolicy=Never: no registry here) ...", kadmitimage.Repository, imageTag)
 	began := time.Now()
 	if _, err := inst.RunWithContext(ctx, ch, values); err != nil {

@@ -56,6 +56,11 @@ type demo struct {
 
 func (d *demo) say(format string, args ...any) { fmt.Printf(format+"\n", args...) }
 
+// section starts a part of the demo with the time since the start.
+func (d *demo) section(format string, args ...any) {
+	fmt.Printf("\n[%3.0fs] "+format+"\n", append([]any{time.Since(d.began).Seconds()}, args...)...)
+}
+
 // check reports one expectation; a miss is counted, not fatal, so the demo
 // shows everything it can.
 func (d *demo) check(ok bool, format string, args ...any) {
@@ -72,7 +77,7 @@ func (d *demo) run(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	d.say("\nStarting a real cluster: kube-apiserver, etcd, controller-manager and scheduler, and two nodes each with")
+	d.section("Starting a real cluster: kube-apiserver, etcd, controller-manager and scheduler, and two nodes each with")
 	d.say("a kubelet, kube-proxy (iptables) and containerd + runc, in private namespaces on this machine ...")
 	opts := cluster.Options{Nodes: 2, Images: []string{kadmitArchive, foreignArchive}, Timeout: 2 * time.Minute}
 	if d.o.verbose {
@@ -130,7 +135,7 @@ func (d *demo) seedTable(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	d.say("\nThe seed manifests (examples/seed) through the chart's kadmit, as `make demo` applies them (the rows")
+	d.section("The seed manifests (examples/seed) through the chart's kadmit, as `make demo` applies them (the rows")
 	d.say("that create a Node without a kubelet and post its status by hand are left out: here real kubelets post")
 	d.say("their nodes' status through kadmit, shown below, and the node lifecycle controller would race the hand-made one):")
 	var rows [][]string
@@ -207,7 +212,7 @@ func (w *warningLog) list() []string {
 // each kubelet sends its raw status, kadmit doubles the allocatable CPU
 // and keeps the raw values in an annotation.
 func (d *demo) realNodes(ctx context.Context) error {
-	d.say("\nnode-overcommit on the real kubelets' status updates: the nodes registered before kadmit was installed, and a")
+	d.section("node-overcommit on the real kubelets' status updates: the nodes registered before kadmit was installed, and a")
 	d.say("kubelet posts its full status only when it changes or every 5 minutes; restarting each kubelet (as an upgrade")
 	d.say("would) makes it post its raw status at once, through kadmit:")
 	for _, n := range d.c.Nodes {
@@ -235,7 +240,7 @@ func (d *demo) realNodes(ctx context.Context) error {
 // runningPod shows a mutated pod that really runs: kadmit's lifespan policy
 // gives it its tolerations at admission, then a kubelet starts it.
 func (d *demo) runningPod(ctx context.Context) error {
-	d.say("\nA pod that really runs (pause image, imported into both nodes' containerd), admitted and mutated by kadmit:")
+	d.section("A pod that really runs (pause image, imported into both nodes' containerd), admitted and mutated by kadmit:")
 	pod := &corev1.Pod{
 		ObjectMeta: metav1.ObjectMeta{Name: "lifespan-running", Namespace: "default", Labels: map[string]string{seed.LifespanLabel: "10"}},
 		Spec: corev1.PodSpec{
