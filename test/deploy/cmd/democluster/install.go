@@ -4,81 +4,36 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"log/slog"
 	"strings"
 	"time"
 
-	"helm.sh/helm/v4/pkg/action"
-	"helm.sh/helm/v4/pkg/chart/v2/loader"
-	"helm.sh/helm/v4/pkg/kube"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/cli-runtime/pkg/genericclioptions"
 
-	"github.com/kadmit/kadmit/test/deploy/chart"
 	"github.com/kadmit/kadmit/test/deploy/kadmitimage"
+	"github.com/kadmit/kadmit/test/deploy/realcluster"
 	"github.com/kadmit/kadmit/test/seed"
 )
 
-// install runs `helm install kadmit deploy/helm/kadmit` with the Helm SDK,
-// default values but the image (the one built here, never pulled), then
-// waits for the Deployment's pods to be Ready by their real probes and for
-// the API server to call kadmit through its Service.
+// install runs `helm install kadmit deploy/helm/kadmit` with the Helm SDK
+// (realcluster.Install: default values but the image, the one built here,
+// never pulled), which waits for the Deployment's pods to be Ready by
+// their real probes and both webhook configurations registered; then it
+// waits for the API server to call kadmit through its Service.
 func (d *demo) install(ctx context.Context) error {
-	dir, err := chart.Dir()
-	if err != nil {
-		return err
-	}
-	ch, err := loader.LoadDir(dir)
-	if err != nil {
-		return fmt.Errorf("load chart %s: %w", dir, err)
-	}
-	kubeconfig := d.c.Kubeconfig
-	getter := &genericclioptions.ConfigFlags{KubeConfig: &kubeconfig, Namespace: ptrTo(metav1.NamespaceDefault)}
-	cfg := action.NewConfiguration()
-	cfg.SetLogger(slog.DiscardHandler)
-	// The release record lives in default; the chart creates kadmit-system.
-	if err := cfg.Init(getter, metav1.NamespaceDefault, "secret"); err != nil {
-		return fmt.Errorf("helm: %w", err)
-	}
-	inst := action.NewInstall(cfg)
-	inst.ReleaseName = chart.ReleaseName
-	inst.Namespace = metav1.NamespaceDefault
-	// Readiness is waited for below, with what it looks like on the way.
-	inst.WaitStrategy = kube.HookOnlyStrategy
-	inst.Timeout = 60 * time.Second
-	values := map[string]any{"image": map[string]any{
-		"repository": kadmitimage.Repository, "tag": imageTag, "pullPolicy": "Never",
-	}}
 	d.section("Installing kadmit's chart with the Helm SDK (helm install kadmit deploy/helm/kadmit, default values but")
 	d.say("--set image.repository=%s,image.tag=%s,image.pullPolicy=Never: no registry here) ...", kadmitimage.Repository, imageTag)
 	began := time.Now()
-	if _, err := inst.RunWithContext(ctx, ch, values); err != nil {
-		return fmt.Errorf("helm install: %w", err)
-	}
-	d.say("  release installed in %s; waiting for the pods' readiness probes ...", time.Since(began).Round(100*time.Millisecond))
-	ns := chart.Namespace
-	err = waitFor(ctx, 90*time.Second, func() (bool, error) {
-		dep, err := d.c.Client.AppsV1().Deployments(ns).Get(ctx, chart.ReleaseName, metav1.GetOptions{})
-		if err != nil {
-			return false, err
-		}
-		want := int32(1)
-		if dep.Spec.Replicas != nil {
-			want = *dep.Spec.Replicas
-		}
-		if dep.Status.ReadyReplicas == want && dep.Status.UpdatedReplicas == want {
-			return true, nil
-		}
-		return false, fmt.Errorf("%d/%d Ready", dep.Status.ReadyReplicas, want)
-	})
+	rel, err := realcluster.Install(ctx, d.c, realcluster.InstallOptions{Tag: imageTag, Timeout: 90 * time.Second})
 	if err != nil {
-		d.kubectl(ctx, "get", "pods", "-n", ns, "-o", "wide")
-		d.kubectl(ctx, "get", "events", "-n", ns, "--sort-by=.lastTimestamp")
-		return fmt.Errorf("kadmit's Deployment: %w", err)
+		if rel != nil {
+			d.kubectl(ctx, "get", "pods", "-n", rel.Namespace, "-o", "wide")
+			d.kubectl(ctx, "get", "events", "-n", rel.Namespace, "--sort-by=.lastTimestamp")
+		}
+		return err
 	}
-	d.say("  every replica Ready %s after helm install (kubelet ran the readiness probes):", time.Since(began).Round(100*time.Millisecond))
-	d.kubectl(ctx, "get", "pods", "-n", ns, "-o", "wide")
+	d.say("  every replica Ready and both webhook configurations registered %s after helm install (kubelet ran the probes):", time.Since(began).Round(100*time.Millisecond))
+	d.kubectl(ctx, "get", "pods", "-n", rel.Namespace, "-o", "wide")
 
 	// The first admission through kadmit: a server-side dry-run pod that
 	// comes back with the lifespan toleration kadmit adds.
@@ -99,7 +54,7 @@ func (d *demo) install(ctx context.Context) error {
 				return true, nil
 			}
 		}
-		return false, errors.New("admitted without kadmit's toleration (webhooks not registered yet)")
+		return false, errors.New("admitted without kadmit's toleration (webhooks not in effect yet)")
 	})
 	if err != nil {
 		return fmt.Errorf("first admission through kadmit: %w", err)
@@ -111,8 +66,6 @@ func (d *demo) install(ctx context.Context) error {
 	d.kubectl(ctx, "get", "mutatingwebhookconfigurations,validatingwebhookconfigurations")
 	return nil
 }
-
-func ptrTo[T any](v T) *T { return &v }
 
 func uniq(list []string) []string {
 	seen := map[string]bool{}
