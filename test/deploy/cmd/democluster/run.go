@@ -268,8 +268,10 @@ func (d *demo) runningPod(ctx context.Context) error {
 	return nil
 }
 
-func waitFor(ctx context.Context, limit time.Duration, fn func() (bool, error)) error {
-	ctx, cancel := context.WithTimeout(ctx, limit)
+// waitFor polls fn every 250 ms until it returns true, for at most limit;
+// the error names the last condition fn reported.
+func waitFor(parent context.Context, limit time.Duration, fn func() (bool, error)) error {
+	ctx, cancel := context.WithTimeout(parent, limit)
 	defer cancel()
 	var last error
 	for {
@@ -282,6 +284,9 @@ func waitFor(ctx context.Context, limit time.Duration, fn func() (bool, error)) 
 		}
 		select {
 		case <-ctx.Done():
+			if parent.Err() != nil {
+				return fmt.Errorf("interrupted or out of time (--timeout): %w (last: %v)", context.Cause(parent), last)
+			}
 			if last != nil {
 				return fmt.Errorf("not within %s: %w", limit, last)
 			}
