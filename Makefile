@@ -70,7 +70,7 @@ demo: build controlplane ## the main job: a real kube-apiserver admits, mutates 
 # make cluster builds, once). kadmit's image is built from the Dockerfile's
 # build stage, the chart installed with the Helm SDK; then seed 004 and 001
 # happen for real to other controllers' webhooks, with kadmit doctor's
-# diagnosis of each. About two minutes once built (docs/real-cluster.md).
+# diagnosis of each. About a minute once built (docs/real-cluster.md).
 demo-cluster: build cluster ## kadmit's chart on a real two-node cluster, and seed failures 004 and 001 arising for real
 	cd test/deploy && $(GO) run ./cmd/democluster --kadmit $(abspath $(BIN))/kadmit
 
