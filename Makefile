@@ -8,7 +8,7 @@ CONTROLPLANE_DIR := $(shell bash hack/controlplane.sh --print-dir)
 # 14 targets × FUZZTIME plus a build each: 10s keeps `make fuzz` near 3 minutes.
 FUZZTIME ?= 10s
 
-.PHONY: all build controlplane demo test unit e2e fuzz vet clean
+.PHONY: all build controlplane cluster demo demo-cluster test unit e2e fuzz vet clean
 
 all: build
 
@@ -17,6 +17,18 @@ build: ## build bin/kadmit
 
 controlplane: ## build the pinned kube-apiserver, etcd and kubectl into the cache (skips what is built)
 	bash hack/controlplane.sh
+
+# A real cluster's binaries (test/cluster, docs/real-cluster.md): what
+# controlplane builds (the multi-call Kubernetes binary: kubelet, kube-proxy,
+# controller-manager and scheduler are links to it), plus containerd 2.x,
+# its runc shim and ctr from containerd's module (cold ~240 CPU-s), and
+# Debian's runc, CNI plugins, iptables and conntrack (apt-get, as root, when
+# missing). --node builds everything controlplane does, so cluster does not
+# run controlplane first. make test runs it right after controlplane, while
+# the older minors build in the background at the lowest priority, so the
+# e2e suites start with every binary in place.
+cluster: ## build controlplane's binaries and what test/cluster's nodes need: containerd, runc, CNI plugins (skips what is built)
+	bash hack/controlplane.sh --node
 
 # The older supported minors: the wire contract (v1 and v1beta1 reviews,
 # registration by server-side apply) and the declared-policy differential
@@ -53,6 +65,15 @@ e2e-minors: controlplane-minors ## the wire-contract e2e and the CEL differentia
 demo: build controlplane ## the main job: a real kube-apiserver admits, mutates and rejects through kadmit
 	cd test && $(GO) run ./demo --kadmit $(abspath $(BIN))/kadmit
 
+# Not a set-up command: the same story on a real two-node cluster (kubelets,
+# containerd, kube-proxy, in private namespaces here; needs root and what
+# make cluster builds, once). kadmit's image is built from the Dockerfile's
+# build stage, the chart installed with the Helm SDK; then seed 004 and 001
+# happen for real to other controllers' webhooks, with kadmit doctor's
+# diagnosis of each. About a minute once built (docs/real-cluster.md).
+demo-cluster: build cluster ## kadmit's chart on a real two-node cluster, and seed failures 004 and 001 arising for real
+	cd test/deploy && $(GO) run ./cmd/democluster --kadmit $(abspath $(BIN))/kadmit
+
 # Modules kadmit itself must never depend on; their place is test/,
 # test/deploy and bench/reference.
 TEST_ONLY_MODULES := sigs.k8s.io/controller-runtime|helm.sh/helm
@@ -64,14 +85,16 @@ vet:
 	@! $(GO) mod graph | grep -E '$(TEST_ONLY_MODULES)' || { echo "kadmit's go.mod depends on a test-only module (above)"; exit 1; }
 	bash hack/samedeps.sh
 
+# test/cluster/... runs in e2e, not here: its tests start a real cluster
+# (root, namespaces, the node binaries make cluster builds).
 unit: ## unit tests (no control plane)
 	$(GO) test -count=1 ./...
-	cd test && $(GO) test -count=1 $$($(GO) list ./... | grep -v /e2e)
+	cd test && $(GO) test -count=1 $$($(GO) list ./... | grep -v -e /e2e -e /test/cluster)
 
 # -p 1: the suites assert recovery windows under load; running them side by
 # side on two cores would make those windows measure each other.
-e2e: controlplane ## end-to-end tests against the real kube-apiserver and etcd
-	cd test && KADMIT_E2E_REQUIRED=1 KADMIT_CONTROLPLANE_DIR=$(CONTROLPLANE_DIR) $(GO) test -p 1 -count=1 -timeout 30m ./e2e/...
+e2e: cluster ## end-to-end tests against the real kube-apiserver and etcd, and the real cluster's own tests
+	cd test && KADMIT_E2E_REQUIRED=1 KADMIT_CONTROLPLANE_DIR=$(CONTROLPLANE_DIR) $(GO) test -p 1 -count=1 -timeout 30m ./e2e/... ./cluster/...
 
 fuzz: ## a short run of each fuzz target
 	bash hack/fuzz.sh ./internal/admission FuzzDecodeReview $(FUZZTIME)
@@ -89,7 +112,11 @@ fuzz: ## a short run of each fuzz target
 	bash hack/fuzz.sh ./internal/policy/builtin FuzzResourceFlavor $(FUZZTIME)
 	bash hack/fuzz.sh ./internal/policy/builtin FuzzKadmitConfig $(FUZZTIME)
 
-test: vet unit controlplane-minors-background e2e e2e-minors fuzz test-deploy ## everything CI runs
+# Order on a fresh machine: controlplane (the multi-call binary), then the
+# older minors start in the background at nice 19, then cluster builds
+# containerd at normal priority (it takes the cores first), then the e2e
+# suites; the minors finish in the cores the suites leave idle.
+test: vet unit controlplane-minors-background cluster e2e e2e-minors fuzz test-deploy ## everything CI runs
 
 clean:
 	rm -rf $(BIN)
@@ -136,8 +163,11 @@ manifests: ## regenerate deploy/manifests, deploy/prometheus and deploy/dashboar
 image-build-stage: ## run the Dockerfile's build stage here (no container engine) into bin/image/kadmit; fails unless the binary is static
 	cd test/deploy && $(GO) run ./cmd/dockerbuild -o $(abspath $(BIN))/image/kadmit -version $(VERSION)
 
-test-deploy: controlplane ## chart lint/render, manifest drift, Dockerfile build stage, install on the real API server with the chart's RBAC
-	cd test/deploy && KADMIT_E2E_REQUIRED=1 KADMIT_CONTROLPLANE_DIR=$(CONTROLPLANE_DIR) $(GO) test -count=1 -timeout 15m ./...
+# The packages that start a real cluster (each re-executes its test binary
+# in private namespaces) run here too: go test ./... picks up every package;
+# -p 1 so two clusters never share the two cores while timing recoveries.
+test-deploy: cluster ## chart lint/render, manifest drift, Dockerfile build stage, install on the real API server and on the real cluster
+	cd test/deploy && KADMIT_E2E_REQUIRED=1 KADMIT_CONTROLPLANE_DIR=$(CONTROLPLANE_DIR) $(GO) test -p 1 -count=1 -timeout 30m ./...
 
 # make bench-apiserver: what the API server sees. A real kube-apiserver and
 # etcd (test/controlplane), kadmit registered with the seed webhooks, then the
