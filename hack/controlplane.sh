@@ -18,8 +18,9 @@
 # multi-call binary, $OUT/kube, dispatching on the name it is called by:
 # kube-apiserver, kube-controller-manager, kube-scheduler, kubelet,
 # kube-proxy and kubectl are symlinks to it. The components share most of
-# their packages, so one link costs ~1,050 CPU-s cold where kube-apiserver
-# alone costs ~700 and kubectl another ~250; the older minors keep their
+# their packages, so one link costs little more than kube-apiserver alone
+# (~700 CPU-s cold): 860 CPU-s measured for it and containerd together with
+# an empty build cache (docs/real-cluster.md); the older minors keep their
 # apiserver-only builds (KUBE_MULTICALL=0).
 #
 # Environment: KUBE_VERSION (default v1.37.1), ETCD_VERSION (default v3.6.16),
@@ -189,7 +190,7 @@ build_multicall() {
     log "kube (multi-call) $KUBE_VERSION already built in $OUT"
   else
     local work; work="$(mktemp -d)"
-    log "building the multi-call kube $KUBE_VERSION in $work (cold: ~1,050 CPU-s, ~10 min on 2 cores)"
+    log "building the multi-call kube $KUBE_VERSION in $work (cold: ~750 CPU-s, ~7 min on 2 cores)"
     kube_module "$work"
     cat > "$work/main.go" <<'GO'
 // kube runs one Kubernetes component, chosen by the name it was called by
