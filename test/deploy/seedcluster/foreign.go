@@ -33,6 +33,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	"github.com/kadmit/kadmit/test/cluster/image"
+	"github.com/kadmit/kadmit/test/poll"
 )
 
 // WebhookPortName is the container port name the foreign Services target:
@@ -239,11 +240,21 @@ func (f Foreign) Scale(ctx context.Context, client kubernetes.Interface, replica
 	return nil
 }
 
-// EnsureNamespace creates namespace name with labels unless it exists.
+// EnsureNamespace creates namespace name with labels unless it exists, and
+// waits (at most 30 s) for its default ServiceAccount: until the
+// serviceaccount controller makes it, the ServiceAccount admission plugin
+// rejects every pod there, which would hide what a test looks for.
 func EnsureNamespace(ctx context.Context, client kubernetes.Interface, name string, labels map[string]string) error {
 	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: name, Labels: labels}}
 	if _, err := client.CoreV1().Namespaces().Create(ctx, ns, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
 		return fmt.Errorf("seedcluster: namespace %s: %w", name, err)
+	}
+	err := poll.Until(ctx, 30*time.Second, func(ctx context.Context) error {
+		_, err := client.CoreV1().ServiceAccounts(name).Get(ctx, "default", metav1.GetOptions{})
+		return err
+	})
+	if err != nil {
+		return fmt.Errorf("seedcluster: namespace %s: default ServiceAccount: %w", name, err)
 	}
 	return nil
 }

@@ -51,3 +51,16 @@ func TestSeed004Foreign(t *testing.T) {
 	c := startCluster(t)
 	seed004Foreign(t, c)
 }
+
+func TestSeed000Foreign(t *testing.T) {
+	c := startCluster(t)
+	seed000Foreign(t, c)
+}
+
+func TestSeed001Foreign(t *testing.T) {
+	c := startCluster(t)
+	ctx := ctxFor(t, 4*time.Minute)
+	s := setUpSeed001(ctx, t, c, "kadmit-system")
+	r := s.batches(ctx, t, 12, 4, 6, nil)
+	t.Logf("%+v", r)
+}
