@@ -63,4 +63,6 @@ func TestSeed001Foreign(t *testing.T) {
 	s := setUpSeed001(ctx, t, c, "kadmit-system")
 	r := s.batches(ctx, t, 12, 4, 6, nil)
 	t.Logf("%+v", r)
+	s.doctorNamesCollision(ctx, t)
+	s.watchNamesCollision(ctx, t)
 }

@@ -1,9 +1,12 @@
 package seedcluster_test
 
 import (
+	"bytes"
 	"context"
 	"fmt"
+	"os/exec"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -14,6 +17,7 @@ import (
 	"k8s.io/client-go/dynamic"
 	"k8s.io/utils/ptr"
 
+	"github.com/kadmit/kadmit/internal/doctor"
 	"github.com/kadmit/kadmit/test/cluster"
 	"github.com/kadmit/kadmit/test/deploy/seedcluster"
 	"github.com/kadmit/kadmit/test/poll"
@@ -265,4 +269,123 @@ func (s *seed001) rewriteBundle(ctx context.Context) error {
 	// makes that batch repeat the previous one's endpoint.
 	time.Sleep(time.Second)
 	return nil
+}
+
+// doctorNamesCollision runs kadmit doctor on LWS's configuration and checks
+// it names the collision (KD301: the Service, both Deployments, the fix
+// that narrows the selector to LWS's own label) and the certificate that
+// does not match (KD405 on Kueue's endpoints).
+func (s *seed001) doctorNamesCollision(ctx context.Context, t *testing.T) {
+	t.Helper()
+	out, _, code := runKadmit(ctx, t, s.c, "doctor", lwsConfig)
+	t.Logf("seed 001: kadmit doctor %s (exit %d):\n%s", lwsConfig, code, out)
+	if code != 1 {
+		t.Errorf("doctor exit %d, want 1 (errors found)", code)
+	}
+	rep := doctorJSON(ctx, t, s.c, "doctor", lwsConfig)
+	w := rep.Webhook(lwsConfig, lwsWebhook)
+	if w == nil {
+		t.Fatalf("doctor reported no %s/%s", lwsConfig, lwsWebhook)
+	}
+	col := w.ByID(doctor.IDSelectorCollision)
+	if len(col) == 0 {
+		t.Fatalf("doctor did not report %s: %+v", doctor.IDSelectorCollision, w.Findings)
+	}
+	f := col[0]
+	if f.Severity != doctor.SeverityError {
+		t.Errorf("%s severity %s, want error", f.ID, f.Severity)
+	}
+	for _, want := range []string{s.ns + "/" + s.lws.ServiceName(), s.kueue.DeploymentName(), s.lws.DeploymentName(), "control-plane=controller-manager"} {
+		if !strings.Contains(f.What, want) {
+			t.Errorf("%s what %q: want %q", f.ID, f.What, want)
+		}
+	}
+	wantFix := fmt.Sprintf(`kubectl -n %s patch service %s --type=merge -p '{"spec":{"selector":{"app.kubernetes.io/name":"lws"}}}'`, s.ns, s.lws.ServiceName())
+	if !strings.Contains(f.Fix, wantFix) {
+		t.Errorf("%s fix %q: want %q", f.ID, f.Fix, wantFix)
+	}
+	san := w.ByID(doctor.IDSANMismatch)
+	if len(san) != int(s.kueue.Replicas) {
+		t.Errorf("%d %s findings, want one per Kueue pod (%d): %+v", len(san), doctor.IDSANMismatch, s.kueue.Replicas, san)
+	}
+	for _, f := range san {
+		if !strings.Contains(f.What, s.kueue.Host()) || !strings.Contains(f.What, s.lws.Host()) {
+			t.Errorf("%s what %q: want both %s and %s", f.ID, f.What, s.kueue.Host(), s.lws.Host())
+		}
+	}
+	// kadmit's own webhooks: no error, in particular no collision.
+	kr := doctorJSON(ctx, t, s.c, "doctor")
+	for _, w := range kr.Webhooks {
+		if w.Configuration == lwsConfig {
+			continue
+		}
+		if w.Has(doctor.IDSelectorCollision) || w.Status() == string(doctor.SeverityError) {
+			t.Errorf("doctor: %s/%s %s: %+v", w.Configuration, w.Webhook, w.Status(), w.Findings)
+		}
+	}
+}
+
+// watchNamesCollision runs `kadmit watch` (one replica, no election) until
+// it records a KD301 Warning Event on LWS's configuration and exports the
+// finding as a series, at most 60 s.
+func (s *seed001) watchNamesCollision(ctx context.Context, t *testing.T) {
+	t.Helper()
+	addr := freeAddr(t)
+	wctx, cancel := context.WithTimeout(ctx, 90*time.Second)
+	defer cancel()
+	cmd := exec.CommandContext(wctx, kadmitBinary(t), "watch", "--kubeconfig", s.c.Kubeconfig, "--leader-elect=false",
+		"--metrics-addr", addr, "--handshake-interval", "5s", "--log-format", "text", "--namespace", s.ns)
+	var logs bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &logs, &logs
+	cmd.Cancel = func() error { return cmd.Process.Signal(syscall.SIGTERM) }
+	cmd.WaitDelay = 10 * time.Second
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		cancel()
+		_ = cmd.Wait()
+		t.Logf("kadmit watch log (last 2000 bytes):\n%s", tailBytes(logs.String(), 2000))
+	}()
+	var event string
+	err := poll.Until(wctx, 60*time.Second, func(ctx context.Context) error {
+		evs, err := s.c.Client.CoreV1().Events("default").List(ctx, metav1.ListOptions{FieldSelector: "involvedObject.name=" + lwsConfig})
+		if err != nil {
+			return err
+		}
+		for _, e := range evs.Items {
+			if e.Reason == doctor.IDSelectorCollision && e.Type == "Warning" {
+				event = e.Message
+				return nil
+			}
+		}
+		return fmt.Errorf("no %s Event on %s yet (%d events)", doctor.IDSelectorCollision, lwsConfig, len(evs.Items))
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("seed 001: kadmit watch Event %s on ValidatingWebhookConfiguration %s (verbatim):\n%s", doctor.IDSelectorCollision, lwsConfig, event)
+	for _, want := range []string{"webhook " + lwsWebhook, s.ns + "/" + s.lws.ServiceName(), s.kueue.DeploymentName(), s.lws.DeploymentName(), "fix: kubectl -n " + s.ns + " patch service " + s.lws.ServiceName()} {
+		if !strings.Contains(event, want) {
+			t.Errorf("watch Event %q: want %q", event, want)
+		}
+	}
+	var series string
+	err = poll.Until(wctx, 30*time.Second, func(ctx context.Context) error {
+		body, err := httpGet(ctx, "http://"+addr+"/metrics")
+		if err != nil {
+			return err
+		}
+		for _, line := range strings.Split(body, "\n") {
+			if strings.HasPrefix(line, "kadmit_watch_findings{") && strings.Contains(line, `"`+doctor.IDSelectorCollision+`"`) && strings.Contains(line, lwsWebhook) {
+				series = line
+				return nil
+			}
+		}
+		return fmt.Errorf("no kadmit_watch_findings series for %s on %s", doctor.IDSelectorCollision, lwsWebhook)
+	})
+	if err != nil {
+		t.Error(err)
+	}
+	t.Logf("seed 001: kadmit watch series: %s", series)
 }
