@@ -189,8 +189,13 @@ func (f Foreign) Apply(ctx context.Context, client kubernetes.Interface, ca *CA)
 							{Name: "health", ContainerPort: 8081, Protocol: corev1.ProtocolTCP},
 						},
 						ReadinessProbe: &corev1.Probe{
-							ProbeHandler:  corev1.ProbeHandler{HTTPGet: &corev1.HTTPGetAction{Path: "/readyz", Port: intstr.FromString("health")}},
-							PeriodSeconds: 1, FailureThreshold: 1,
+							ProbeHandler: corev1.ProbeHandler{HTTPGet: &corev1.HTTPGetAction{Path: "/readyz", Port: intstr.FromString("health")}},
+							// Period 1 s so Ready follows the webhook
+							// port within a second (seed 000 times it);
+							// three failures, not one, so a probe slowed
+							// by a busy 2-core machine (an API server
+							// restart) does not drop the endpoint.
+							PeriodSeconds: 1, TimeoutSeconds: 2, FailureThreshold: 3,
 						},
 						LivenessProbe: &corev1.Probe{
 							ProbeHandler:  corev1.ProbeHandler{HTTPGet: &corev1.HTTPGetAction{Path: "/healthz", Port: intstr.FromString("health")}},

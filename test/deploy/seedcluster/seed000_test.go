@@ -76,7 +76,7 @@ func seed000Foreign(t *testing.T, c *cluster.Cluster) string {
 	})
 
 	// A user creates a pod every 250 ms from the moment the manifests are
-	// applied, until one is admitted (bounded: 120 tries, 60 s).
+	// applied, until one is admitted (bounded: 240 tries, 60 s).
 	var (
 		first           string
 		failed, refused int
@@ -85,6 +85,7 @@ func seed000Foreign(t *testing.T, c *cluster.Cluster) string {
 		deadline        = time.Now().Add(time.Minute)
 		ready, admitted bool
 		tries           int
+		others          []string
 	)
 	for ; tries < 240 && time.Now().Before(deadline) && !admitted; tries++ {
 		if !ready {
@@ -99,6 +100,8 @@ func seed000Foreign(t *testing.T, c *cluster.Cluster) string {
 			failed++
 			if strings.Contains(err.Error(), "connect: connection refused") {
 				refused++
+			} else {
+				others = append(others, err.Error())
 			}
 			if first == "" {
 				first = err.Error()
@@ -124,7 +127,7 @@ func seed000Foreign(t *testing.T, c *cluster.Cluster) string {
 		}
 	}
 	if refused == 0 || refused != failed {
-		t.Errorf("%d failures, %d of them connection refused; want every failure refused, at least one", failed, refused)
+		t.Errorf("%d failures, %d of them connection refused; want every failure refused, at least one; others: %q", failed, refused, others)
 	}
 	// Not before the pod is Ready: the whole window is the webhook's own.
 	if admittedAt < notReadyFor {
