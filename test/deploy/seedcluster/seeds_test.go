@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 
@@ -94,12 +95,52 @@ func TestSeed004SelfInterception(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	// comesBack waits until the release is Ready again and kadmit admits.
-	comesBack := func(what string, since time.Time) {
+	// allPods lists the release's pods, terminating ones included.
+	allPods := func(ctx context.Context) ([]corev1.Pod, error) {
+		l, err := c.Client.CoreV1().Pods(rel.Namespace).List(ctx, metav1.ListOptions{LabelSelector: rel.Selector()})
+		if err != nil {
+			return nil, err
+		}
+		return l.Items, nil
+	}
+	podNames := func() map[string]bool {
 		t.Helper()
-		wctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
-		defer cancel()
-		if err := rel.WaitReady(wctx); err != nil {
+		pods, err := allPods(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		out := map[string]bool{}
+		for _, p := range pods {
+			out[p.Name] = true
+		}
+		return out
+	}
+	// comesBack waits until replicas pods, none of them in replaced, are
+	// Ready, the release is rolled out and registered, and kadmit admits.
+	comesBack := func(what string, since time.Time, replaced map[string]bool) {
+		t.Helper()
+		err := poll.Until(ctx, 2*time.Minute, func(ctx context.Context) error {
+			pods, err := rel.Pods(ctx)
+			if err != nil {
+				return err
+			}
+			ready := 0
+			for _, p := range pods {
+				if replaced[p.Name] {
+					return fmt.Errorf("pod %s not replaced yet", p.Name)
+				}
+				for _, cond := range p.Status.Conditions {
+					if cond.Type == corev1.PodReady && cond.Status == corev1.ConditionTrue {
+						ready++
+					}
+				}
+			}
+			if ready != int(replicas) {
+				return fmt.Errorf("%d of %d pods Ready", ready, replicas)
+			}
+			return rel.WaitReady(ctx)
+		})
+		if err != nil {
 			t.Fatalf("%s: kadmit not back: %v\n%s", what, err, podsDump(c))
 		}
 		ready := time.Since(since)
@@ -116,12 +157,26 @@ func TestSeed004SelfInterception(t *testing.T) {
 	}
 	noPods := func() error {
 		return poll.Until(ctx, 90*time.Second, func(ctx context.Context) error {
-			pods, err := rel.Pods(ctx)
+			pods, err := allPods(ctx)
 			if err != nil {
 				return err
 			}
 			if len(pods) > 0 {
-				return fmt.Errorf("%d kadmit pods left", len(pods))
+				return fmt.Errorf("%d kadmit pods left (terminating included)", len(pods))
+			}
+			return nil
+		})
+	}
+	// kubeletBack waits until the restarted kubelet of node has renewed
+	// its Lease (so a new kubelet runs, not the old one's status).
+	kubeletBack := func(node string, since time.Time) error {
+		return poll.Until(ctx, time.Minute, func(ctx context.Context) error {
+			l, err := c.Client.CoordinationV1().Leases("kube-node-lease").Get(ctx, node, metav1.GetOptions{})
+			if err != nil {
+				return err
+			}
+			if l.Spec.RenewTime == nil || l.Spec.RenewTime.Time.Before(since) {
+				return fmt.Errorf("%s's Lease not renewed since the restart", node)
 			}
 			return nil
 		})
@@ -133,23 +188,27 @@ func TestSeed004SelfInterception(t *testing.T) {
 	}
 	began := time.Now()
 	scale(replicas)
-	comesBack(fmt.Sprintf("scaled to 0 and back to %d", replicas), began)
+	comesBack(fmt.Sprintf("scaled to 0 (every pod gone) and back to %d", replicas), began, nil)
 
+	old := podNames()
 	began = time.Now()
 	if err := c.Client.CoreV1().Pods(rel.Namespace).DeleteCollection(ctx, metav1.DeleteOptions{}, metav1.ListOptions{LabelSelector: rel.Selector()}); err != nil {
 		t.Fatal(err)
 	}
-	comesBack("every pod deleted", began)
+	comesBack("every pod deleted", began, old)
 
 	for _, n := range c.Nodes {
 		began = time.Now()
 		if err := n.RestartKubelet(ctx); err != nil {
 			t.Fatalf("restart %s's kubelet: %v", n.Name, err)
 		}
+		if err := kubeletBack(n.Name, began); err != nil {
+			t.Fatal(err)
+		}
 		if err := c.WaitNodesReady(ctx); err != nil {
 			t.Fatal(err)
 		}
-		comesBack(n.Name+"'s kubelet restarted", began)
+		comesBack(n.Name+"'s kubelet restarted", began, nil)
 	}
 
 	evs, err := replicaSetEvents(ctx, c.Client, rel.Namespace, rel.FullName)
@@ -246,6 +305,24 @@ func TestSeed000RegisteredBeforeReady(t *testing.T) {
 	t.Logf("seed 000, kadmit: load from helm install on: %s", during)
 	t.Logf("seed 000, kadmit: prober from helm install on: %d failed", f.failed)
 	t.Logf("seed 000, kadmit: load after the first admission: %s", steady)
+	// Registered only once a pod was Ready (both times have one-second
+	// resolution in the API, so equal passes).
+	mwc, err := c.Client.AdmissionregistrationV1().MutatingWebhookConfigurations().Get(ctx, rel.FullName, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var firstReady time.Time
+	for _, p := range pods {
+		for _, cond := range p.Status.Conditions {
+			if cond.Type == corev1.PodReady && cond.Status == corev1.ConditionTrue && (firstReady.IsZero() || cond.LastTransitionTime.Time.Before(firstReady)) {
+				firstReady = cond.LastTransitionTime.Time
+			}
+		}
+	}
+	t.Logf("seed 000, kadmit: first pod Ready %s, MutatingWebhookConfiguration %s created %s", firstReady.UTC().Format(time.RFC3339), mwc.Name, mwc.CreationTimestamp.UTC().Format(time.RFC3339))
+	if firstReady.IsZero() || mwc.CreationTimestamp.Time.Before(firstReady) {
+		t.Errorf("kadmit registered at %s, before any of its pods was Ready (%s)", mwc.CreationTimestamp.UTC().Format(time.RFC3339), firstReady.UTC().Format(time.RFC3339))
+	}
 	if during.Failed > 0 || f.failed > 0 {
 		t.Errorf("%d load creations and %d probes failed while kadmit started; want 0 (%q)", during.Failed, f.failed, f.errs)
 	}
