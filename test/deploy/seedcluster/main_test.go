@@ -41,11 +41,11 @@ func startCluster(t *testing.T) *cluster.Cluster {
 
 // install runs `helm install` of kadmit's chart with default values (only
 // the image reference and pull policy of a registry-less cluster differ)
-// and waits until it is Ready and registered.
-func install(t *testing.T, c *cluster.Cluster) *realcluster.Release {
+// and values over them, and waits until it is Ready and registered.
+func install(t *testing.T, c *cluster.Cluster, values map[string]any) *realcluster.Release {
 	t.Helper()
 	began := time.Now()
-	rel, err := realcluster.Install(ctxFor(t, 4*time.Minute), c, realcluster.InstallOptions{})
+	rel, err := realcluster.Install(ctxFor(t, 4*time.Minute), c, realcluster.InstallOptions{Values: values})
 	if err != nil {
 		t.Fatalf("%v\n%s", err, podsDump(c))
 	}
