@@ -304,6 +304,12 @@ func (s *seed001) doctorNamesCollision(ctx context.Context, t *testing.T) {
 	if !strings.Contains(f.Fix, wantFix) {
 		t.Errorf("%s fix %q: want %q", f.ID, f.Fix, wantFix)
 	}
+	// The table an operator reads says the same.
+	for _, want := range []string{"KD301", "KD405", s.kueue.DeploymentName(), s.lws.DeploymentName(), wantFix} {
+		if !strings.Contains(out, want) {
+			t.Errorf("doctor's table output lacks %q", want)
+		}
+	}
 	san := w.ByID(doctor.IDSANMismatch)
 	if len(san) != int(s.kueue.Replicas) {
 		t.Errorf("%d %s findings, want one per Kueue pod (%d): %+v", len(san), doctor.IDSANMismatch, s.kueue.Replicas, san)

@@ -150,6 +150,11 @@ func seed004Foreign(t *testing.T, c *cluster.Cluster) string {
 	if code != 1 {
 		t.Errorf("doctor exit %d, want 1 (errors found)", code)
 	}
+	for _, want := range []string{"KD501", "kubectl label namespace " + kruiseNamespace + " control-plane="} {
+		if !strings.Contains(out, want) {
+			t.Errorf("doctor's table output lacks %q", want)
+		}
+	}
 	rep := doctorJSON(ctx, t, c, "doctor", kruiseConfig)
 	w := rep.Webhook(kruiseConfig, kruiseWebhook)
 	if w == nil {
