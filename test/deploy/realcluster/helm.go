@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"maps"
+	"slices"
 	"strings"
 	"time"
 
@@ -109,9 +110,14 @@ type Release struct {
 	// Revision is Helm's revision of the last install or upgrade.
 	Revision int
 
-	cfg   *action.Configuration
-	chart *chartv2.Chart
+	cfg         *action.Configuration
+	chart       *chartv2.Chart
+	uninstalled bool
 }
+
+// Uninstalled reports whether Uninstall has run helm uninstall (whether or
+// not its wait succeeded).
+func (r *Release) Uninstalled() bool { return r.uninstalled }
 
 // HelmConfig returns a Helm action configuration for the cluster, as the
 // helm CLI builds it from --kubeconfig and -n: a RESTClientGetter over the
@@ -243,7 +249,9 @@ func (r *Release) Uninstall(ctx context.Context, timeout time.Duration) error {
 	un := action.NewUninstall(r.cfg)
 	un.WaitStrategy = kube.HookOnlyStrategy
 	un.Timeout = timeout
-	if _, err := un.Run(r.Name); err != nil {
+	_, err := un.Run(r.Name)
+	r.uninstalled = true
+	if err != nil {
 		return fmt.Errorf("realcluster: helm uninstall %s: %w", r.Name, err)
 	}
 	return poll(ctx, 200*time.Millisecond, func() error {
@@ -373,19 +381,26 @@ func (r *Release) Registered(ctx context.Context) error {
 // configurations of its name, Secrets in its namespace (the TLS Secret and
 // Helm's release records), and RBAC objects (ClusterRoles and their
 // bindings cluster-wide, Roles and RoleBindings in its namespace) labelled
-// app.kubernetes.io/instance=<release> or named after the release. An
-// empty list means nothing is left. A missing namespace counts as empty.
-func (r *Release) Leftovers(ctx context.Context) ([]string, error) {
+// app.kubernetes.io/instance=<release> or named after the release (its
+// full name, or starting with it and a dash or colon, or "<namespace>:"
+// and it). Each is listed as "Kind namespace/name" ("Kind name" when
+// cluster-scoped); those in ignore (e.g. a Secret the test made itself)
+// are left out. An empty list means nothing is left.
+func (r *Release) Leftovers(ctx context.Context, ignore ...string) ([]string, error) {
 	cs := r.Cluster.Client
 	var out []string
 	add := func(kind, ns, name string) {
 		if ns != "" {
 			name = ns + "/" + name
 		}
-		out = append(out, kind+" "+name)
+		if !slices.Contains(ignore, kind+" "+name) {
+			out = append(out, kind+" "+name)
+		}
 	}
 	ours := func(name string, labels map[string]string) bool {
-		return labels["app.kubernetes.io/instance"] == r.Name || strings.Contains(name, r.FullName)
+		name = strings.TrimPrefix(name, r.Namespace+":")
+		return labels["app.kubernetes.io/instance"] == r.Name || name == r.FullName ||
+			strings.HasPrefix(name, r.FullName+"-") || strings.HasPrefix(name, r.FullName+":")
 	}
 	if _, err := cs.AdmissionregistrationV1().MutatingWebhookConfigurations().Get(ctx, r.FullName, metav1.GetOptions{}); err == nil {
 		add("MutatingWebhookConfiguration", "", r.FullName)

@@ -36,13 +36,20 @@ const (
 )
 
 // EnsureNamespace creates namespace name (without labels, so kadmit's
-// webhooks match it) unless it exists.
+// webhooks match it) unless it exists, and waits (at most 30 s) for its
+// "default" ServiceAccount: until the controller-manager makes it, the
+// ServiceAccount admission plugin refuses every pod there.
 func EnsureNamespace(ctx context.Context, c *cluster.Cluster, name string) error {
 	_, err := c.Client.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: name}}, metav1.CreateOptions{})
 	if err != nil && !apierrors.IsAlreadyExists(err) {
 		return fmt.Errorf("realcluster: create namespace %s: %w", name, err)
 	}
-	return nil
+	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	return poll(ctx, 100*time.Millisecond, func() error {
+		_, err := c.Client.CoreV1().ServiceAccounts(name).Get(ctx, "default", metav1.GetOptions{})
+		return err
+	})
 }
 
 // LoadPod returns the pod the load creates: what a Deployment's ReplicaSet
@@ -109,6 +116,13 @@ type LoadOptions struct {
 	MaxErrors int
 }
 
+// Failure is one failed creation: when it was answered (relative to the
+// load's start) and its error.
+type Failure struct {
+	At  time.Duration
+	Err string
+}
+
 // Load is a running load of dry-run pod creations.
 type Load struct {
 	opts   LoadOptions
@@ -131,12 +145,22 @@ type LoadResult struct {
 	Errors        map[string]int
 	ErrorsDropped int
 	// FirstFailure and LastFailure are when failures happened (zero if
-	// none), relative to the load's start.
+	// none), relative to the load's start; Failures are the first
+	// MaxErrors of them, in the order answered, to line up with logs.
 	FirstFailure, LastFailure time.Duration
+	Failures                  []Failure
 	// Duration from start to the last answer; Bounded is true when the
 	// load stopped at Max or Duration rather than at Stop.
 	Duration time.Duration
 	Bounded  bool
+	// Start is when the load started; FirstMutated is when the first
+	// mutated pod was answered, relative to Start (0: none yet), and
+	// BypassedBeforeFirstMutated counts the unmutated admissions answered
+	// before it (kadmit not registered yet, when the load started before
+	// the install): the time from an install to its first admitted pod.
+	Start                      time.Time
+	FirstMutated               time.Duration
+	BypassedBeforeFirstMutated int
 }
 
 // String is a one-line summary with the distinct errors.
@@ -191,6 +215,7 @@ func StartLoad(ctx context.Context, c *cluster.Cluster, opts LoadOptions) (*Load
 	ctx, cancel := context.WithCancel(ctx)
 	l := &Load{opts: opts, cancel: cancel, done: make(chan struct{}), start: time.Now()}
 	l.res.Errors = map[string]int{}
+	l.res.Start = l.start
 	go l.run(ctx, cs)
 	return l, nil
 }
@@ -257,6 +282,9 @@ func (l *Load) record(p *corev1.Pod, err error) {
 		}
 		l.res.LastFailure = at
 		msg := strings.TrimSpace(err.Error())
+		if len(l.res.Failures) < l.opts.MaxErrors {
+			l.res.Failures = append(l.res.Failures, Failure{At: at, Err: msg})
+		}
 		if _, ok := l.res.Errors[msg]; ok || len(l.res.Errors) < l.opts.MaxErrors {
 			l.res.Errors[msg]++
 		} else {
@@ -266,6 +294,13 @@ func (l *Load) record(p *corev1.Pod, err error) {
 	}
 	if !Mutated(p) {
 		l.res.Bypassed++
+		if l.res.FirstMutated == 0 {
+			l.res.BypassedBeforeFirstMutated++
+		}
+		return
+	}
+	if l.res.FirstMutated == 0 {
+		l.res.FirstMutated = at
 	}
 }
 
@@ -274,6 +309,7 @@ func (l *Load) Result() LoadResult {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	r := l.res
+	r.Failures = slices.Clone(l.res.Failures)
 	r.Errors = make(map[string]int, len(l.res.Errors))
 	for k, v := range l.res.Errors {
 		r.Errors[k] = v
