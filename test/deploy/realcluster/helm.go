@@ -110,9 +110,14 @@ type Release struct {
 	// Revision is Helm's revision of the last install or upgrade.
 	Revision int
 
-	cfg   *action.Configuration
-	chart *chartv2.Chart
+	cfg         *action.Configuration
+	chart       *chartv2.Chart
+	uninstalled bool
 }
+
+// Uninstalled reports whether Uninstall has run helm uninstall (whether or
+// not its wait succeeded).
+func (r *Release) Uninstalled() bool { return r.uninstalled }
 
 // HelmConfig returns a Helm action configuration for the cluster, as the
 // helm CLI builds it from --kubeconfig and -n: a RESTClientGetter over the
@@ -244,7 +249,9 @@ func (r *Release) Uninstall(ctx context.Context, timeout time.Duration) error {
 	un := action.NewUninstall(r.cfg)
 	un.WaitStrategy = kube.HookOnlyStrategy
 	un.Timeout = timeout
-	if _, err := un.Run(r.Name); err != nil {
+	_, err := un.Run(r.Name)
+	r.uninstalled = true
+	if err != nil {
 		return fmt.Errorf("realcluster: helm uninstall %s: %w", r.Name, err)
 	}
 	return poll(ctx, 200*time.Millisecond, func() error {
