@@ -517,7 +517,9 @@ func (c *Cluster) Kubectl(ctx context.Context, args ...string) (string, error) {
 // a second workload until a new connection is opened).
 func (c *Cluster) RestartAPIServer(ctx context.Context) error {
 	args := c.api.cmd.Args
-	c.api.stop(15 * time.Second)
+	// A short grace: the restart only has to drop every connection, and
+	// a graceful API server shutdown waits ~15 s for its watches.
+	c.api.stop(3 * time.Second)
 	api, err := startProc(c.logDir, "kube-apiserver", args, nil)
 	if err != nil {
 		return err
