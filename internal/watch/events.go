@@ -3,6 +3,7 @@ package watch
 import (
 	"fmt"
 	"log/slog"
+	"strings"
 	"time"
 	"unicode/utf8"
 
@@ -140,8 +141,14 @@ func subject(w wkey) string {
 	return "webhook " + w.Webhook
 }
 
+// warningMessage is "<subject>: <what>[ (and N more like it)][; fix: <fix>]".
+// Findings' What ends with a period; it is dropped before anything is
+// appended, which would otherwise read "...).; fix: ...".
 func warningMessage(subject string, f doctor.Finding, more int) string {
 	what := f.What
+	if (more > 0 || f.Fix != "") && strings.HasSuffix(what, ".") && !strings.HasSuffix(what, "..") {
+		what = strings.TrimSuffix(what, ".")
+	}
 	if more > 0 {
 		what += fmt.Sprintf(" (and %d more like it)", more)
 	}

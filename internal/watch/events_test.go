@@ -122,3 +122,24 @@ func TestEventsSeededFromEarlierWarnings(t *testing.T) {
 		t.Fatalf("an hour after the predecessor's Warning: %q", got)
 	}
 }
+
+// A finding's What ends with a period; the Event joins it to the fix
+// without "...).; fix:" (seen on a real cluster, seed 001).
+func TestWarningMessageJoinsFixCleanly(t *testing.T) {
+	f := doctor.Finding{ID: doctor.IDSelectorCollision, Severity: doctor.SeverityError,
+		What: "Service ns/svc selects pods of 2 workloads: Deployment/a (pods a-1 at 10.244.1.2).", Fix: "kubectl -n ns patch service svc"}
+	for _, c := range []struct {
+		f    doctor.Finding
+		more int
+		want string
+	}{
+		{f, 0, "webhook w: Service ns/svc selects pods of 2 workloads: Deployment/a (pods a-1 at 10.244.1.2); fix: kubectl -n ns patch service svc"},
+		{f, 2, "webhook w: Service ns/svc selects pods of 2 workloads: Deployment/a (pods a-1 at 10.244.1.2) (and 2 more like it); fix: kubectl -n ns patch service svc"},
+		{doctor.Finding{What: "No fix here."}, 0, "webhook w: No fix here."},
+		{doctor.Finding{What: "Cut short...", Fix: "x"}, 0, "webhook w: Cut short...; fix: x"},
+	} {
+		if got := warningMessage("webhook w", c.f, c.more); got != c.want {
+			t.Errorf("warningMessage(%q, more %d) =\n%q; want\n%q", c.f.What, c.more, got, c.want)
+		}
+	}
+}
