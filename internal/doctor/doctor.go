@@ -430,17 +430,7 @@ func (r *run) checkService(ctx context.Context, w *Webhook) []Finding {
 		}
 	}
 	if len(ready) == 0 && !b.SlicesUnknown {
-		state := "it has no EndpointSlice endpoints at all"
-		if len(eps) > 0 {
-			state = fmt.Sprintf("its %d endpoint(s) are all not ready", len(eps))
-		} else if len(b.Slices) > 0 && !portFound {
-			state = fmt.Sprintf("its EndpointSlices carry no port named %q", svcPort.Name)
-		}
-		out = append(out, Finding{ID: IDNoReadyEndpoints, Severity: SeverityError,
-			What: fmt.Sprintf("Service %s/%s has no ready endpoint: %s (webhook pods not started or not ready; %d pod(s) selected).", s.Namespace, s.Name, state, len(b.Pods)),
-			Why:  "The API server gets \"no endpoints available for service\" (with --enable-aggregator-routing) or \"connection refused\" (through the ClusterIP); " + consequence(w),
-			Fix:  fmt.Sprintf("kubectl -n %s get pods -l %s; kubectl -n %s describe pods -l %s  # find why the webhook pods are not ready", s.Namespace, labels.SelectorFromSet(svc.Spec.Selector), s.Namespace, labels.SelectorFromSet(svc.Spec.Selector)),
-		})
+		out = append(out, noReadyEndpoint(w, b, svcPort.Name, eps, portFound))
 	}
 
 	// Handshake each ready endpoint as the API server would.
@@ -484,6 +474,49 @@ func (r *run) checkService(ctx context.Context, w *Webhook) []Finding {
 		out = append(out, collisionFinding(w, svc, c))
 	}
 	return out
+}
+
+// noReadyEndpoint is KD201, saying why no endpoint is ready. The endpoint
+// controller keeps a placeholder EndpointSlice without ports or endpoints
+// for a Service that selects no pod, so a missing port name only means a
+// port problem when the slices do list endpoints; otherwise the cause is
+// the pods (none selected, or none started yet).
+func noReadyEndpoint(w *Webhook, b *Backend, portName string, eps []endpoint, portFound bool) Finding {
+	svc := b.Service
+	sel := labels.SelectorFromSet(svc.Spec.Selector).String()
+	listed := 0
+	for _, sl := range b.Slices {
+		listed += len(sl.Endpoints)
+	}
+	fix := fmt.Sprintf("kubectl -n %s get pods -l %s; kubectl -n %s describe pods -l %s  # find why the webhook pods are not ready", svc.Namespace, sel, svc.Namespace, sel)
+	var state string
+	switch {
+	case len(eps) > 0:
+		state = fmt.Sprintf("its %d endpoint(s) are all not ready (webhook pods not ready; %d pod(s) selected)", len(eps), len(b.Pods))
+	case listed > 0 && !portFound:
+		state = fmt.Sprintf("its EndpointSlices list %d endpoint(s) but carry no port named %q, the Service port's name (stale or hand-made EndpointSlices)", listed, portName)
+		fix = fmt.Sprintf("kubectl -n %s get endpointslices -l kubernetes.io/service-name=%s -o yaml  # the port name must be %q, or let the endpoint controller manage them", svc.Namespace, svc.Name, portName)
+	case len(b.Pods) == 0 && !b.PodsUnknown && len(svc.Spec.Selector) > 0:
+		state = fmt.Sprintf("no pod is selected (selector %q matches no pod in %s", sel, svc.Namespace)
+		var runNone []string
+		for _, t := range b.Templates {
+			runNone = append(runNone, t.Workload.String())
+		}
+		if len(runNone) > 0 {
+			state += "; " + strings.Join(runNone, ", ") + " runs none"
+		}
+		state += ")"
+		fix = fmt.Sprintf("kubectl -n %s get events --field-selector reason=FailedCreate; kubectl -n %s get deployments,replicasets -l %s  # find why no webhook pod exists", svc.Namespace, svc.Namespace, sel)
+	case len(b.Pods) > 0:
+		state = fmt.Sprintf("no pod is ready (%d pod(s) selected, none in its EndpointSlices yet: not started or not ready)", len(b.Pods))
+	default:
+		state = "it has no EndpointSlice endpoints at all (webhook pods not started or not ready)"
+	}
+	return Finding{ID: IDNoReadyEndpoints, Severity: SeverityError,
+		What: fmt.Sprintf("Service %s/%s has no ready endpoint: %s.", svc.Namespace, svc.Name, state),
+		Why:  "The API server gets \"no endpoints available for service\" (with --enable-aggregator-routing) or \"connection refused\" (through the ClusterIP); " + consequence(w),
+		Fix:  fix,
+	}
 }
 
 // checkTargetPort compares the Service's targetPort with the pods' declared
