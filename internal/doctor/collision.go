@@ -144,6 +144,33 @@ func FindCollision(serviceName string, pods []PodInfo, preferred func(WorkloadRe
 	return c
 }
 
+// NarrowedSelector is the Service selector sel once KD301's fix is
+// applied: sel plus LabelKey=LabelValue (the fix is a merge patch, which
+// adds the label). ok is false when there is no distinguishing label. Every
+// check that needs "the webhook's own pods" after a collision uses this, so
+// that they agree with KD301's fix.
+func (c *Collision) NarrowedSelector(sel map[string]string) (narrowed map[string]string, ok bool) {
+	if c.LabelKey == "" {
+		return nil, false
+	}
+	narrowed = make(map[string]string, len(sel)+1)
+	for k, v := range sel {
+		narrowed[k] = v
+	}
+	narrowed[c.LabelKey] = c.LabelValue
+	return narrowed, true
+}
+
+// Others names the workloads of Groups[1:], the ones the Service should
+// not select when Intended.
+func (c *Collision) Others() string {
+	var names []string
+	for _, g := range c.Groups[1:] {
+		names = append(names, g.Workload.String())
+	}
+	return strings.Join(names, ", ")
+}
+
 // appIdentity groups controller-less pods by their app labels, so two bare
 // pods of one application are not a collision but pods of two are.
 func appIdentity(p PodInfo) WorkloadRef {

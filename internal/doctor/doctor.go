@@ -322,14 +322,17 @@ func notCheckedFinding(ctx context.Context, what string) Finding {
 // check runs checks 1-6 and 8 for one webhook.
 func (r *run) check(ctx context.Context, w *Webhook) []Finding {
 	var out []Finding
+	var collision *Collision
 	if w.ClientConfig.Service != nil {
-		out = append(out, r.checkService(ctx, w)...)
+		var fs []Finding
+		fs, collision = r.checkService(ctx, w)
+		out = append(out, fs...)
 	} else {
 		out = append(out, r.checkURL(ctx, w)...)
 	}
 	out = append(out, r.checkInterception(ctx, w)...)
 	out = append(out, conditionFindings(w)...)
-	out = append(out, r.checkSettings(w)...)
+	out = append(out, r.checkSettings(w, collision)...)
 	// What doctor could not read for this webhook, so that every check
 	// that could not be made says so.
 	gaps := append([]AccessGap(nil), r.snap.Gaps...)
@@ -367,8 +370,10 @@ func joinOps(ops []admissionregistrationv1.OperationType) string {
 	return strings.Join(s, ",")
 }
 
-// checkService runs checks 1, 2, 3, 4 and 8 for a Service webhook.
-func (r *run) checkService(ctx context.Context, w *Webhook) []Finding {
+// checkService runs checks 1, 2, 3, 4 and 8 for a Service webhook. It
+// returns the selector collision (KD301) it found, nil if none, for the
+// checks that depend on the Service's selector (KD605).
+func (r *run) checkService(ctx context.Context, w *Webhook) ([]Finding, *Collision) {
 	s := w.ClientConfig.Service
 	b := r.backends[w.ServiceKey()]
 	var out []Finding
@@ -377,20 +382,20 @@ func (r *run) checkService(ctx context.Context, w *Webhook) []Finding {
 			What: fmt.Sprintf("The webhook calls Service %s/%s, but namespace %s does not exist: the configuration is an orphan of an uninstalled component.", s.Namespace, s.Name, s.Namespace),
 			Why:  "The API server cannot resolve the Service (\"service \\\"" + s.Name + "\\\" not found\"); " + consequence(w),
 			Fix:  fmt.Sprintf("kubectl delete %s %s", w.resourceKind(), w.Configuration),
-		})
+		}), nil
 	}
 	for _, ci := range analyzeBundle(w.ClientConfig.CABundle, true, r.o.Now()) {
 		out = append(out, Finding{ID: ci.ID, Severity: ci.Severity, What: ci.What, Why: ci.Why, Fix: bundleFix(w)})
 	}
 	if b.ServiceUnknown {
-		return out // the access gap (KD001) says what is unknown
+		return out, nil // the access gap (KD001) says what is unknown
 	}
 	if b.Service == nil {
 		return append(out, Finding{ID: IDServiceMissing, Severity: SeverityError,
 			What: fmt.Sprintf("Service %s/%s does not exist.", s.Namespace, s.Name),
 			Why:  fmt.Sprintf("The API server fails every call with \"service \\\"%s\\\" not found\"; %s", s.Name, consequence(w)),
 			Fix:  fmt.Sprintf("Create Service %s/%s (port %d) selecting the webhook's pods, or remove the configuration: kubectl delete %s %s", s.Namespace, s.Name, w.ServicePort(), w.resourceKind(), w.Configuration),
-		})
+		}), nil
 	}
 	svc := b.Service
 	if svc.Spec.Type == corev1.ServiceTypeExternalName {
@@ -398,7 +403,7 @@ func (r *run) checkService(ctx context.Context, w *Webhook) []Finding {
 			What: fmt.Sprintf("Service %s/%s is of type ExternalName.", s.Namespace, s.Name),
 			Why:  "The API server only calls ClusterIP, NodePort and LoadBalancer Services (\"unsupported service type\"); " + consequence(w),
 			Fix:  fmt.Sprintf("Point the webhook at a ClusterIP Service, or use clientConfig.url with the external name: kubectl edit %s %s", w.resourceKind(), w.Configuration),
-		})
+		}), nil
 	}
 	var svcPort *corev1.ServicePort
 	var ports []string
@@ -418,7 +423,7 @@ func (r *run) checkService(ctx context.Context, w *Webhook) []Finding {
 		} else {
 			f.Fix = fmt.Sprintf("Set clientConfig.service.port of webhook %s to one of %s: kubectl edit %s %s", w.Name, strings.Join(ports, ", "), w.resourceKind(), w.Configuration)
 		}
-		return append(out, f)
+		return append(out, f), nil
 	}
 
 	eps, portFound := b.endpointsFor(svcPort.Name)
@@ -470,10 +475,11 @@ func (r *run) checkService(ctx context.Context, w *Webhook) []Finding {
 		})
 	}
 
-	if c := FindCollision(s.Name, b.podInfos(addrByPod), func(ref WorkloadRef) bool { return okWorkloads[ref] && !badWorkloads[ref] }); c != nil {
+	c := FindCollision(s.Name, b.podInfos(addrByPod), func(ref WorkloadRef) bool { return okWorkloads[ref] && !badWorkloads[ref] })
+	if c != nil {
 		out = append(out, collisionFinding(w, svc, c))
 	}
-	return out
+	return out, c
 }
 
 // noReadyEndpoint is KD201, saying why no endpoint is ready. The endpoint

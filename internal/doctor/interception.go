@@ -398,8 +398,10 @@ func backendLabelHints(b *Backend) map[string]string {
 	return out
 }
 
-// checkSettings runs check 6.
-func (r *run) checkSettings(w *Webhook) []Finding {
+// checkSettings runs check 6. collision is what checkService found behind
+// the webhook's Service (nil if none): KD605 then reasons about the
+// webhook's own pods and the selector KD301's fix gives the Service.
+func (r *run) checkSettings(w *Webhook, collision *Collision) []Finding {
 	var out []Finding
 	if w.TimeoutSeconds > 10 {
 		out = append(out, Finding{ID: IDTimeoutTooLong, Severity: SeverityWarning,
@@ -476,33 +478,91 @@ func (r *run) checkSettings(w *Webhook) []Finding {
 			Fix:  fix,
 		})
 	}
-	var podLabels []map[string]string
+	var own, foreign []map[string]string
 	for _, p := range b.Pods {
-		podLabels = append(podLabels, p.Labels)
+		own = append(own, p.Labels)
 	}
 	for _, t := range b.Templates {
-		podLabels = append(podLabels, t.Labels)
+		own = append(own, t.Labels)
 	}
-	if len(podLabels) > 0 && !b.PDBsUnknown && !coveredByPDB(b, podLabels) && len(b.Service.Spec.Selector) > 0 {
-		sel := labels.SelectorFromSet(b.Service.Spec.Selector).String()
-		out = append(out, Finding{ID: IDNoPodDisruptionBudget, Severity: SeverityWarning,
+	if collision != nil && collision.Intended {
+		// Only the webhook's own pods need the budget; one that also
+		// selects the other workload's pods can be met by those alone.
+		own, foreign = groupLabels(collision.Groups[:1]), groupLabels(collision.Groups[1:])
+	}
+	if len(own) > 0 && !b.PDBsUnknown && !coveredByPDB(b, own, foreign) && len(b.Service.Spec.Selector) > 0 {
+		f := Finding{ID: IDNoPodDisruptionBudget, Severity: SeverityWarning,
 			What: fmt.Sprintf("No PodDisruptionBudget in %s covers the pods of Service %s.", b.Namespace, b.Name),
 			Why:  "failurePolicy is Fail: a node drain may evict every webhook pod at once, an outage for " + describeRules(w.Rules) + ".",
-			Fix:  fmt.Sprintf("kubectl -n %s create poddisruptionbudget %s --selector=%s --min-available=1", b.Namespace, b.Name, sel),
-		})
+		}
+		f.Why, f.Fix = pdbFix(b, collision, f.Why)
+		out = append(out, f)
 	}
 	return out
 }
 
-func coveredByPDB(b *Backend, pods []map[string]string) bool {
-	for _, pdb := range b.PDBs {
-		if pdb.Spec.Selector == nil {
-			continue
+// pdbFix returns KD605's why and fix. The budget's selector is the
+// Service's, except when the Service also selects another workload's pods
+// (KD301): a budget on that selector can be met by the other pods alone
+// while a drain evicts every webhook pod, so it uses the selector KD301's
+// fix gives the Service (Collision.NarrowedSelector), or, when there is no
+// such label yet, says to fix KD301 first.
+func pdbFix(b *Backend, c *Collision, why string) (string, string) {
+	create := func(sel map[string]string) string {
+		return fmt.Sprintf("kubectl -n %s create poddisruptionbudget %s --selector=%s --min-available=1", b.Namespace, b.Name, labels.SelectorFromSet(sel))
+	}
+	if c == nil {
+		return why, create(b.Service.Spec.Selector)
+	}
+	also := "also selects"
+	if !c.Proven {
+		also = "seems to also select"
+	}
+	why += fmt.Sprintf(" The Service's selector %q %s pods of another workload (%s): a budget on it could be met by those pods alone while every webhook pod is evicted.",
+		labels.SelectorFromSet(b.Service.Spec.Selector), also, IDSelectorCollision)
+	narrowed, ok := c.NarrowedSelector(b.Service.Spec.Selector)
+	own := c.Groups[0].Workload
+	switch {
+	case ok && c.Intended:
+		return why, create(narrowed) + fmt.Sprintf("  # the selector %s's fix gives the Service: only %s's pods, not %s's", IDSelectorCollision, own, c.Others())
+	case ok:
+		return why, fmt.Sprintf("Fix %s first; if %s is the webhook's workload: %s", IDSelectorCollision, own, create(narrowed))
+	default:
+		return why, fmt.Sprintf("Fix %s first (a label only the webhook's pods carry, added to the Service's selector), then create the budget on the Service's new selector: kubectl -n %s create poddisruptionbudget %s --selector=<the new selector> --min-available=1", IDSelectorCollision, b.Namespace, b.Name)
+	}
+}
+
+// groupLabels lists the labels of the pods (and template stand-ins) of
+// groups.
+func groupLabels(groups []WorkloadGroup) []map[string]string {
+	var out []map[string]string
+	for _, g := range groups {
+		for _, p := range g.pods {
+			out = append(out, p.Labels)
 		}
+	}
+	return out
+}
+
+// coveredByPDB reports whether a PodDisruptionBudget selects some pod of
+// own and none of foreign (a budget that foreign pods can satisfy does not
+// protect own).
+func coveredByPDB(b *Backend, own, foreign []map[string]string) bool {
+	matches := func(sel *metav1.LabelSelector, pods []map[string]string) bool {
 		for _, l := range pods {
-			if ok, err := SelectorMatches(pdb.Spec.Selector, l); err == nil && ok && len(pdb.Spec.Selector.MatchLabels)+len(pdb.Spec.Selector.MatchExpressions) > 0 {
+			if ok, err := SelectorMatches(sel, l); err == nil && ok {
 				return true
 			}
+		}
+		return false
+	}
+	for _, pdb := range b.PDBs {
+		sel := pdb.Spec.Selector
+		if sel == nil || len(sel.MatchLabels)+len(sel.MatchExpressions) == 0 {
+			continue
+		}
+		if matches(sel, own) && !matches(sel, foreign) {
+			return true
 		}
 	}
 	return false
