@@ -246,7 +246,17 @@ func (m *ErrorMatch) explain(rep *Report) {
 	lead := func(fs []Finding, subject string) []Finding {
 		i := where(fs)
 		f := Finding{ID: IDFromError, Severity: SeverityInfo, Lead: true}
-		if i >= 0 {
+		if j := selfInterception(fs, i); j >= 0 {
+			// No pod answers (KD201) because the webhook rejects the
+			// creation of its own pods (KD501): fixing the pods alone
+			// cannot work, so the cause that prevents recovery leads.
+			fs[j].Lead = true
+			if m.Explained == "" {
+				m.Explained = fs[j].ID
+			}
+			f.What = fmt.Sprintf("The message is the API server's %q error for %s (cause: %s); %s explains it, through %s.", m.Format, subject, m.Cause, fs[j].ID, fs[i].ID)
+			f.Why = fmt.Sprintf("%s is what produces %q: %s It does not recover because of %s: %s", fs[i].ID, m.Cause, fs[i].What, fs[j].ID, fs[j].What)
+		} else if i >= 0 {
 			fs[i].Lead = true
 			if m.Explained == "" {
 				m.Explained = fs[i].ID
@@ -288,4 +298,21 @@ func (m *ErrorMatch) explain(rep *Report) {
 		w := &rep.Webhooks[i]
 		w.Findings = lead(w.Findings, "webhook "+w.Webhook+" of "+w.Configuration)
 	}
+}
+
+// selfInterception returns the index in fs of a KD501 (the webhook
+// intercepts the creation of its own pods) when the finding at explained
+// is one that says no pod answers (KD201, KD708), else -1. Then no webhook
+// pod can be created while none answers: KD501 is the cause that keeps
+// the error from clearing, and leads.
+func selfInterception(fs []Finding, explained int) int {
+	if explained < 0 || (fs[explained].ID != IDNoReadyEndpoints && fs[explained].ID != IDProbeNoEndpoints) {
+		return -1
+	}
+	for j := range fs {
+		if fs[j].ID == IDSelfInterception && fs[j].Severity != SeverityInfo {
+			return j
+		}
+	}
+	return -1
 }

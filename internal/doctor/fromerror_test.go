@@ -15,6 +15,7 @@ import (
 
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -205,4 +206,51 @@ func TestFromErrorLeads(t *testing.T) {
 		t.Errorf("unknown webhook: err = %v", err)
 	}
 	_ = admissionregistrationv1.Fail
+}
+
+// Seed 004 on a real cluster: the webhook intercepts the creation of its
+// own pods (KD501), none runs, and the ReplicaSet's FailedCreate event says
+// "connection refused". KD201 is what produces the message, but KD501 is
+// why it never clears: KD501 leads, KD201 follows it.
+func TestFromErrorSelfInterceptionLeads(t *testing.T) {
+	lbls := map[string]string{"app.kubernetes.io/name": "kruise", "control-plane": "controller-manager"}
+	fail, none := admissionregistrationv1.Fail, admissionregistrationv1.SideEffectClassNone
+	cfg := &admissionregistrationv1.MutatingWebhookConfiguration{ObjectMeta: metav1.ObjectMeta{Name: "kruise-mutating-webhook-configuration"}, Webhooks: []admissionregistrationv1.MutatingWebhook{{
+		Name: "mpod.kb.io", ClientConfig: admissionregistrationv1.WebhookClientConfig{CABundle: testBundle, Service: &admissionregistrationv1.ServiceReference{Namespace: lwsNS, Name: "kruise-webhook-service", Path: ptrTo("/mutate-pod"), Port: ptrTo(int32(443))}},
+		Rules: []admissionregistrationv1.RuleWithOperations{{Operations: []admissionregistrationv1.OperationType{"CREATE"},
+			Rule: admissionregistrationv1.Rule{APIGroups: []string{""}, APIVersions: []string{"v1"}, Resources: []string{"pods"}}}},
+		FailurePolicy: &fail, SideEffects: &none, AdmissionReviewVersions: []string{"v1"},
+		NamespaceSelector: &metav1.LabelSelector{MatchExpressions: []metav1.LabelSelectorRequirement{{Key: "control-plane", Operator: metav1.LabelSelectorOpDoesNotExist}}},
+	}}}
+	placeholder := &discoveryv1.EndpointSlice{ObjectMeta: metav1.ObjectMeta{Name: "kruise-webhook-service-abcde", Namespace: lwsNS,
+		Labels: map[string]string{discoveryv1.LabelServiceName: "kruise-webhook-service"}}, AddressType: discoveryv1.AddressTypeIPv4}
+	cs := fake.NewClientset(&corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: lwsNS, Labels: map[string]string{"kubernetes.io/metadata.name": lwsNS}}},
+		deployment("kruise-controller-manager", lbls), svc("kruise-webhook-service", lbls), placeholder, cfg)
+	snap, err := LoadSnapshot(context.Background(), cs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	msg := "Error creating: " + callError("mpod.kb.io", "https://kruise-webhook-service.lws-system.svc:443/mutate-pod?timeout=10s", dialErr("10.96.121.92:443", syscall.ECONNREFUSED))
+	rep, err := Diagnose(context.Background(), cs, snap, Options{FromError: msg, Dial: func(context.Context, string, string) (net.Conn, error) { return nil, ErrDialNotAllowed }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	fs := rep.Webhooks[0].Findings
+	var order []string
+	for _, f := range fs {
+		order = append(order, f.ID)
+	}
+	if len(fs) < 3 || fs[0].ID != IDFromError || fs[1].ID != IDSelfInterception || !fs[1].Lead || fs[2].ID != IDNoReadyEndpoints || fs[2].Lead {
+		t.Fatalf("want KD002, KD501 (lead), KD201; got %v", order)
+	}
+	if rep.FromError.Explained != IDSelfInterception || !strings.Contains(fs[0].What, "KD501 explains it, through KD201") || !strings.Contains(fs[0].Why, "does not recover because of KD501") {
+		t.Errorf("FromError %+v; KD002 %q / %q", rep.FromError, fs[0].What, fs[0].Why)
+	}
+	var b strings.Builder
+	if err := WriteTable(&b, rep); err != nil {
+		t.Fatal(err)
+	}
+	if out := b.String(); !strings.Contains(out, "Explained by KD501") || strings.Index(out, "> ERROR   KD501") < 0 || strings.Index(out, "> ERROR   KD501") > strings.Index(out, "ERROR   KD201") {
+		t.Errorf("table:\n%s", out)
+	}
 }
