@@ -1,8 +1,6 @@
 package routed
 
 import (
-	"bufio"
-	"bytes"
 	"context"
 	"crypto/tls"
 	"crypto/x509"
@@ -13,7 +11,6 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
-	"regexp"
 	"slices"
 	"strconv"
 	"strings"
@@ -706,47 +703,6 @@ func eventually(t *testing.T, d time.Duration, what string, cond func() error) t
 	}
 	return time.Since(start)
 }
-
-// webhookCounters is what the API server's /metrics says about kadmit's
-// webhooks (names ending .kadmit.io), summed over its label sets:
-// failOpen from apiserver_admission_webhook_fail_open_count (calls that
-// failed and were let through by failurePolicy Ignore), admitted from
-// apiserver_admission_webhook_request_total with code 200 and
-// rejected="false", by webhook name.
-type webhookCounters struct {
-	failOpen float64
-	admitted map[string]float64
-}
-
-func (e *env) webhookCounters(ctx context.Context) (webhookCounters, error) {
-	raw, err := e.Client.CoreV1().RESTClient().Get().AbsPath("/metrics").DoRaw(ctx)
-	if err != nil {
-		return webhookCounters{}, fmt.Errorf("GET /metrics from the API server: %w", err)
-	}
-	w := webhookCounters{admitted: map[string]float64{}}
-	sc := bufio.NewScanner(bytes.NewReader(raw))
-	sc.Buffer(make([]byte, 0, 64*1024), 1<<20)
-	for sc.Scan() {
-		line := sc.Text()
-		m := webhookLabel.FindStringSubmatch(line)
-		if strings.HasPrefix(line, "#") || m == nil {
-			continue
-		}
-		v, err := strconv.ParseFloat(line[strings.LastIndexByte(line, ' ')+1:], 64)
-		if err != nil {
-			return webhookCounters{}, fmt.Errorf("API server metric line %q: %w", line, err)
-		}
-		switch {
-		case strings.HasPrefix(line, "apiserver_admission_webhook_fail_open_count{"):
-			w.failOpen += v
-		case strings.HasPrefix(line, "apiserver_admission_webhook_request_total{") && strings.Contains(line, `code="200"`) && strings.Contains(line, `rejected="false"`):
-			w.admitted[m[1]] += v
-		}
-	}
-	return w, sc.Err()
-}
-
-var webhookLabel = regexp.MustCompile(`[{,]name="([a-z0-9-]+\.kadmit\.io)"`)
 
 // rotateServing asks the leader for a serving-certificate rotation (the
 // kadmit.io/rotate annotation) and waits, at most 30 s, until the Secret holds

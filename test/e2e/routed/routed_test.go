@@ -348,116 +348,13 @@ func excludes(sel *metav1.LabelSelector, key string, values ...string) bool {
 	return false
 }
 
-// TestRotationsUnderLoad forces a serving-certificate rotation, then a CA
-// rotation, under 20 pod creations per second: no admission may fail.
-func TestRotationsUnderLoad(t *testing.T) {
-	e := world(t)
-	e.ensureInstalled(t)
-	ctx := e2eenv.TestCtx(t, 4*time.Minute)
-	origCAs, origLeaf, _, err := e.secretMaterial(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	before, err := e.webhookCounters(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	// The load runs until the CA rotation's last step (the old CA gone
-	// from ca.crt, every caBundle and every replica) has been observed; its
-	// bounds (rotationLoadBound, 20/s) only stop a hung test, and reaching
-	// one fails it.
-	load := e.startLoad(t, 20, rotationLoadBound)
-	start := time.Now()
-	time.Sleep(3 * time.Second)
-
-	if err := e.annotateRotate(ctx, "serving"); err != nil {
-		t.Fatal(err)
-	}
-	var newLeaf *x509.Certificate
-	took := eventually(t, 30*time.Second, "serving rotation", func() error {
-		cas, leaf, s, err := e.secretMaterial(ctx)
-		if err != nil {
-			return err
-		}
-		if _, ok := s.Annotations["kadmit.io/rotate"]; ok {
-			return errors.New("annotation still set")
-		}
-		if leaf.Equal(origLeaf) {
-			return errors.New("tls.crt unchanged")
-		}
-		newLeaf = leaf
-		return e.everyReplicaServes(func(l *x509.Certificate) error {
-			if !l.Equal(leaf) {
-				return errors.New("not the Secret's new certificate")
-			}
-			return verifyAgainst(l, cas...)
-		})
-	})
-	t.Logf("serving rotation: every replica served the new certificate (serial %s) %s after the annotation", newLeaf.SerialNumber.Text(16), took.Round(time.Millisecond))
-	time.Sleep(2 * time.Second)
-
-	if err := e.annotateRotate(ctx, "ca"); err != nil {
-		t.Fatal(err)
-	}
-	var newCA *x509.Certificate
-	took = eventually(t, 60*time.Second, "CA rotation", func() error {
-		cas, leaf, s, err := e.secretMaterial(ctx)
-		if err != nil {
-			return err
-		}
-		if _, ok := s.Annotations["kadmit.io/rotate"]; ok {
-			return errors.New("annotation still set")
-		}
-		if len(cas) != 1 || cas[0].Equal(origCAs[0]) {
-			return fmt.Errorf("ca.crt holds %d CAs, first is the original: %v", len(cas), cas[0].Equal(origCAs[0]))
-		}
-		if err := verifyAgainst(leaf, cas[0]); err != nil {
-			return fmt.Errorf("tls.crt not from the new CA: %w", err)
-		}
-		newCA = cas[0]
-		if err := e.bundlesAre(ctx, cas); err != nil {
-			return err
-		}
-		return e.everyReplicaServes(func(l *x509.Certificate) error { return verifyAgainst(l, cas[0]) })
-	})
-	t.Logf("CA rotation: ca.crt holds only the new CA %q, in every caBundle, served by every replica, %s after the annotation", newCA.Subject.CommonName, took.Round(time.Millisecond))
-	lastStep := time.Now()
-	bounded := load.hitBound()
-	rs := load.finish()
-	s := summarize(rs)
-	t.Logf("load over %s, stopped when the old CA was seen dropped: %v", time.Since(start).Round(time.Second), s)
-	if bounded {
-		t.Errorf("the load stopped at its bound (%s at 20/s) before the CA rotation's last step was observed", rotationLoadBound)
-	}
-	if n := len(rs); n == 0 || rs[n-1].start.Before(lastStep.Add(-time.Second)) {
-		t.Errorf("no admission started in the second before the old CA was seen dropped: the load did not cover the last step")
-	}
-	if s.failed > 0 {
-		t.Errorf("%d admissions failed during the rotations", s.failed)
-	}
-	// With failurePolicy Fail a pod kadmit did not see is admitted only if
-	// a matchCondition, selector or rule skipped it: every pod of the load
-	// must carry lifespan's mutation.
-	if s.mutated != s.total {
-		t.Errorf("%d of %d admissions were not mutated by kadmit: they bypassed it", s.total-s.mutated, s.total)
-	}
-	after, err := e.webhookCounters(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if d := after.failOpen - before.failOpen; d != 0 {
-		t.Errorf("apiserver_admission_webhook_fail_open_count for kadmit's webhooks rose by %v during the rotations", d)
-	}
-	if d := after.admitted["lifespan.kadmit.io"] - before.admitted["lifespan.kadmit.io"]; d < float64(s.mutated) {
-		t.Errorf("the API server counted %v admitted lifespan.kadmit.io calls for %d mutated pods", d, s.mutated)
-	} else {
-		t.Logf("API server: %v lifespan.kadmit.io calls admitted (code 200) for %d pods; fail-open count unchanged at %v", d, s.total, after.failOpen)
-	}
-}
-
-// rotationLoadBound bounds TestRotationsUnderLoad's load in time (and so,
-// at 20/s, in count): both rotations take ~10-20s on the 2-core CI machine.
-const rotationLoadBound = 150 * time.Second
+// The serving-certificate and CA rotations under load moved to the real
+// cluster (test/deploy/chartcluster TestDisruptionsUnderLoad: ten of each
+// under 20 pod creations per second, through kube-proxy, with the same
+// checks: the old CA gone from ca.crt and every caBundle, every replica
+// serving the new certificate, no failed and no bypassed admission).
+// TestLeaderKilled still forces a rotation here, right after a SIGKILL,
+// which only this harness can deliver at a chosen moment.
 
 // bundlesAre fails unless every kadmit webhook's caBundle holds exactly cas.
 func (e *env) bundlesAre(ctx context.Context, cas []*x509.Certificate) error {
