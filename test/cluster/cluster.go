@@ -41,6 +41,7 @@ import (
 
 	"github.com/kadmit/kadmit/test/cluster/image"
 	"github.com/kadmit/kadmit/test/controlplane"
+	"github.com/kadmit/kadmit/test/poll"
 )
 
 // Addresses and ranges of every cluster.
@@ -364,17 +365,17 @@ func (c *Cluster) startControlPlane(ctx context.Context) error {
 	if c.Client, err = kubernetes.NewForConfig(c.Config); err != nil {
 		return fmt.Errorf("cluster: admin client: %w", err)
 	}
-	if err := waitFor(ctx, "kube-apiserver /readyz", 200*time.Millisecond, func() (bool, error) {
+	if err := wait(ctx, "kube-apiserver /readyz", func(ctx context.Context) error {
 		for _, q := range []*proc{etcd, api} {
 			if q.exited() {
-				return false, fmt.Errorf("%s exited: %v\n%s", q.name, q.err, q.tail(30))
+				return poll.Stop(fmt.Errorf("%s exited: %v\n%s", q.name, q.err, q.tail(30)))
 			}
 		}
 		body, err := c.Client.Discovery().RESTClient().Get().AbsPath("/readyz").DoRaw(ctx)
 		if err != nil {
-			return false, fmt.Errorf("%w: %s", err, body)
+			return fmt.Errorf("%w: %s", err, body)
 		}
-		return true, nil
+		return nil
 	}); err != nil {
 		return err
 	}
@@ -434,33 +435,33 @@ func (c *Cluster) startNode(ctx context.Context, n *Node, images []string) error
 	// The node's pod range, as the node IPAM controller would set it
 	// (--allocate-node-cidrs is off so each node's range, and the routes
 	// network() made for it, are known before the node registers).
-	return waitFor(ctx, n.Name+" registered", 200*time.Millisecond, func() (bool, error) {
+	return wait(ctx, n.Name+" registered", func(ctx context.Context) error {
 		if n.kubelet.exited() {
-			return false, fmt.Errorf("kubelet exited: %v\n%s", n.kubelet.err, n.kubelet.tail(30))
+			return poll.Stop(fmt.Errorf("kubelet exited: %v\n%s", n.kubelet.err, n.kubelet.tail(30)))
 		}
 		node, err := c.Client.CoreV1().Nodes().Get(ctx, n.Name, metav1.GetOptions{})
 		if err != nil {
-			return false, err
+			return err
 		}
 		if node.Spec.PodCIDR == n.PodCIDR {
-			return true, nil
+			return nil
 		}
 		patch := fmt.Sprintf(`{"spec":{"podCIDR":%q,"podCIDRs":[%q]}}`, n.PodCIDR, n.PodCIDR)
 		_, err = c.Client.CoreV1().Nodes().Patch(ctx, n.Name, types.StrategicMergePatchType, []byte(patch), metav1.PatchOptions{})
-		return err == nil, err
+		return err
 	})
 }
 
 // WaitNodesReady waits until every node reports Ready.
 func (c *Cluster) WaitNodesReady(ctx context.Context) error {
-	return waitFor(ctx, "nodes Ready", 200*time.Millisecond, func() (bool, error) {
+	return wait(ctx, "nodes Ready", func(ctx context.Context) error {
 		for _, n := range c.Nodes {
 			if n.kubelet == nil || n.kubelet.exited() {
 				continue
 			}
 			node, err := c.Client.CoreV1().Nodes().Get(ctx, n.Name, metav1.GetOptions{})
 			if err != nil {
-				return false, err
+				return err
 			}
 			ready := false
 			for _, cond := range node.Status.Conditions {
@@ -469,10 +470,10 @@ func (c *Cluster) WaitNodesReady(ctx context.Context) error {
 				}
 			}
 			if !ready {
-				return false, fmt.Errorf("%s not Ready", n.Name)
+				return fmt.Errorf("%s not Ready", n.Name)
 			}
 		}
-		return true, nil
+		return nil
 	})
 }
 
@@ -530,12 +531,12 @@ func (c *Cluster) RestartAPIServer(ctx context.Context) error {
 		}
 	}
 	c.api = api
-	return waitFor(ctx, "kube-apiserver /readyz after restart", 200*time.Millisecond, func() (bool, error) {
+	return wait(ctx, "kube-apiserver /readyz after restart", func(ctx context.Context) error {
 		if api.exited() {
-			return false, fmt.Errorf("kube-apiserver exited: %v\n%s", api.err, api.tail(30))
+			return poll.Stop(fmt.Errorf("kube-apiserver exited: %v\n%s", api.err, api.tail(30)))
 		}
 		_, err := c.Client.Discovery().RESTClient().Get().AbsPath("/readyz").DoRaw(ctx)
-		return err == nil, err
+		return err
 	})
 }
 

@@ -1,22 +1,20 @@
 package cluster
 
 import (
-	"errors"
 	"fmt"
 	"os"
 	"os/exec"
 	"strings"
-)
 
-// envMarker is set in the re-executed process, inside the namespaces.
-const envMarker = "KADMIT_IN_CLUSTER_NETNS"
+	"github.com/kadmit/kadmit/test/netns"
+)
 
 // EnvRequired names the variable that turns "cannot start here" into a
 // failure rather than a skip (make test sets it).
 const EnvRequired = "KADMIT_E2E_REQUIRED"
 
 // Inside reports whether this process runs in the namespaces Reexec made.
-func Inside() bool { return os.Getenv(envMarker) == "1" }
+func Inside() bool { return netns.Inside() }
 
 // Available returns nil when this machine can run a cluster's namespaces,
 // else ErrUnavailable naming what is missing.
@@ -49,23 +47,7 @@ func Reexec() (int, error) {
 	if err := Available(); err != nil {
 		return 0, err
 	}
-	exe, err := os.Executable()
-	if err != nil {
-		return 0, fmt.Errorf("%w: %w", ErrUnavailable, err)
-	}
-	args := append([]string{"--net", "--mount", "--propagation", "private", "--", "sh", "-c", `ip link set lo up && exec "$@"`, "sh", exe}, os.Args[1:]...)
-	cmd := exec.Command("unshare", args...)
-	cmd.Stdin, cmd.Stdout, cmd.Stderr = os.Stdin, os.Stdout, os.Stderr
-	cmd.Env = append(os.Environ(), envMarker+"=1")
-	err = cmd.Run()
-	var ee *exec.ExitError
-	if errors.As(err, &ee) {
-		return ee.ExitCode(), nil
-	}
-	if err != nil {
-		return 0, fmt.Errorf("run inside private namespaces: %w", err)
-	}
-	return 0, nil
+	return netns.ReexecWith("--mount", "--propagation", "private")
 }
 
 // Main is for TestMain and for programs (go run): outside the namespaces it

@@ -10,6 +10,8 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	"github.com/kadmit/kadmit/test/poll"
 )
 
 // Node is one kubelet with its own containerd, root directory, mount
@@ -404,12 +406,12 @@ func (n *Node) startContainerd(ctx context.Context) error {
 		return err
 	}
 	n.ctrd = p
-	return waitFor(ctx, n.Name+" containerd socket", 50*time.Millisecond, func() (bool, error) {
+	return wait(ctx, n.Name+" containerd socket", func(ctx context.Context) error {
 		if p.exited() {
-			return false, fmt.Errorf("containerd exited: %v\n%s", p.err, p.tail(30))
+			return poll.Stop(fmt.Errorf("containerd exited: %v\n%s", p.err, p.tail(30)))
 		}
 		_, err := os.Stat(n.Socket())
-		return err == nil, nil
+		return err
 	})
 }
 

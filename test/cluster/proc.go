@@ -3,7 +3,7 @@ package cluster
 import (
 	"bytes"
 	"context"
-	"errors"
+
 	"fmt"
 	"os"
 	"os/exec"
@@ -12,6 +12,8 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	"github.com/kadmit/kadmit/test/poll"
 )
 
 // proc is one process the cluster started, with its log file. When it runs
@@ -129,27 +131,11 @@ func run(ctx context.Context, argv ...string) (string, error) {
 	return string(out), nil
 }
 
-// waitFor polls cond every interval until it returns true, an error, or ctx
-// ends; the last condition error is in the returned error.
-func waitFor(ctx context.Context, what string, interval time.Duration, cond func() (bool, error)) error {
-	var last error
-	for {
-		ok, err := cond()
-		if ok {
-			return nil
-		}
-		if err != nil {
-			last = err
-		}
-		select {
-		case <-ctx.Done():
-			if last != nil {
-				return fmt.Errorf("cluster: %s: %w (last: %w)", what, ctx.Err(), last)
-			}
-			return fmt.Errorf("cluster: %s: %w", what, ctx.Err())
-		case <-time.After(interval):
-		}
+// wait is poll.Until bounded by ctx alone, with what it waited for named
+// in the error.
+func wait(ctx context.Context, what string, cond func(context.Context) error) error {
+	if err := poll.Until(ctx, 0, cond); err != nil {
+		return fmt.Errorf("cluster: %s: %w", what, err)
 	}
+	return nil
 }
-
-var errStopped = errors.New("cluster stopped")

@@ -31,11 +31,19 @@ func Reexec() (int, error) {
 	if err := Available(); err != nil {
 		return 0, err
 	}
+	return ReexecWith()
+}
+
+// ReexecWith is Reexec without the availability check, with more unshare
+// flags (e.g. "--mount", "--propagation", "private" for the real cluster's
+// bind mounts); the caller checks what its namespaces need.
+func ReexecWith(unshareFlags ...string) (int, error) {
 	exe, err := os.Executable()
 	if err != nil {
 		return 0, fmt.Errorf("%w: %w", ErrUnavailable, err)
 	}
-	args := append([]string{"--net", "--", "sh", "-c", `ip link set lo up && exec "$@"`, "sh", exe}, os.Args[1:]...)
+	args := append(append([]string{"--net"}, unshareFlags...), "--", "sh", "-c", `ip link set lo up && exec "$@"`, "sh", exe)
+	args = append(args, os.Args[1:]...)
 	cmd := exec.Command("unshare", args...)
 	cmd.Stdin, cmd.Stdout, cmd.Stderr = os.Stdin, os.Stdout, os.Stderr
 	cmd.Env = append(os.Environ(), envMarker+"=1")
