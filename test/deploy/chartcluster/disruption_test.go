@@ -57,7 +57,7 @@ type outcome struct {
 // and 0. Last, helm uninstall leaves nothing of the release behind.
 func TestDisruptionsUnderLoad(t *testing.T) {
 	c := env(t)
-	ctx, cancel := context.WithTimeout(context.Background(), 9*time.Minute)
+	ctx, cancel := context.WithTimeout(context.Background(), 11*time.Minute)
 	defer cancel()
 	if err := realcluster.EnsureNamespace(ctx, c, loadNamespace); err != nil {
 		t.Fatal(err)
@@ -66,23 +66,11 @@ func TestDisruptionsUnderLoad(t *testing.T) {
 
 	tags := 0
 	scenarios := []scenario{
-		{"helm upgrade (image tag)", func(t *testing.T, ctx context.Context, rep int) error {
-			tags++
-			tag := fmt.Sprintf("upgrade-%d", tags)
-			archive, _, err := realcluster.ImageTag(ctx, tag)
-			if err != nil {
-				return err
-			}
-			if err := c.ImportImage(ctx, archive); err != nil {
-				return err
-			}
-			return rel.Upgrade(ctx, map[string]any{"image": map[string]any{"tag": tag}}, 2*time.Minute)
+		{"serving certificate rotation", func(t *testing.T, ctx context.Context, rep int) error {
+			return rotate(ctx, c, rel, "serving")
 		}},
-		{"kubectl rollout restart", func(t *testing.T, ctx context.Context, rep int) error {
-			if out, err := c.Kubectl(ctx, "-n", rel.Namespace, "rollout", "restart", "deployment/"+rel.FullName); err != nil {
-				return fmt.Errorf("%w: %s", err, out)
-			}
-			return waitReplaced(ctx, rel, nil)
+		{"CA rotation", func(t *testing.T, ctx context.Context, rep int) error {
+			return rotate(ctx, c, rel, "ca")
 		}},
 		{"delete one pod", func(t *testing.T, ctx context.Context, rep int) error {
 			pods, err := rel.Pods(ctx)
@@ -109,6 +97,24 @@ func TestDisruptionsUnderLoad(t *testing.T) {
 			}
 			return waitReplaced(ctx, rel, names)
 		}},
+		{"kubectl rollout restart", func(t *testing.T, ctx context.Context, rep int) error {
+			if out, err := c.Kubectl(ctx, "-n", rel.Namespace, "rollout", "restart", "deployment/"+rel.FullName); err != nil {
+				return fmt.Errorf("%w: %s", err, out)
+			}
+			return waitReplaced(ctx, rel, nil)
+		}},
+		{"helm upgrade (image tag)", func(t *testing.T, ctx context.Context, rep int) error {
+			tags++
+			tag := fmt.Sprintf("upgrade-%d", tags)
+			archive, _, err := realcluster.ImageTag(ctx, tag)
+			if err != nil {
+				return err
+			}
+			if err := c.ImportImage(ctx, archive); err != nil {
+				return err
+			}
+			return rel.Upgrade(ctx, map[string]any{"image": map[string]any{"tag": tag}}, 2*time.Minute)
+		}},
 		{"drain a node", func(t *testing.T, ctx context.Context, rep int) error {
 			node, err := busiestNode(ctx, c, rel, rep)
 			if err != nil {
@@ -122,12 +128,6 @@ func TestDisruptionsUnderLoad(t *testing.T) {
 				return fmt.Errorf("drain %s: %w: %s", node, err, out)
 			}
 			return rel.WaitReady(ctx)
-		}},
-		{"serving certificate rotation", func(t *testing.T, ctx context.Context, rep int) error {
-			return rotate(ctx, c, rel, "serving")
-		}},
-		{"CA rotation", func(t *testing.T, ctx context.Context, rep int) error {
-			return rotate(ctx, c, rel, "ca")
 		}},
 	}
 

@@ -209,11 +209,11 @@ func explain(c *cluster.Cluster, tl *realcluster.Timeline, res realcluster.LoadR
 			continue
 		}
 		lastAt = at
-		if shown++; shown > 4 {
+		if shown++; shown > 3 {
 			break
 		}
 		fmt.Fprintf(&b, "--- failure answered at %s: %s\n", at.UTC().Format("15:04:05.000"), f.Err)
-		for _, e := range tl.Around(at, 15*time.Second) {
+		for _, e := range tl.Around(at, 8*time.Second) {
 			fmt.Fprintf(&b, "    %s\n", e)
 		}
 	}
