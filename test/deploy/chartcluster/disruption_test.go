@@ -57,7 +57,7 @@ type outcome struct {
 // and 0. Last, helm uninstall leaves nothing of the release behind.
 func TestDisruptionsUnderLoad(t *testing.T) {
 	c := env(t)
-	ctx, cancel := context.WithTimeout(context.Background(), 11*time.Minute)
+	ctx, cancel := context.WithTimeout(context.Background(), 13*time.Minute)
 	defer cancel()
 	if err := realcluster.EnsureNamespace(ctx, c, loadNamespace); err != nil {
 		t.Fatal(err)
@@ -67,7 +67,13 @@ func TestDisruptionsUnderLoad(t *testing.T) {
 	tags := 0
 	scenarios := []scenario{
 		{"serving certificate rotation", func(t *testing.T, ctx context.Context, rep int) error {
-			return rotate(ctx, c, rel, "serving")
+			if err := rotate(ctx, c, rel, "serving"); err != nil {
+				return err
+			}
+			// A rotation completes in a few hundred milliseconds: keep the
+			// load on the new certificate for a second before the next.
+			time.Sleep(time.Second)
+			return nil
 		}},
 		{"CA rotation", func(t *testing.T, ctx context.Context, rep int) error {
 			return rotate(ctx, c, rel, "ca")
@@ -138,6 +144,10 @@ func TestDisruptionsUnderLoad(t *testing.T) {
 			continue
 		}
 		t.Run(sc.name, func(t *testing.T) {
+			// Each scenario has its own bound, so a hung one does not
+			// starve the next.
+			ctx, cancel := context.WithTimeout(ctx, 4*time.Minute)
+			defer cancel()
 			o := runScenario(t, ctx, c, rel, sc)
 			outcomes = append(outcomes, o)
 			if o.repErr != nil {
