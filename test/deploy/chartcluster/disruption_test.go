@@ -186,6 +186,7 @@ func runScenario(t *testing.T, ctx context.Context, c *cluster.Cluster, rel *rea
 		return o
 	}
 	tl := realcluster.StartTimeline(ctx, c, rel.Namespace, rel.Selector(), rel.FullName)
+	tl.WatchWebhookConfigurations(ctx, c, rel.FullName)
 	defer tl.Stop()
 	began := time.Now()
 	// A second of load before the first disruption shows the steady state.
