@@ -10,6 +10,7 @@ import (
 	"encoding/pem"
 	"fmt"
 	"math/big"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -89,6 +90,7 @@ func installChecked(t *testing.T, ctx context.Context, c *cluster.Cluster, opts 
 		}
 	}
 	tl := realcluster.StartTimeline(ctx, c, ns, "app.kubernetes.io/instance="+realcluster.ReleaseName, realcluster.ReleaseName)
+	tl.WatchWebhookConfigurations(ctx, c, realcluster.ReleaseName)
 	defer tl.Stop()
 	began := time.Now()
 	tl.Add("helm install")
@@ -209,12 +211,24 @@ func explain(c *cluster.Cluster, tl *realcluster.Timeline, res realcluster.LoadR
 			continue
 		}
 		lastAt = at
-		if shown++; shown > 4 {
+		if shown++; shown > 3 {
 			break
 		}
 		fmt.Fprintf(&b, "--- failure answered at %s: %s\n", at.UTC().Format("15:04:05.000"), f.Err)
-		for _, e := range tl.Around(at, 15*time.Second) {
+		for _, e := range tl.Around(at, 8*time.Second) {
 			fmt.Fprintf(&b, "    %s\n", e)
+		}
+	}
+	// When node1's kube-proxy (the API server's) rewrote its rules around
+	// the first failure: a Service's rules lag its EndpointSlice by up to
+	// its sync period.
+	if len(res.Failures) > 0 {
+		at := res.Start.Add(res.Failures[0].At)
+		lines, err := realcluster.LogLines(filepath.Join(c.WorkDir, "logs", c.Nodes[0].Name+"-kube-proxy.log"), "SyncProxyRules complete", at.Add(-3*time.Second), at.Add(3*time.Second), 12)
+		if err != nil {
+			fmt.Fprintf(&b, "--- kube-proxy log: %v\n", err)
+		} else {
+			fmt.Fprintf(&b, "--- %s's kube-proxy, rule syncs within 3 s of the first failure:\n%s\n", c.Nodes[0].Name, strings.Join(lines, "\n"))
 		}
 	}
 	lines, err := realcluster.LogLines(c.APIServerLog(), "ailed calling webhook", since.Add(-time.Second), time.Now(), 12)

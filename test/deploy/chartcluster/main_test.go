@@ -5,6 +5,11 @@
 // through the Service, no failed and no bypassed admission across
 // upgrades, restarts, pod deletions, a node drain and certificate
 // rotations, and nothing left behind by helm uninstall.
+//
+// The package takes about 12 minutes on a 2-core machine, most of it the
+// 70 disruptions at the chart's default values (a drain waits for each
+// evicted pod's 10 s preStop sleep and shutdown): run it with -timeout
+// 15m (make test-deploy does), go test's default 10m is too short.
 package chartcluster
 
 import (

@@ -379,7 +379,7 @@ func (r *Release) Registered(ctx context.Context) error {
 
 // Leftovers lists what of the release is still in the cluster: webhook
 // configurations of its name, Secrets in its namespace (the TLS Secret and
-// Helm's release records), and RBAC objects (ClusterRoles and their
+// Helm's release records), the namespace itself when the release made it, and RBAC objects (ClusterRoles and their
 // bindings cluster-wide, Roles and RoleBindings in its namespace) labelled
 // app.kubernetes.io/instance=<release> or named after the release (its
 // full name, or starting with it and a dash or colon, or "<namespace>:"
@@ -423,6 +423,16 @@ func (r *Release) Leftovers(ctx context.Context, ignore ...string) ([]string, er
 				add("Secret", ns, s.Name)
 			}
 		}
+	}
+	// The namespace, when the release made it (namespace.create): until it
+	// is gone, a new install into it fails ("unable to create new content
+	// in namespace ... because it is being terminated").
+	if ns, err := cs.CoreV1().Namespaces().Get(ctx, r.Namespace, metav1.GetOptions{}); err == nil {
+		if ns.Labels["app.kubernetes.io/instance"] == r.Name {
+			add("Namespace", "", ns.Name+" ("+string(ns.Status.Phase)+")")
+		}
+	} else if !apierrors.IsNotFound(err) {
+		return nil, err
 	}
 	crs, err := cs.RbacV1().ClusterRoles().List(ctx, metav1.ListOptions{})
 	if err != nil {

@@ -10,6 +10,7 @@ import (
 	"sync"
 	"time"
 
+	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -223,4 +224,52 @@ func LogLines(path, substr string, from, to time.Time, max int) ([]string, error
 		out = append(out, line)
 	}
 	return out, sc.Err()
+}
+
+// WatchWebhookConfigurations adds to the timeline every change of the
+// MutatingWebhookConfiguration and ValidatingWebhookConfiguration called
+// name (created, caBundle or webhooks changed, deleted), until Stop.
+func (tl *Timeline) WatchWebhookConfigurations(ctx context.Context, c *cluster.Cluster, name string) {
+	ctx, cancel := context.WithCancel(ctx)
+	prev := tl.cancel
+	tl.cancel = func() { cancel(); prev() }
+	sel := metav1.ListOptions{FieldSelector: "metadata.name=" + name}
+	reg := c.Client.AdmissionregistrationV1()
+	for _, kind := range []string{"MutatingWebhookConfiguration", "ValidatingWebhookConfiguration"} {
+		tl.wg.Add(1)
+		go func() {
+			defer tl.wg.Done()
+			last := ""
+			tl.watchLoop(ctx, func(ctx context.Context) (watch.Interface, error) {
+				if kind == "MutatingWebhookConfiguration" {
+					return reg.MutatingWebhookConfigurations().Watch(ctx, sel)
+				}
+				return reg.ValidatingWebhookConfigurations().Watch(ctx, sel)
+			}, func(ev watch.Event) {
+				var hooks, bundle int
+				switch o := ev.Object.(type) {
+				case *admissionregistrationv1.MutatingWebhookConfiguration:
+					hooks = len(o.Webhooks)
+					for _, w := range o.Webhooks {
+						bundle = max(bundle, len(w.ClientConfig.CABundle))
+					}
+				case *admissionregistrationv1.ValidatingWebhookConfiguration:
+					hooks = len(o.Webhooks)
+					for _, w := range o.Webhooks {
+						bundle = max(bundle, len(w.ClientConfig.CABundle))
+					}
+				default:
+					return
+				}
+				now := fmt.Sprintf("%d webhooks, caBundle %d bytes", hooks, bundle)
+				if ev.Type == watch.Deleted {
+					now = "deleted"
+				}
+				if now != last {
+					last = now
+					tl.Add("%s %s: %s", kind, name, now)
+				}
+			})
+		}()
+	}
 }
