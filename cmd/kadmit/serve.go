@@ -91,6 +91,7 @@ whatever the --tls mode.`,
 	f.Int64Var(&o.PolicyDecodeBytesInFlight, "policy-decode-bytes-in-flight", celpolicy.DefaultDecodeBudgetBytes, "estimated memory of the objects declared policies hold decoded at once, all requests together; more get HTTP 503")
 	f.BoolVar(&o.HTTP2, "http2", false, "offer HTTP/2 on the admission listener (HTTP/1.1 only by default; see docs/security.md)")
 	f.DurationVar(&o.ShutdownGrace, "shutdown-grace", 30*time.Second, "how long in-flight requests may take to finish after SIGTERM")
+	f.DurationVar(&o.ShutdownDrain, "shutdown-drain", 0, "after SIGTERM, keep accepting and answering this long (each answer closing its connection, /readyz failing) while the endpoint leaves the Service; counts against --shutdown-grace. The chart sets 12s: two failed readiness probes 5s apart, then kube-proxy's sync")
 	f.Int64Var(&o.MaxRequestBytes, "max-request-bytes", admission.DefaultMaxRequestBytes, "largest AdmissionReview body accepted (larger: HTTP 413)")
 	f.StringVar(&o.TLSMode, "tls", daemon.TLSSelfManaged, "certificate source: self-managed (a Secret kadmit rotates), files (--cert-dir, reloaded on change) or self-signed (in memory, development)")
 	f.StringVar(&o.CertDir, "cert-dir", "", "directory with tls.crt and tls.key (--tls=files)")

@@ -66,6 +66,7 @@ type Options struct {
 	Addr            string
 	MetricsAddr     string
 	ShutdownGrace   time.Duration
+	ShutdownDrain   time.Duration
 	MaxRequestBytes int64
 	// PolicyAllowSensitiveGroups lets declared policies (PolicyPaths and
 	// PolicyConfigMap) match the API groups of celpolicy.SensitiveGroups
@@ -375,7 +376,7 @@ func (d *daemon) newServer(context.Context) error {
 	gate := d.ready()
 	d.srv, err = server.New(server.Options{
 		Addr: o.Addr, MetricsAddr: o.MetricsAddr, Webhooks: webhooks, Certs: d.source.Holder(),
-		Logger: d.log, ShutdownGrace: o.ShutdownGrace, MaxRequestBytes: o.MaxRequestBytes,
+		Logger: d.log, ShutdownGrace: o.ShutdownGrace, Drain: o.ShutdownDrain, MaxRequestBytes: o.MaxRequestBytes,
 		Registry: d.promReg, Ready: gate.Check, Degraded: gate.Degraded, Pprof: o.Pprof,
 		MetricsAuth: metricsAuth, ReadTimeout: o.ReadTimeout, MaxConnections: o.MaxConnections,
 		MaxInFlight: o.MaxInFlight, MaxBodyBytesInFlight: o.MaxBodyBytesInFlight, HTTP2: o.HTTP2,
