@@ -32,6 +32,28 @@ import (
 // event announces a ready endpoint (EndpointSlices are not watched).
 const RetryInterval = time.Second
 
+// DefaultProxySettle is RegistrarOptions.ProxySettle's default: 3s, how
+// long a first registration in Service mode waits, after its probe first
+// finds a ready endpoint that verifies, for kube-proxy on every node to
+// route the Service's ClusterIP (where the API server calls) to it. The
+// probe dials the pod directly and reads the same EndpointSlice kube-proxy
+// watches, so what remains is kube-proxy's lag behind that slice: its
+// iptables and nftables modes sync rules at most once per minSyncPeriod,
+// 1s by default (KubeProxyIPTablesConfiguration and
+// KubeProxyNFTablesConfiguration, defaulted in k8s.io/kubernetes v1.37.1
+// pkg/proxy/apis/config/v1alpha1), so a slice change just after a sync
+// waits up to 1s, then the sync itself runs (iptables-restore, longer with
+// more Services) after the watch delivered the change to each node.
+// Measured on a two-node cluster: 1.06s between the endpoint turning ready
+// and node1's rules naming it. 3s is three minSyncPeriods: room for a slow
+// sync or watch on a loaded node. Not covered: syncPeriod (30s by default),
+// the periodic full resync, which only matters when a sync failed, and a
+// kube-proxy configured with a longer minSyncPeriod (raise ProxySettle).
+// The endpoint-slice controller's batching (--endpointslice-updates-batch-
+// period, 0 by default) comes before the slice the probe reads, so it adds
+// nothing here.
+const DefaultProxySettle = 3 * time.Second
+
 // UnregisterGrace is how long a path stays "called" (Registrar.Calls) after
 // the last webhook calling it left the install's configurations, as this
 // replica's informer sees them: 30s. The API server's own webhook
@@ -65,8 +87,14 @@ type RegistrarOptions struct {
 	// Probe, when set, returns the certificates the ready endpoints of
 	// kadmit's Service serve (EndpointProber.Probe). A first registration
 	// waits until one verifies against the bundle. Nil in URL mode.
-	Probe  func(context.Context) ([]*x509.Certificate, error)
-	Logger *slog.Logger
+	Probe func(context.Context) ([]*x509.Certificate, error)
+	// ProxySettle is how long, with Probe, a first registration waits
+	// after the probe first found a ready endpoint that verifies, with
+	// every probe in between finding one, for kube-proxy to route the
+	// Service to it; zero means DefaultProxySettle. A repair does not
+	// wait (see Inject).
+	ProxySettle time.Duration
+	Logger      *slog.Logger
 	// Now is the clock; default time.Now.
 	Now func() time.Time
 }
@@ -98,6 +126,10 @@ type Registrar struct {
 	onChange []func()
 	heldFor  string    // why the last Inject held back, logged once per reason
 	foreign  types.UID // the last configuration deleteOwn left alone, logged once
+	// verifiedSince is when the probe first found a ready endpoint that
+	// verifies, in the current run of probes that all found one (zero:
+	// none); a first registration waits until ProxySettle after it.
+	verifiedSince time.Time
 	// called maps each path a webhook of the configurations calls, as the
 	// informer last saw them, to the zero time, and each path that stopped
 	// being called less than UnregisterGrace ago to when it stopped (see
@@ -124,6 +156,9 @@ func NewRegistrar(opts RegistrarOptions) (*Registrar, error) {
 	}
 	if opts.Logger == nil {
 		opts.Logger = slog.Default()
+	}
+	if opts.ProxySettle <= 0 {
+		opts.ProxySettle = DefaultProxySettle
 	}
 	if opts.Bundle == nil {
 		opts.Bundle = func() []byte { return nil }
@@ -371,12 +406,14 @@ func (r *Registrar) ServerBundles(ctx context.Context) ([][]byte, error) {
 //
 // A first registration waits until this replica serves, its own
 // certificate verifies against bundle, and (with Probe) a ready endpoint of
-// the Service serves a certificate that verifies too: before that, a fresh
-// install would send the API server's calls nowhere and block pods. A
-// repair (both configurations exist) needs only the first two: readiness
-// depends on the very caBundle being repaired, so after a blanked one no
-// endpoint is ready and waiting for one would make the outage permanent.
-// held reports such a wait; the caller retries within RetryInterval.
+// the Service serves a certificate that verifies too, and one has at every
+// probe for ProxySettle: before that, a fresh install would send the API
+// server's calls nowhere (the probe dials the pod, the API server the
+// Service's ClusterIP, which kube-proxy routes to the pod only once its
+// rules caught up) and block pods. A repair (both configurations exist)
+// needs only the first two, and no settle: readiness depends on the very
+// caBundle being repaired, so after a blanked one no endpoint is ready and
+// waiting for one would make the outage permanent. held reports such a wait; the caller retries within RetryInterval.
 func (r *Registrar) Inject(ctx context.Context, bundle []byte) (held bool, err error) {
 	mwc, vwc, err := r.build(bundle)
 	if err != nil {
@@ -415,6 +452,8 @@ func (r *Registrar) Inject(ctx context.Context, bundle []byte) (held bool, err e
 	if err := Apply(ctx, r.o.Client, mwc, vwc); err != nil {
 		return false, err
 	}
+	// A later first registration (a configuration deleted) settles anew.
+	r.settle(time.Time{})
 	r.log.Info("wrote webhook configurations", "staleCABundles", stale, "url", r.o.Registration.URL, "service", r.o.Registration.ServiceName)
 	return false, nil
 }
@@ -531,8 +570,13 @@ func (r *Registrar) hold(why string) {
 func (r *Registrar) Run(ctx context.Context) {
 	tick := time.NewTicker(RetryInterval)
 	defer tick.Stop()
+	// settled fires when a hold for ProxySettle ends before the next tick,
+	// so a settle shorter than RetryInterval is not rounded up to it.
+	settled := time.NewTimer(0)
+	defer settled.Stop()
 	pending, applied, lastErr := true, []byte(nil), ""
 	for {
+		settled.Stop()
 		bundle := r.o.Bundle()
 		if pending || !bytes.Equal(bundle, applied) {
 			held, err := r.Inject(ctx, bundle)
@@ -544,6 +588,9 @@ func (r *Registrar) Run(ctx context.Context) {
 				lastErr, pending = err.Error(), true
 			case held:
 				pending = true
+				if wait := r.settleLeft(); wait > 0 && wait < RetryInterval {
+					settled.Reset(wait)
+				}
 			default:
 				pending, applied, lastErr = false, bundle, ""
 			}
@@ -554,6 +601,7 @@ func (r *Registrar) Run(ctx context.Context) {
 		case <-r.kick:
 			pending = true
 		case <-tick.C:
+		case <-settled.C:
 		}
 	}
 }
@@ -596,8 +644,15 @@ func (r *Registrar) exists(mwc *admissionregistrationv1.MutatingWebhookConfigura
 }
 
 // servable reports whether writing bundle now is safe (see Inject) and, if
-// not, why.
-func (r *Registrar) servable(ctx context.Context, bundle []byte, registered bool) (bool, string) {
+// not, why. Any look that does not find a ready endpoint verifying restarts
+// the first registration's settle.
+func (r *Registrar) servable(ctx context.Context, bundle []byte, registered bool) (ok bool, why string) {
+	verified := false
+	defer func() {
+		if !verified {
+			r.settle(time.Time{})
+		}
+	}()
 	if r.o.Listening != nil {
 		if err := r.o.Listening(); err != nil {
 			return false, "this replica is not serving: " + err.Error()
@@ -620,10 +675,45 @@ func (r *Registrar) servable(ctx context.Context, bundle []byte, registered bool
 	}
 	for _, l := range leaves {
 		if certs.Verify(l, bundle, r.o.ServerName, now) == nil {
+			// Seen after the probe returned: the later time, so a slow
+			// probe never shortens the settle.
+			verified = true
+			if r.settle(r.o.Now()) > 0 {
+				return false, fmt.Sprintf("a ready endpoint verifies; waiting %v for kube-proxy on every node to route the Service to it", r.o.ProxySettle)
+			}
 			return true, ""
 		}
 	}
 	return false, "no ready endpoint of the Service serves a certificate the bundle verifies"
+}
+
+// settle records a probe's finding for the first registration's
+// ProxySettle: seen is when it found a ready endpoint that verifies, the
+// zero time when it found none (or did not probe), which restarts the
+// settle. It returns how much of ProxySettle is left since the first
+// finding of the current run (0 when none is left, or none was found).
+func (r *Registrar) settle(seen time.Time) time.Duration {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if seen.IsZero() {
+		r.verifiedSince = time.Time{}
+		return 0
+	}
+	if r.verifiedSince.IsZero() {
+		r.verifiedSince = seen
+	}
+	return max(r.o.ProxySettle-seen.Sub(r.verifiedSince), 0)
+}
+
+// settleLeft is how much of ProxySettle a first registration still waits
+// for now (0 when it waits for none).
+func (r *Registrar) settleLeft() time.Duration {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.verifiedSince.IsZero() {
+		return 0
+	}
+	return max(r.o.ProxySettle-r.o.Now().Sub(r.verifiedSince), 0)
 }
 
 // staleBundles names the webhooks whose cached caBundle differs from want,

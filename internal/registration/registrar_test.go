@@ -12,6 +12,7 @@ import (
 	"net/http/httptest"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -256,7 +257,9 @@ func TestRegistrarGuards(t *testing.T) {
 	var probed atomic.Int32
 	var probeLeaves atomic.Pointer[[]*x509.Certificate]
 	cs := fake.NewClientset()
+	clk := newFakeClock()
 	h := newHarness(t, cs, "kadmit", p, func(o *RegistrarOptions) {
+		o.Now = clk.Now
 		o.Listening = func() error {
 			if e := listening.Load(); e != nil {
 				return *e
@@ -288,8 +291,12 @@ func TestRegistrarGuards(t *testing.T) {
 	}
 	leaves := []*x509.Certificate{p.cert.Leaf}
 	probeLeaves.Store(&leaves)
+	if held, err := h.reg.Inject(h.ctx, p.ca); !held || err != nil {
+		t.Fatalf("endpoint verifies, not yet for ProxySettle: held %t, %v", held, err)
+	}
+	clk.Add(DefaultProxySettle)
 	if held, err := h.reg.Inject(h.ctx, p.ca); held || err != nil {
-		t.Fatalf("endpoint verifies: held %t, %v", held, err)
+		t.Fatalf("endpoint verifies for ProxySettle: held %t, %v", held, err)
 	}
 	eventually(t, "registered in the cache", func() bool { return len(h.reg.Bundles()) == len(bundles(t, cs, "kadmit")) })
 	// A repair of existing configurations does not wait for an endpoint:
@@ -562,5 +569,168 @@ func TestCalledPath(t *testing.T) {
 		if got != c.want || ok != c.ok {
 			t.Errorf("calledPath(%+v) = %q, %t; want %q, %t", c.cc, got, ok, c.want, c.ok)
 		}
+	}
+}
+
+// fakeClock is a settable clock for RegistrarOptions.Now.
+type fakeClock struct{ t atomic.Pointer[time.Time] }
+
+func newFakeClock() *fakeClock {
+	c := &fakeClock{}
+	now := time.Now()
+	c.t.Store(&now)
+	return c
+}
+
+func (c *fakeClock) Now() time.Time { return *c.t.Load() }
+
+func (c *fakeClock) Add(d time.Duration) {
+	t := c.Now().Add(d)
+	c.t.Store(&t)
+}
+
+// syncBuffer is a log sink safe to read while slog writes to it.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  strings.Builder
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+// TestRegistrarFirstRegistrationSettles: in Service mode the first
+// registration waits until a ready endpoint has verified at every probe for
+// ProxySettle (the probe dials the pod; the API server calls the ClusterIP,
+// which kube-proxy routes to it only after its next rule sync). A probe that
+// finds none, or fails, restarts the wait; a repair does not wait; a
+// configuration deleted later is a first registration again.
+func TestRegistrarFirstRegistrationSettles(t *testing.T) {
+	p := newPKI(t)
+	var probed atomic.Int32
+	var probeErr atomic.Pointer[error]
+	var probeLeaves atomic.Pointer[[]*x509.Certificate]
+	none, verifying := []*x509.Certificate{}, []*x509.Certificate{p.cert.Leaf}
+	probeLeaves.Store(&verifying)
+	cs := fake.NewClientset()
+	clk := newFakeClock()
+	var logs syncBuffer
+	h := newHarness(t, cs, "kadmit", p, func(o *RegistrarOptions) {
+		o.Now = clk.Now
+		o.Logger = slog.New(slog.NewTextHandler(&logs, nil))
+		o.Probe = func(context.Context) ([]*x509.Certificate, error) {
+			probed.Add(1)
+			if e := probeErr.Load(); e != nil {
+				return nil, *e
+			}
+			return *probeLeaves.Load(), nil
+		}
+	})
+	inject := func(wantHeld bool, what string) {
+		t.Helper()
+		held, err := h.reg.Inject(h.ctx, p.ca)
+		if held != wantHeld || err != nil {
+			t.Fatalf("%s: held %t, %v; want held %t", what, held, err, wantHeld)
+		}
+		if n := countPatches(cs); wantHeld && n != 0 {
+			t.Fatalf("%s: %d writes while held", what, n)
+		}
+	}
+
+	inject(true, "endpoint first seen")
+	if !strings.Contains(logs.String(), "a ready endpoint verifies; waiting 3s for kube-proxy on every node to route the Service to it") {
+		t.Fatalf("hold reason not logged:\n%s", logs.String())
+	}
+	clk.Add(2 * time.Second)
+	inject(true, "2s of 3s")
+	if left := h.reg.settleLeft(); left != time.Second {
+		t.Fatalf("settleLeft = %v, want 1s", left)
+	}
+	// The endpoint goes (not ready, or no longer verifies): the settle
+	// restarts from the next probe that finds one.
+	probeLeaves.Store(&none)
+	inject(true, "no endpoint")
+	if left := h.reg.settleLeft(); left != 0 {
+		t.Fatalf("settleLeft after a probe found none = %v, want 0", left)
+	}
+	probeLeaves.Store(&verifying)
+	clk.Add(2 * time.Second)
+	inject(true, "seen again")
+	clk.Add(2 * time.Second)
+	inject(true, "2s since seen again, 6s since first seen")
+	// A failed probe restarts it too.
+	failed := errors.New("probe endpoint 10.244.1.5: connection refused")
+	probeErr.Store(&failed)
+	inject(true, "probe failed")
+	probeErr.Store(nil)
+	inject(true, "seen after the failure")
+	clk.Add(DefaultProxySettle - time.Millisecond)
+	inject(true, "1ms short of the settle")
+	clk.Add(time.Millisecond)
+	inject(false, "settled")
+	if !allEqual(bundles(t, cs, "kadmit"), p.ca) {
+		t.Fatal("not registered after the settle")
+	}
+	eventually(t, "registered in the cache", func() bool { return len(h.reg.Bundles()) == 4 })
+
+	// A repair waits neither for an endpoint nor for the settle.
+	probeLeaves.Store(&none)
+	probed.Store(0)
+	v, err := cs.AdmissionregistrationV1().ValidatingWebhookConfigurations().Get(h.ctx, "kadmit", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	v.Webhooks[0].ClientConfig.CABundle = nil
+	if _, err := cs.AdmissionregistrationV1().ValidatingWebhookConfigurations().Update(h.ctx, v, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "blank seen", func() bool { return h.reg.Ready() != nil })
+	if held, err := h.reg.Inject(h.ctx, p.ca); held || err != nil || probed.Load() != 0 {
+		t.Fatalf("repair: held %t, %v, probed %d", held, err, probed.Load())
+	}
+
+	// A deleted configuration is written back only after a settle of its
+	// own: the earlier one says nothing about the endpoints now.
+	probeLeaves.Store(&verifying)
+	if err := cs.AdmissionregistrationV1().MutatingWebhookConfigurations().Delete(h.ctx, "kadmit", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "delete seen", func() bool { return len(h.reg.Bundles()) == 2 })
+	before := countPatches(cs)
+	if held, err := h.reg.Inject(h.ctx, p.ca); !held || err != nil || countPatches(cs) != before {
+		t.Fatalf("re-creation right away: held %t, %v, %d writes", held, err, countPatches(cs)-before)
+	}
+	clk.Add(DefaultProxySettle)
+	if held, err := h.reg.Inject(h.ctx, p.ca); held || err != nil {
+		t.Fatalf("re-creation after the settle: held %t, %v", held, err)
+	}
+	if !configExists(t, cs, admission.Mutating, "kadmit") {
+		t.Fatal("mutating configuration not re-created")
+	}
+}
+
+// TestRegistrarRunEndsSettleOnTime: Run retries when the settle ends, not
+// at the next RetryInterval tick, when the settle is the shorter.
+func TestRegistrarRunEndsSettleOnTime(t *testing.T) {
+	p := newPKI(t)
+	cs := fake.NewClientset()
+	const settle = 100 * time.Millisecond
+	h := newHarness(t, cs, "kadmit", p, func(o *RegistrarOptions) {
+		o.ProxySettle = settle
+		o.Probe = func(context.Context) ([]*x509.Certificate, error) { return []*x509.Certificate{p.cert.Leaf}, nil }
+	})
+	start := time.Now()
+	go h.reg.Run(h.ctx)
+	eventually(t, "first registration", func() bool { return allEqual(bundles(t, cs, "kadmit"), p.ca) })
+	if took := time.Since(start); took < settle || took >= RetryInterval {
+		t.Fatalf("registered after %v; want the settle (%v), before the first tick (%v)", took, settle, RetryInterval)
 	}
 }
