@@ -18,6 +18,8 @@ import (
 
 	"github.com/kadmit/kadmit/test/cluster"
 	"github.com/kadmit/kadmit/test/deploy/realcluster"
+
+	"github.com/kadmit/kadmit/test/poll"
 )
 
 // Repetitions of each disruption; the issue asks for at least 10.
@@ -234,7 +236,7 @@ func runScenario(t *testing.T, ctx context.Context, c *cluster.Cluster, rel *rea
 func waitReplaced(ctx context.Context, rel *realcluster.Release, gone []string) error {
 	ctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
 	defer cancel()
-	return pollUntil(ctx, 2*time.Minute, func() error {
+	return poll.Until(ctx, 2*time.Minute, func(context.Context) error {
 		pods, err := rel.Pods(ctx)
 		if err != nil {
 			return err
@@ -251,7 +253,7 @@ func waitReplaced(ctx context.Context, rel *realcluster.Release, gone []string) 
 // waitNoTerminating waits until no pod of the release is left shutting
 // down.
 func waitNoTerminating(ctx context.Context, rel *realcluster.Release) error {
-	return pollUntil(ctx, 2*time.Minute, func() error {
+	return poll.Until(ctx, 2*time.Minute, func(context.Context) error {
 		list, err := rel.Cluster.Client.CoreV1().Pods(rel.Namespace).List(ctx, metav1.ListOptions{LabelSelector: rel.Selector()})
 		if err != nil {
 			return err
@@ -311,7 +313,7 @@ func rotate(ctx context.Context, c *cluster.Cluster, rel *realcluster.Release, k
 	if _, err := secrets.Patch(ctx, name, types.MergePatchType, []byte(patch), metav1.PatchOptions{}); err != nil {
 		return err
 	}
-	return pollUntil(ctx, 90*time.Second, func() error {
+	return poll.Until(ctx, 90*time.Second, func(context.Context) error {
 		s, err := secrets.Get(ctx, name, metav1.GetOptions{})
 		if err != nil {
 			return err

@@ -20,6 +20,8 @@ import (
 
 	"github.com/kadmit/kadmit/test/cluster"
 	"github.com/kadmit/kadmit/test/deploy/realcluster"
+
+	"github.com/kadmit/kadmit/test/poll"
 )
 
 // loadNamespace is where the tests create pods: unlabelled, so kadmit's
@@ -182,7 +184,7 @@ func uninstallChecked(t *testing.T, ctx context.Context, rel *realcluster.Releas
 		t.Fatal(err)
 	}
 	took := time.Since(began)
-	err := pollUntil(ctx, time.Minute, func() error {
+	err := poll.Until(ctx, time.Minute, func(context.Context) error {
 		left, err := rel.Leftovers(ctx, keep...)
 		if err != nil {
 			return err
@@ -247,24 +249,6 @@ func podReady(p *corev1.Pod) bool {
 		}
 	}
 	return false
-}
-
-// pollUntil calls f every 250 ms until it returns nil or timeout passes;
-// then it returns f's last error.
-func pollUntil(ctx context.Context, timeout time.Duration, f func() error) error {
-	ctx, cancel := context.WithTimeout(ctx, timeout)
-	defer cancel()
-	for {
-		err := f()
-		if err == nil {
-			return nil
-		}
-		select {
-		case <-ctx.Done():
-			return fmt.Errorf("after %s: %w", timeout, err)
-		case <-time.After(250 * time.Millisecond):
-		}
-	}
 }
 
 // diagnose gathers what explains a failed install: pods, events, and the

@@ -2,7 +2,6 @@ package realcluster
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"log/slog"
 	"maps"
@@ -24,6 +23,8 @@ import (
 	"github.com/kadmit/kadmit/test/cluster"
 	"github.com/kadmit/kadmit/test/deploy/chart"
 	"github.com/kadmit/kadmit/test/deploy/kadmitimage"
+
+	"github.com/kadmit/kadmit/test/poll"
 )
 
 // Defaults of InstallOptions, as docs/install.md's first recipe has them
@@ -254,7 +255,7 @@ func (r *Release) Uninstall(ctx context.Context, timeout time.Duration) error {
 	if err != nil {
 		return fmt.Errorf("realcluster: helm uninstall %s: %w", r.Name, err)
 	}
-	return poll(ctx, 200*time.Millisecond, func() error {
+	return poll.Until(ctx, 0, func(context.Context) error {
 		pods, err := r.Cluster.Client.CoreV1().Pods(r.Namespace).List(ctx, metav1.ListOptions{LabelSelector: r.Selector()})
 		if err != nil {
 			return err
@@ -302,7 +303,7 @@ func (r *Release) WaitReady(ctx context.Context) error {
 	if w, ok := r.Values["watch"].(map[string]any); ok && w["enabled"] == true {
 		deps = append(deps, r.FullName+"-watch")
 	}
-	return poll(ctx, 250*time.Millisecond, func() error {
+	return poll.Until(ctx, 0, func(context.Context) error {
 		for _, name := range deps {
 			d, err := r.Cluster.Client.AppsV1().Deployments(r.Namespace).Get(ctx, name, metav1.GetOptions{})
 			if err != nil {
@@ -471,23 +472,4 @@ func (r *Release) Leftovers(ctx context.Context, ignore ...string) ([]string, er
 		}
 	}
 	return out, nil
-}
-
-// poll calls f every interval until it returns nil or ctx ends; then the
-// error names f's last complaint.
-func poll(ctx context.Context, interval time.Duration, f func() error) error {
-	var last error
-	for {
-		if last = f(); last == nil {
-			return nil
-		}
-		select {
-		case <-ctx.Done():
-			if errors.Is(last, context.DeadlineExceeded) || errors.Is(last, context.Canceled) {
-				return fmt.Errorf("realcluster: %w", ctx.Err())
-			}
-			return fmt.Errorf("realcluster: %w (last: %v)", ctx.Err(), last)
-		case <-time.After(interval):
-		}
-	}
 }

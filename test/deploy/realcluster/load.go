@@ -19,6 +19,8 @@ import (
 	"k8s.io/utils/ptr"
 
 	"github.com/kadmit/kadmit/test/cluster"
+
+	"github.com/kadmit/kadmit/test/poll"
 )
 
 // The mutation that proves kadmit admitted a pod: the seed profile's
@@ -46,7 +48,7 @@ func EnsureNamespace(ctx context.Context, c *cluster.Cluster, name string) error
 	}
 	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
-	return poll(ctx, 100*time.Millisecond, func() error {
+	return poll.Until(ctx, 0, func(context.Context) error {
 		_, err := c.Client.CoreV1().ServiceAccounts(name).Get(ctx, "default", metav1.GetOptions{})
 		return err
 	})

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"os/signal"
@@ -20,6 +21,8 @@ import (
 	"github.com/kadmit/kadmit/test/cluster"
 	"github.com/kadmit/kadmit/test/deploy/chart"
 	"github.com/kadmit/kadmit/test/seed"
+
+	"github.com/kadmit/kadmit/test/poll"
 )
 
 // run is the demo inside the private namespaces; it returns the exit code.
@@ -268,32 +271,23 @@ func (d *demo) runningPod(ctx context.Context) error {
 	return nil
 }
 
-// waitFor polls fn every 250 ms until it returns true, for at most limit;
-// the error names the last condition fn reported.
+// waitFor waits (test/poll, the one poller) until fn returns true, for
+// at most limit; the error names the last condition fn reported.
 func waitFor(parent context.Context, limit time.Duration, fn func() (bool, error)) error {
-	ctx, cancel := context.WithTimeout(parent, limit)
-	defer cancel()
-	var last error
-	for {
+	err := poll.Until(parent, limit, func(context.Context) error {
 		ok, err := fn()
-		if ok {
+		switch {
+		case ok:
 			return nil
+		case err == nil:
+			return errors.New("not yet")
 		}
-		if err != nil {
-			last = err
-		}
-		select {
-		case <-ctx.Done():
-			if parent.Err() != nil {
-				return fmt.Errorf("interrupted or out of time (--timeout): %w (last: %v)", context.Cause(parent), last)
-			}
-			if last != nil {
-				return fmt.Errorf("not within %s: %w", limit, last)
-			}
-			return fmt.Errorf("not within %s", limit)
-		case <-time.After(250 * time.Millisecond):
-		}
+		return err
+	})
+	if err != nil && parent.Err() != nil {
+		return fmt.Errorf("interrupted or out of time (--timeout): %w", err)
 	}
+	return err
 }
 
 func errOr(err error, ok string) string {
