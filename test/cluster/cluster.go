@@ -507,7 +507,7 @@ func (c *Cluster) ImportImage(ctx context.Context, archive string) error {
 }
 
 // Kubectl runs the cluster's kubectl as admin and returns its combined
-// output.
+// output; it ends at ctx's deadline, or after a minute when ctx has none.
 func (c *Cluster) Kubectl(ctx context.Context, args ...string) (string, error) {
 	return run(ctx, append([]string{c.bin("kubectl"), "--kubeconfig", c.Kubeconfig}, args...)...)
 }

@@ -119,11 +119,19 @@ func logTail(path string, n int) string {
 	return string(bytes.Join(lines, []byte("\n")))
 }
 
-// run runs a short command and returns its combined output, with the command
-// line in the error.
+// runBound bounds a command run with a context that has no deadline.
+const runBound = 60 * time.Second
+
+// run runs a command and returns its combined output, with the command line
+// in the error. It ends at ctx's deadline, or after runBound when ctx has
+// none (a kubectl drain waiting out disruption budgets and preStop hooks
+// takes longer than a minute: its caller gives ctx the deadline it needs).
 func run(ctx context.Context, argv ...string) (string, error) {
-	ctx, cancel := context.WithTimeout(ctx, 60*time.Second)
-	defer cancel()
+	if _, ok := ctx.Deadline(); !ok {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, runBound)
+		defer cancel()
+	}
 	out, err := exec.CommandContext(ctx, argv[0], argv[1:]...).CombinedOutput()
 	if err != nil {
 		return string(out), fmt.Errorf("cluster: %s: %w: %s", strings.Join(argv, " "), err, strings.TrimSpace(string(out)))
