@@ -57,9 +57,12 @@ type outcome struct {
 // mutation, or let through by a fail-open webhook according to the API
 // server's apiserver_admission_webhook_fail_open_count); the target is 0
 // and 0. Last, helm uninstall leaves nothing of the release behind.
+// scenarioBound stops a hung scenario (its repetitions and its load).
+const scenarioBound = 7 * time.Minute
+
 func TestDisruptionsUnderLoad(t *testing.T) {
 	c := env(t)
-	ctx, cancel := context.WithTimeout(context.Background(), 13*time.Minute)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Minute)
 	defer cancel()
 	if err := realcluster.EnsureNamespace(ctx, c, loadNamespace); err != nil {
 		t.Fatal(err)
@@ -147,8 +150,10 @@ func TestDisruptionsUnderLoad(t *testing.T) {
 		}
 		t.Run(sc.name, func(t *testing.T) {
 			// Each scenario has its own bound, so a hung one does not
-			// starve the next.
-			ctx, cancel := context.WithTimeout(ctx, 4*time.Minute)
+			// starve the next. scenarioBound fits ten drains: each waits
+			// for the PDB to let the pods go one at a time and for the
+			// last one's preStop sleep and shutdown drain (~35 s).
+			ctx, cancel := context.WithTimeout(ctx, scenarioBound)
 			defer cancel()
 			o := runScenario(t, ctx, c, rel, sc)
 			outcomes = append(outcomes, o)
@@ -181,8 +186,8 @@ func runScenario(t *testing.T, ctx context.Context, c *cluster.Cluster, rel *rea
 		o.repErr = err
 		return o
 	}
-	// Bounds only stop a hung scenario: 4 minutes at loadRate.
-	load, err := realcluster.StartLoad(ctx, c, realcluster.LoadOptions{Namespace: loadNamespace, Rate: loadRate, Duration: 4 * time.Minute})
+	// Bounds only stop a hung scenario: scenarioBound at loadRate.
+	load, err := realcluster.StartLoad(ctx, c, realcluster.LoadOptions{Namespace: loadNamespace, Rate: loadRate, Duration: scenarioBound})
 	if err != nil {
 		o.repErr = err
 		return o

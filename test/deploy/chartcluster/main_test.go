@@ -6,10 +6,11 @@
 // upgrades, restarts, pod deletions, a node drain and certificate
 // rotations, and nothing left behind by helm uninstall.
 //
-// The package takes about 12 minutes on a 2-core machine, most of it the
+// The package takes about 15 minutes on a 2-core machine, most of it the
 // 70 disruptions at the chart's default values (a drain waits for each
-// evicted pod's 10 s preStop sleep and shutdown): run it with -timeout
-// 15m (make test-deploy does), go test's default 10m is too short.
+// evicted pod's 10 s preStop sleep and 12 s shutdown drain): run it with
+// -timeout 25m (make test-deploy gives 30m), go test's default 10m is too
+// short.
 package chartcluster
 
 import (
