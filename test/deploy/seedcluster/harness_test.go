@@ -26,6 +26,7 @@ import (
 	"github.com/kadmit/kadmit/test/cluster"
 	"github.com/kadmit/kadmit/test/cluster/image"
 	"github.com/kadmit/kadmit/test/deploy/chart"
+	"github.com/kadmit/kadmit/test/deploy/realcluster"
 	"github.com/kadmit/kadmit/test/deploy/seedcluster"
 	"github.com/kadmit/kadmit/test/poll"
 )
@@ -157,7 +158,7 @@ func podsDump(c *cluster.Cluster) string {
 }
 
 // serviceRef is a webhook clientConfig for the foreign Service.
-func serviceRef(f seedcluster.Foreign, path string, ca *seedcluster.CA) admissionregistrationv1.WebhookClientConfig {
+func serviceRef(f seedcluster.Foreign, path string, ca *realcluster.CA) admissionregistrationv1.WebhookClientConfig {
 	return admissionregistrationv1.WebhookClientConfig{
 		Service:  &admissionregistrationv1.ServiceReference{Namespace: f.Namespace, Name: f.ServiceName(), Path: &path},
 		CABundle: ca.PEM,

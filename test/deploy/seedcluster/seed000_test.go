@@ -11,6 +11,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	"github.com/kadmit/kadmit/test/cluster"
+	"github.com/kadmit/kadmit/test/deploy/realcluster"
 	"github.com/kadmit/kadmit/test/deploy/seedcluster"
 )
 
@@ -33,7 +34,7 @@ const (
 // first message; it deletes the foreign webhook configuration at the end.
 func seed000Foreign(t *testing.T, c *cluster.Cluster) string {
 	ctx := ctxFor(t, 3*time.Minute)
-	ca, err := seedcluster.NewCA("kueue-ca")
+	ca, err := realcluster.NewCA("kueue-ca")
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -19,6 +19,7 @@ import (
 
 	"github.com/kadmit/kadmit/internal/doctor"
 	"github.com/kadmit/kadmit/test/cluster"
+	"github.com/kadmit/kadmit/test/deploy/realcluster"
 	"github.com/kadmit/kadmit/test/deploy/seedcluster"
 	"github.com/kadmit/kadmit/test/poll"
 )
@@ -44,7 +45,7 @@ type seed001 struct {
 	dyn    dynamic.Interface
 	kueue  seedcluster.Foreign
 	lws    seedcluster.Foreign
-	ca     *seedcluster.CA
+	ca     *realcluster.CA
 	config string
 }
 
@@ -62,7 +63,7 @@ func setUpSeed001(ctx context.Context, t *testing.T, c *cluster.Cluster, ns stri
 	}
 	// One issuer for both controllers (cert-manager's ClusterIssuer): the
 	// chain verifies, the name does not.
-	if s.ca, err = seedcluster.NewCA("cluster-issuer"); err != nil {
+	if s.ca, err = realcluster.NewCA("cluster-issuer"); err != nil {
 		t.Fatal(err)
 	}
 	if err := seedcluster.EnsureNamespace(ctx, c.Client, ns, nil); err != nil {
@@ -251,7 +252,7 @@ func (s *seed001) batches(ctx context.Context, t *testing.T, n, per, restart int
 // rewriteBundle sets LWS's caBundle to the issuer's CA plus a fresh CA,
 // then waits a moment for the API server's informer to see it.
 func (s *seed001) rewriteBundle(ctx context.Context) error {
-	extra, err := seedcluster.NewCA("rotation")
+	extra, err := realcluster.NewCA("rotation")
 	if err != nil {
 		return err
 	}

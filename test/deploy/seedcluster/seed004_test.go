@@ -13,6 +13,7 @@ import (
 
 	"github.com/kadmit/kadmit/internal/doctor"
 	"github.com/kadmit/kadmit/test/cluster"
+	"github.com/kadmit/kadmit/test/deploy/realcluster"
 	"github.com/kadmit/kadmit/test/deploy/seedcluster"
 	"github.com/kadmit/kadmit/test/poll"
 )
@@ -33,7 +34,7 @@ const (
 // message; it leaves the fix applied and the foreign webhook deleted.
 func seed004Foreign(t *testing.T, c *cluster.Cluster) string {
 	ctx := ctxFor(t, 3*time.Minute)
-	ca, err := seedcluster.NewCA("kruise-ca")
+	ca, err := realcluster.NewCA("kruise-ca")
 	if err != nil {
 		t.Fatal(err)
 	}

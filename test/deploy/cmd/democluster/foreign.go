@@ -3,14 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
-	"crypto/x509"
-	"crypto/x509/pkix"
-	"encoding/pem"
 	"fmt"
-	"math/big"
 	"os/exec"
 	"time"
 
@@ -22,6 +15,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	"github.com/kadmit/kadmit/test/cluster/image"
+	"github.com/kadmit/kadmit/test/deploy/realcluster"
 )
 
 // foreignController is another project's webhook as the field installs
@@ -42,68 +36,12 @@ type foreignController struct {
 	WebhookNamespaces []string
 }
 
-// ca is a throwaway CA for the foreign webhooks' serving certificates.
-type ca struct {
-	cert *x509.Certificate
-	key  *ecdsa.PrivateKey
-	pem  []byte
-}
-
-func newCA() (*ca, error) {
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		return nil, err
-	}
-	tmpl := &x509.Certificate{
-		SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "demo-cluster foreign webhooks CA"},
-		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(24 * time.Hour),
-		IsCA: true, BasicConstraintsValid: true, KeyUsage: x509.KeyUsageCertSign,
-	}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
-	if err != nil {
-		return nil, err
-	}
-	cert, err := x509.ParseCertificate(der)
-	if err != nil {
-		return nil, err
-	}
-	return &ca{cert: cert, key: key, pem: pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der})}, nil
-}
-
-// serving issues a certificate for the Service's in-cluster names, as
-// cert-manager or a controller's own cert rotator would.
-func (c *ca) serving(service, namespace string) (certPEM, keyPEM []byte, err error) {
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		return nil, nil, err
-	}
-	serial, err := rand.Int(rand.Reader, big.NewInt(1<<62))
-	if err != nil {
-		return nil, nil, err
-	}
-	tmpl := &x509.Certificate{
-		SerialNumber: serial, Subject: pkix.Name{CommonName: service + "." + namespace + ".svc"},
-		DNSNames:  []string{service + "." + namespace + ".svc", service + "." + namespace + ".svc.cluster.local"},
-		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(24 * time.Hour),
-		KeyUsage: x509.KeyUsageDigitalSignature, ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
-	}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, c.cert, &key.PublicKey, c.key)
-	if err != nil {
-		return nil, nil, err
-	}
-	kd, err := x509.MarshalECPrivateKey(key)
-	if err != nil {
-		return nil, nil, err
-	}
-	return pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: kd}), nil
-}
-
 // install creates the controller's Secret, Deployment (one replica) and
 // Service; register adds the webhook configuration, as the controllers of
 // the seeds do once they run.
-func (f foreignController) install(ctx context.Context, d *demo, authority *ca) error {
+func (f foreignController) install(ctx context.Context, d *demo, authority *realcluster.CA) error {
 	cs := d.c.Client
-	certPEM, keyPEM, err := authority.serving(f.Service, f.Namespace)
+	certPEM, keyPEM, err := authority.Serving(f.Service+"."+f.Namespace+".svc", f.Service+"."+f.Namespace+".svc.cluster.local")
 	if err != nil {
 		return err
 	}
@@ -157,7 +95,7 @@ func (f foreignController) install(ctx context.Context, d *demo, authority *ca) 
 
 // register creates the webhook configuration (none without
 // WebhookNamespaces).
-func (f foreignController) register(ctx context.Context, d *demo, authority *ca) error {
+func (f foreignController) register(ctx context.Context, d *demo, authority *realcluster.CA) error {
 	if len(f.WebhookNamespaces) == 0 {
 		return nil
 	}
@@ -167,7 +105,7 @@ func (f foreignController) register(ctx context.Context, d *demo, authority *ca)
 			Name: f.Webhook,
 			ClientConfig: admissionregistrationv1.WebhookClientConfig{
 				Service:  &admissionregistrationv1.ServiceReference{Namespace: f.Namespace, Name: f.Service, Path: ptr.To("/mutate-v1-pod")},
-				CABundle: authority.pem,
+				CABundle: authority.PEM,
 			},
 			Rules: []admissionregistrationv1.RuleWithOperations{{
 				Operations: []admissionregistrationv1.OperationType{admissionregistrationv1.Create},

@@ -12,6 +12,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/kadmit/kadmit/test/deploy/chart"
+	"github.com/kadmit/kadmit/test/deploy/realcluster"
 )
 
 // The namespaces of the two field failures.
@@ -37,7 +38,7 @@ func (d *demo) selfInterception(ctx context.Context) error {
 	if err := d.namespace(ctx, ns004); err != nil {
 		return err
 	}
-	authority, err := newCA()
+	authority, err := realcluster.NewCA("demo-cluster foreign webhooks CA")
 	if err != nil {
 		return err
 	}
@@ -131,7 +132,7 @@ func (d *demo) selectorCollision(ctx context.Context) error {
 			return err
 		}
 	}
-	authority, err := newCA()
+	authority, err := realcluster.NewCA("demo-cluster foreign webhooks CA")
 	if err != nil {
 		return err
 	}
