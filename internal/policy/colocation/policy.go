@@ -49,6 +49,11 @@ type Config struct {
 	// RecordProfiles (kadmit, off by default) lists the applied profiles in
 	// the kadmit.io/colocation-profiles annotation.
 	RecordProfiles bool `json:"recordProfiles,omitempty"`
+	// AllowReservePod (kadmit, off by default) skips Koordinator's ban on
+	// the scheduling.koordinator.sh/reserve-pod annotation (package
+	// reservepod) in this policy's /validate-pod hook; upstream's pod
+	// validation runs the ban whenever it runs.
+	AllowReservePod bool `json:"allowReservePod,omitempty"`
 }
 
 // DefaultConfig is the seed profile: disabled, no profiles.

@@ -13,6 +13,7 @@ import (
 	"github.com/kadmit/kadmit/internal/admission"
 	"github.com/kadmit/kadmit/internal/jsonedit"
 	"github.com/kadmit/kadmit/internal/policy/podrequest"
+	"github.com/kadmit/kadmit/internal/policy/reservepod"
 )
 
 // podMeta is what the validation reads of every pod.
@@ -33,7 +34,9 @@ func readMeta(doc *jsonedit.Doc) (podMeta, *jsonedit.Doc, error) {
 	return m, doc, nil
 }
 
-// Validate is clusterColocationProfileValidatingPod
+// Validate runs, unless allowReservePod, Koordinator's reserve-pod
+// annotation ban (package reservepod), which upstream's pod validation runs
+// first, then clusterColocationProfileValidatingPod
 // (pkg/webhook/pod/validating/cluster_colocation_profile.go:37-73), run on
 // every pod CREATE and UPDATE whether or not a profile matched it. On
 // UPDATE the QoS label, the priority class and (unless
@@ -46,6 +49,11 @@ func readMeta(doc *jsonedit.Doc) (podMeta, *jsonedit.Doc, error) {
 func (p *Policy) Validate(_ context.Context, req *admission.Request) admission.Verdict {
 	if req.SubResource != "" || (req.Operation != admissionv1.Create && req.Operation != admissionv1.Update) {
 		return admission.Allow()
+	}
+	if !p.cfg.AllowReservePod {
+		if v := reservepod.Validate(req); !v.Allowed {
+			return v
+		}
 	}
 	newPod, doc, err := readMeta(req.ObjectDoc())
 	if err != nil {

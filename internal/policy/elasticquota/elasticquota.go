@@ -52,6 +52,11 @@ type Config struct {
 	// PodCheck adds the pod hook on /validate-pod (CREATE, UPDATE);
 	// default true.
 	PodCheck *bool `json:"podCheck,omitempty"`
+	// AllowReservePod (kadmit, off by default) skips Koordinator's ban on
+	// the scheduling.koordinator.sh/reserve-pod annotation (package
+	// reservepod) in the pod hook; upstream's pod validation runs the ban
+	// whenever it runs.
+	AllowReservePod bool `json:"allowReservePod,omitempty"`
 
 	// Upstream feature gates (pkg/features/features.go:121-126, all off by
 	// default there and here).

@@ -14,6 +14,7 @@ import (
 
 	"github.com/kadmit/kadmit/internal/admission"
 	"github.com/kadmit/kadmit/internal/policy/podrequest"
+	"github.com/kadmit/kadmit/internal/policy/reservepod"
 )
 
 // Line numbers below are koordinator-sh/koordinator v1.8.0: pod_check.go is
@@ -22,7 +23,9 @@ import (
 // pkg/webhook/pod/validating/evaluate_quota.go.
 
 // ValidatePod runs upstream's quota rules of /validate-pod, in the order of
-// pkg/webhook/pod/validating/validating_handler.go:98-115:
+// pkg/webhook/pod/validating/validating_handler.go:98-115, after (unless
+// allowReservePod) the reserve-pod annotation ban that upstream's handler
+// runs first (package reservepod):
 //   - UPDATE: the preemptible label cannot change (pod_check.go:62-67);
 //   - CREATE and UPDATE: unless supportParentQuotaSubmitPod, a pod cannot be
 //     bound to a parent quota (pod_check.go:41-60);
@@ -33,6 +36,11 @@ import (
 func (p *Policy) ValidatePod(ctx context.Context, req *admission.Request) admission.Verdict {
 	if req.Operation != admissionv1.Create && req.Operation != admissionv1.Update {
 		return admission.Allow()
+	}
+	if !p.cfg.AllowReservePod {
+		if v := reservepod.Validate(req); !v.Allowed {
+			return v
+		}
 	}
 	var pod struct {
 		metav1.ObjectMeta `json:"metadata"`

@@ -11,11 +11,11 @@ import (
 
 	admissionv1 "k8s.io/api/admission/v1"
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
-	"k8s.io/apimachinery/pkg/util/validation/field"
 
 	"github.com/kadmit/kadmit/internal/admission"
 	"github.com/kadmit/kadmit/internal/jsonedit"
 	"github.com/kadmit/kadmit/internal/policy/colocation"
+	"github.com/kadmit/kadmit/internal/policy/reservepod"
 )
 
 // Name is the policy's name (policies.reservation in the configuration).
@@ -27,9 +27,9 @@ const (
 	ValidatePath = "/validate-pod"
 )
 
-// AnnotationReservePod marks the scheduler's in-memory reserve pods
-// (pkg/util/reservation/reservation.go:46); a user may not set it.
-const AnnotationReservePod = "scheduling.koordinator.sh/reserve-pod"
+// AnnotationReservePod marks the scheduler's in-memory reserve pods; a
+// user may not set it (package reservepod holds the ban).
+const AnnotationReservePod = reservepod.Annotation
 
 // Group, Version and Resource of Koordinator's Reservation (cluster-scoped).
 const (
@@ -149,26 +149,16 @@ func (p *Policy) Mutate(_ context.Context, req *admission.Request) ([]jsonedit.O
 }
 
 // Validate is clusterReservationValidatingPod
-// (pkg/webhook/pod/validating/verify_annotations.go:30-76): a pod, at
-// CREATE or UPDATE, may not carry the reserve-pod annotation, whatever its
-// value; the denial is upstream's field error with status 400
-// (validating_handler.go:139-145). With checkAllocations, a pod CREATE is
-// then checked against the Reservation it names (checkAllocations).
+// (pkg/webhook/pod/validating/verify_annotations.go:30-76, package
+// reservepod): a pod, at CREATE or UPDATE, may not carry the reserve-pod
+// annotation. With checkAllocations, a pod CREATE is then checked against
+// the Reservation it names (checkAllocations).
 func (p *Policy) Validate(_ context.Context, req *admission.Request) admission.Verdict {
-	if req.SubResource != "" || (req.Operation != admissionv1.Create && req.Operation != admissionv1.Update) {
-		return admission.Allow()
+	if v := reservepod.Validate(req); !v.Allowed {
+		return v
 	}
-	doc := req.ObjectDoc()
-	raw, err := doc.Get("metadata", "annotations", AnnotationReservePod)
-	if err != nil {
-		return admission.Invalid("%v", err)
-	}
-	if raw != nil {
-		errs := field.ErrorList{field.Forbidden(field.NewPath("annotations", AnnotationReservePod), "cannot set in annotations")}
-		return admission.Invalid("%s", errs.ToAggregate().Error())
-	}
-	if p.cfg.CheckAllocations && req.Operation == admissionv1.Create {
-		return p.checkAllocations(doc)
+	if p.cfg.CheckAllocations && req.Operation == admissionv1.Create && req.SubResource == "" {
+		return p.checkAllocations(req.ObjectDoc())
 	}
 	return admission.Allow()
 }
