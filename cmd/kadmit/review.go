@@ -10,6 +10,7 @@ import (
 
 	"github.com/spf13/cobra"
 	admissionv1 "k8s.io/api/admission/v1"
+	authenticationv1 "k8s.io/api/authentication/v1"
 
 	"github.com/kadmit/kadmit/internal/admission"
 	"github.com/kadmit/kadmit/internal/celpolicy"
@@ -19,8 +20,8 @@ import (
 )
 
 func newReviewCmd() *cobra.Command {
-	var file, configFile, operation, oldFile, subresource, output, state string
-	var policyPaths []string
+	var file, configFile, operation, oldFile, subresource, output, state, user, uid string
+	var policyPaths, groups []string
 	var allowSensitive bool
 	cmd := &cobra.Command{
 		Use:   "review -f FILE|DIR|-",
@@ -31,7 +32,22 @@ mutating webhook in order, then every validating webhook on the mutated object.
 With --state, the policies that read cluster state (LocalQueues, quotas,
 pods, namespaces) read it from the given manifests, through the same informer
 caches kadmit serve fills from the API server; without it they skip those
-checks with a warning.
+checks with a warning. The declared policies (--policies) read the state's
+namespaces for namespaceSelector and namespaceObject, as kadmit serve reads
+its namespace cache; a namespace the state does not hold (or every one,
+without --state) has only the label kubernetes.io/metadata.name.
+
+Each object is reviewed as a request of the user --user (default
+kadmit-review) with exactly the groups --group and the uid --uid (kubectl's
+--as, --as-group and --as-uid; nothing is added, not even
+system:authenticated): what request.userInfo holds for declared policies
+and the webhooks' userInfo for built-in ones.
+
+A CREATE of an object with metadata.generateName and no name is reviewed as
+the API server handles it: the mutating webhooks see no name, then the name
+is generated (generateName cut to 58 characters plus 5 random ones) and the
+validating webhooks see it in request.name and object.metadata.name; the
+result (and -o json's name and object) carries it, a new one each run.
 
 Exit status: 0 when every object is allowed, 1 when any is denied, 2 on usage
 or input errors.`,
@@ -54,7 +70,11 @@ or input errors.`,
 			if state != "" {
 				ctx, cancel := context.WithCancel(cmd.Context())
 				defer cancel() // stops the state's informers
-				if env.Cluster, err = review.LoadState(ctx, state, builtin.Caches(cfg)); err != nil {
+				resources := builtin.Caches(cfg)
+				if len(policyPaths) > 0 {
+					resources = append(resources, celpolicy.Caches()...)
+				}
+				if env.Cluster, err = review.LoadState(ctx, state, resources); err != nil {
 					return cmdexit.New(2, err)
 				}
 			}
@@ -63,7 +83,7 @@ or input errors.`,
 				return cmdexit.New(2, err)
 			}
 			if len(policyPaths) > 0 {
-				declared, _, err := celpolicy.LoadWebhooksWith(celpolicy.LoadOptions{AllowSensitiveGroups: allowSensitive}, celpolicy.Options{}, policyPaths...)
+				declared, _, err := celpolicy.LoadWebhooksWith(celpolicy.LoadOptions{AllowSensitiveGroups: allowSensitive}, celpolicy.Options{}.WithCluster(env.Cluster), policyPaths...)
 				if err != nil {
 					return cmdexit.New(2, err)
 				}
@@ -74,6 +94,10 @@ or input errors.`,
 				return cmdexit.New(2, err)
 			}
 			opts := review.Options{Operation: admissionv1.Operation(strings.ToUpper(operation)), SubResource: subresource}
+			if user == "" && (len(groups) > 0 || uid != "") {
+				return cmdexit.New(2, errors.New("--group and --uid need --user"))
+			}
+			opts.UserInfo = authenticationv1.UserInfo{Username: user, UID: uid, Groups: groups}
 			switch opts.Operation {
 			case admissionv1.Create, admissionv1.Update, admissionv1.Delete, admissionv1.Connect:
 			default:
@@ -96,6 +120,9 @@ or input errors.`,
 	f.BoolVar(&allowSensitive, "policies-allow-sensitive-groups", false, "let --policies match resources of the rbac.authorization.k8s.io, admissionregistration.k8s.io, certificates.k8s.io, authentication.k8s.io and authorization.k8s.io groups, refused by default as kadmit serve refuses them (docs/security.md)")
 	f.StringArrayVar(&policyPaths, "policies", nil, "ValidatingAdmissionPolicy / MutatingAdmissionPolicy files or directories (with bindings and params) to run next to the built-in policies; repeatable")
 	f.StringVarP(&output, "output", "o", "text", "output: text or json (one JSON object per line)")
+	f.StringVar(&user, "user", "", "username the objects are reviewed as (request.userInfo.username); default "+review.DefaultUser)
+	f.StringArrayVar(&groups, "group", nil, "group of --user (request.userInfo.groups), exactly as given; repeatable")
+	f.StringVar(&uid, "uid", "", "uid of --user (request.userInfo.uid)")
 	f.StringVar(&state, "state", "", "cluster state (file or directory of manifests: LocalQueues, ElasticQuotas, pods, namespaces ...) that stateful checks read")
 	return cmd
 }

@@ -26,8 +26,10 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apiserver/pkg/admission"
+	"k8s.io/apiserver/pkg/storage/names"
 	"sigs.k8s.io/yaml"
 
+	kadmission "github.com/kadmit/kadmit/internal/admission"
 	"github.com/kadmit/kadmit/internal/celpolicy"
 	"github.com/kadmit/kadmit/internal/jsonedit"
 	"github.com/kadmit/kadmit/internal/manifests"
@@ -270,8 +272,18 @@ func RunWith(ctx context.Context, s *Suite, load celpolicy.LoadOptions) ([]Resul
 // Evaluate runs req through the engine's mutating policies, then its
 // validating policies on the result, and returns the combined decision:
 // the API server's order (mutating admission, then validating admission
-// on the final object).
+// on the final object). Between them, a CREATE's generateName object is
+// named as the API server's registry names it (admission.GenerateName,
+// random): the validating policies see that name in object.metadata.name
+// and request.name, and the decision's Object carries it.
 func Evaluate(ctx context.Context, e *celpolicy.Engine, req *celpolicy.Request) (*celpolicy.Decision, error) {
+	return EvaluateWith(ctx, e, req, nil)
+}
+
+// EvaluateWith is Evaluate with gen naming generateName objects (nil: the
+// API server's random names.SimpleNameGenerator), so a test can know the
+// name. An object whose metadata is malformed is an error.
+func EvaluateWith(ctx context.Context, e *celpolicy.Engine, req *celpolicy.Request, gen names.NameGenerator) (*celpolicy.Decision, error) {
 	m, err := e.Mutate(ctx, req)
 	if err != nil {
 		return nil, err
@@ -281,6 +293,16 @@ func Evaluate(ctx context.Context, e *celpolicy.Engine, req *celpolicy.Request) 
 	}
 	vreq := *req
 	vreq.Object = m.Object
+	if vreq.Operation == admission.Create && vreq.SubResource == "" && vreq.Object != nil {
+		obj, name, err := kadmission.GenerateName(vreq.Object, gen)
+		if err != nil {
+			return nil, fmt.Errorf("object: %w", err)
+		}
+		vreq.Object = obj
+		if vreq.Name == "" {
+			vreq.Name = name
+		}
+	}
 	v, err := e.Validate(ctx, &vreq)
 	if err != nil {
 		return nil, err
@@ -292,7 +314,7 @@ func Evaluate(ctx context.Context, e *celpolicy.Engine, req *celpolicy.Request) 
 		}
 		v.AuditAnnotations[k] = val
 	}
-	v.Object, v.Changed = m.Object, m.Changed
+	v.Object, v.Changed = vreq.Object, m.Changed
 	return v, nil
 }
 

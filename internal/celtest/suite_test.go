@@ -3,11 +3,14 @@ package celtest
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/kadmit/kadmit/internal/celpolicy"
 )
 
 func runDir(t *testing.T, dir string) ([]Result, error) {
@@ -175,6 +178,67 @@ func TestObjectFileConfined(t *testing.T) {
 			if err == nil || !errors.Is(err, ErrInput) || !strings.Contains(err.Error(), want) || strings.Contains(err.Error(), "topsecret") {
 				t.Errorf("%s %s: err = %v, want an input error containing %q", field, path, err, want)
 			}
+		}
+	}
+}
+
+// TestGenerateNameSuite: a pod created with generateName reaches the
+// validating policies named (object.metadata.name and request.name set),
+// the mutating ones unnamed, as on the API server; without the name the
+// validation's object.metadata.name is an error ("no such key: name").
+func TestGenerateNameSuite(t *testing.T) {
+	rs, err := runDir(t, "testdata/generatename")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out bytes.Buffer
+	if n := Print(&out, rs); n != 0 || len(rs) != 4 {
+		t.Fatalf("failed %d of %d:\n%s", n, len(rs), out.String())
+	}
+}
+
+// TestEvaluateWithGenerator: the generator names the object the validating
+// policies see, the denial's message and the decision's object; a mutating
+// policy sees no name.
+func TestEvaluateWithGenerator(t *testing.T) {
+	s, err := ReadSuite("testdata/generatename/suite.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	set, err := celpolicy.Load("testdata/generatename/policies.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	e, err := celpolicy.New(set, celpolicy.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, want := range map[int]string{0: "web-abcde", 2: "blocked-abcde"} {
+		req, err := s.request(&s.Tests[i])
+		if err != nil {
+			t.Fatal(err)
+		}
+		d, err := EvaluateWith(context.Background(), e, req, fixedName("abcde"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		var obj struct {
+			Metadata struct {
+				Name        string            `json:"name"`
+				Annotations map[string]string `json:"annotations"`
+			} `json:"metadata"`
+		}
+		if err := json.Unmarshal(d.Object, &obj); err != nil {
+			t.Fatal(err)
+		}
+		if obj.Metadata.Name != want {
+			t.Errorf("%s: object named %q, want %q", s.Tests[i].Name, obj.Metadata.Name, want)
+		}
+		if d.Allowed && obj.Metadata.Annotations["saw-name"] != "none,none" {
+			t.Errorf("%s: the mutating policy saw %q, want no name", s.Tests[i].Name, obj.Metadata.Annotations["saw-name"])
+		}
+		if !d.Allowed && d.Status.Message != `pods "blocked-abcde" is forbidden: ValidatingAdmissionPolicy 'name-length' with binding 'name-length' denied request: name blocked-abcde is blocked` {
+			t.Errorf("%s: message %q", s.Tests[i].Name, d.Status.Message)
 		}
 	}
 }

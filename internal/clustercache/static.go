@@ -7,6 +7,7 @@ import (
 	"slices"
 	"strings"
 
+	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
@@ -45,7 +46,9 @@ func (o StaticObject) String() string { return fmt.Sprintf("%s (document %d)", o
 // of that resource and whose watch never delivers an event. Policies read
 // them exactly as they read a live cluster's, event handlers and indexers
 // included. Every custom resource counts as served (an empty state means
-// no such objects, not an absent CRD).
+// no such objects, not an absent CRD). A Namespace gets the label
+// kubernetes.io/metadata.name (its name), as the API server gives every
+// namespace.
 //
 // Objects of resources not in resources are ignored. An object without
 // apiVersion or kind, one that does not decode as its built-in type, two
@@ -103,6 +106,16 @@ func NewStatic(ctx context.Context, reads []Read, objs []StaticObject) (*Caches,
 				return nil, fmt.Errorf("%w: %s: %s %q: %w", ErrStatic, o, gvk.Kind, u.GetName(), err)
 			}
 			obj = typed
+		}
+		if ns, ok := obj.(*corev1.Namespace); ok {
+			// The API server sets this label on every namespace, to its
+			// name, on create and update (k8s.io/kubernetes v1.37.1
+			// pkg/registry/core/namespace/strategy.go:108-131 Canonicalize):
+			// a namespace of a state has it as it would in a cluster.
+			if ns.Labels == nil {
+				ns.Labels = map[string]string{}
+			}
+			ns.Labels[corev1.LabelMetadataName] = ns.Name
 		}
 		byGVR[gvr] = append(byGVR[gvr], obj)
 	}

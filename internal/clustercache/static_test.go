@@ -54,7 +54,7 @@ func TestNewStatic(t *testing.T) {
 		t.Fatalf("LocalQueue cached as %T", got)
 	}
 	ns, _ := c.Informer(Namespaces)
-	if got, exists, _ := ns.GetStore().GetByKey("a"); !exists || got.(*corev1.Namespace).Labels["team"] != "x" {
+	if got, exists, _ := ns.GetStore().GetByKey("a"); !exists || got.(*corev1.Namespace).Labels["team"] != "x" || got.(*corev1.Namespace).Labels[corev1.LabelMetadataName] != "a" {
 		t.Fatalf("namespace a: %v", got)
 	}
 	// A custom resource with no objects is served and empty.

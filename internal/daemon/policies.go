@@ -8,8 +8,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 
-	corelisters "k8s.io/client-go/listers/core/v1"
-
 	"github.com/kadmit/kadmit/internal/admission"
 	"github.com/kadmit/kadmit/internal/celpolicy"
 	"github.com/kadmit/kadmit/internal/clustercache"
@@ -22,11 +20,7 @@ import (
 // only its kubernetes.io/metadata.name label). opts carries the bounds
 // (Budget, MaxObjectBytes).
 func declaredHooks(load celpolicy.LoadOptions, paths []string, docs []celpolicy.Document, cluster *clustercache.Caches, opts celpolicy.Options) ([]admission.Hook, error) {
-	if cluster != nil {
-		if inf, ok := cluster.Informer(clustercache.Namespaces); ok {
-			opts.Namespaces = corelisters.NewNamespaceLister(inf.GetIndexer())
-		}
-	}
+	opts = opts.WithCluster(cluster)
 	set, err := celpolicy.LoadWith(load, paths, docs)
 	if err != nil {
 		return nil, fmt.Errorf("declared policies: %w", err)

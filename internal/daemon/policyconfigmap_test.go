@@ -52,7 +52,7 @@ func testReloader(t *testing.T) (*reloader, func() []string) {
 	ctx, cancel := context.WithCancel(context.Background())
 	t.Cleanup(cancel)
 	cfg := builtin.Config.Default()
-	resources := append(builtin.Caches(cfg), clustercache.Namespaces.Whole())
+	resources := append(builtin.Caches(cfg), celpolicy.Caches()...)
 	cluster, err := clustercache.NewStatic(ctx, resources, nil)
 	if err != nil {
 		t.Fatal(err)

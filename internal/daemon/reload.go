@@ -134,8 +134,7 @@ func (r *reloader) build(ctx context.Context, cfg *config.Configuration, docs []
 	if r.declared() {
 		// Declared policies' namespaceSelector and namespaceObject read
 		// namespaces, as the API server's plugins do from its informer.
-		// namespaceObject is the whole namespace: kept whole.
-		resources = append(resources, clustercache.Namespaces.Whole())
+		resources = append(resources, celpolicy.Caches()...)
 	}
 	key := clustercache.Key(resources)
 	if key != r.clusterKey {

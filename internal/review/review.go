@@ -20,6 +20,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/uuid"
+	storagenames "k8s.io/apiserver/pkg/storage/names"
 
 	"github.com/kadmit/kadmit/internal/admission"
 	"github.com/kadmit/kadmit/internal/jsonedit"
@@ -113,13 +114,27 @@ type Options struct {
 	// Old holds the old objects for UPDATE and DELETE, matched to inputs by
 	// apiVersion, kind, namespace and name.
 	Old []Document
+	// UserInfo is the requesting user (`--user`, `--group`, `--uid`); an
+	// empty Username is DefaultUser with no groups.
+	UserInfo authenticationv1.UserInfo
+	// NameGenerator names a CREATE's generateName object between the
+	// mutating and validating webhooks (admission.GenerateName); nil is
+	// the API server's random one.
+	NameGenerator storagenames.NameGenerator
 }
+
+// DefaultUser is the username of a review without Options.UserInfo.
+const DefaultUser = "kadmit-review"
 
 // Result is the outcome for one object; its JSON form is one line of
 // `kadmit review -o json`. Every documented key (apiVersion, kind, namespace,
 // name, allowed, code, message, warnings, patch, object) is always present, so
 // scripts can rely on them: namespace and message may be "", warnings and
-// patch [].
+// patch []. For a CREATE of an object with metadata.generateName and no
+// name, name is the one generated between the mutating and the validating
+// webhooks, as the API server's registry does (admission.GenerateName:
+// random, so it differs from run to run), and object carries it; patch
+// holds only the webhooks' operations, not the name.
 type Result struct {
 	APIVersion string          `json:"apiVersion"`
 	Kind       string          `json:"kind"`
@@ -135,9 +150,14 @@ type Result struct {
 	Webhooks []string `json:"webhooks,omitempty"`
 }
 
-// Run reviews one document through webhooks. It returns an error wrapping
-// ErrInput when the document is not a Kubernetes object or its old object is
-// missing for UPDATE, and a *admission.PanicError when a policy panicked.
+// Run reviews one document through webhooks: the mutating ones, each on
+// the previous one's output, then, for a CREATE (not of a subresource),
+// the object's generateName turned into its name (admission.GenerateName,
+// with opts.NameGenerator), then the validating ones on the result, asked
+// about that name. It returns an error wrapping ErrInput when the document
+// is not a Kubernetes object, its metadata is malformed or its old object
+// is missing for UPDATE, and a *admission.PanicError when a policy
+// panicked.
 func Run(ctx context.Context, webhooks []*admission.Webhook, doc Document, opts Options) (*Result, error) {
 	var u unstructured.Unstructured
 	if err := u.UnmarshalJSON(doc.Object); err != nil {
@@ -160,9 +180,12 @@ func Run(ctx context.Context, webhooks []*admission.Webhook, doc Document, opts 
 		Name:        u.GetName(),
 		Namespace:   u.GetNamespace(),
 		Operation:   op,
-		UserInfo:    authenticationv1.UserInfo{Username: "kadmit-review"},
+		UserInfo:    opts.UserInfo,
 		Object:      runtime.RawExtension{Raw: doc.Object},
 	}}
+	if req.UserInfo.Username == "" {
+		req.UserInfo = authenticationv1.UserInfo{Username: DefaultUser}
+	}
 	req.RequestKind, req.RequestResource, req.RequestSubResource = &req.Kind, &req.Resource, req.SubResource
 	if op == admissionv1.Update || op == admissionv1.Delete {
 		old, ok := findOld(opts.Old, gvk, u.GetNamespace(), u.GetName())
@@ -179,6 +202,19 @@ func Run(ctx context.Context, webhooks []*admission.Webhook, doc Document, opts 
 	// Mutating webhooks first, each seeing the previous one's output, then
 	// validating webhooks on the final object, as the API server does.
 	for _, phase := range []admission.Type{admission.Mutating, admission.Validating} {
+		if phase == admission.Validating && op == admissionv1.Create && req.SubResource == "" {
+			// Between the phases the API server's registry names a
+			// generateName object, and validating admission is asked
+			// about that name (admission.GenerateName).
+			obj, name, err := admission.GenerateName(req.Object.Raw, opts.NameGenerator)
+			if err != nil {
+				return nil, fmt.Errorf("%w: %s: %w", ErrInput, doc, err)
+			}
+			req.Object.Raw = obj
+			if req.Name == "" {
+				req.Name, res.Name = name, name
+			}
+		}
 		for _, wh := range webhooks {
 			if wh.Type != phase {
 				continue
