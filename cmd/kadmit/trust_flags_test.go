@@ -20,6 +20,7 @@ const escalatePolicy = `apiVersion: admissionregistration.k8s.io/v1
 kind: MutatingAdmissionPolicy
 metadata: {name: escalate}
 spec:
+  reinvocationPolicy: Never
   matchConstraints:
     resourceRules: [{apiGroups: ["rbac.authorization.k8s.io"], apiVersions: ["v1"], operations: ["CREATE"], resources: ["clusterrolebindings"]}]
   mutations:

@@ -58,6 +58,7 @@ apiVersion: admissionregistration.k8s.io/v1
 kind: MutatingAdmissionPolicy
 metadata: {name: m}
 spec:
+  reinvocationPolicy: Never
   paramKind: {apiVersion: v1, kind: Secret}
   matchConstraints:
     resourceRules: [{apiGroups: [""], apiVersions: ["v1"], operations: ["CREATE"], resources: ["configmaps"]}]

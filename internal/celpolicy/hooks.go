@@ -44,7 +44,8 @@ func HookName(kind admission.Type, policy string) string {
 // first denial's message is the one returned. The mutating hooks a request
 // reaches one after another run together on one decoded copy of the
 // object (mapHook, admission.GroupMutator). A mutating hook carries its
-// policy's reinvocationPolicy (Never when unset, the API's default); the
+// policy's reinvocationPolicy (the loader requires one, as the API server
+// does; Never for a Set built in code without it); the
 // webhook on MutatePath is registered IfNeeded when any policy asks for it
 // (registration.Build).
 func (e *Engine) Hooks() []admission.Hook {

@@ -88,6 +88,7 @@ kind: MutatingAdmissionPolicy
 metadata:
   name: label-never
 spec:
+  reinvocationPolicy: Never
   matchConstraints:
     resourceRules:
     - apiGroups: [""]

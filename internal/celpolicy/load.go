@@ -354,9 +354,12 @@ func defaultMutatingPolicy(p *admissionregistrationv1.MutatingAdmissionPolicy) {
 		fp := admissionregistrationv1.Fail
 		p.Spec.FailurePolicy = &fp
 	}
-	if p.Spec.ReinvocationPolicy == "" {
-		p.Spec.ReinvocationPolicy = admissionregistrationv1.NeverReinvocationPolicy
-	}
+	// No default for reinvocationPolicy: the API server has none for a
+	// MutatingAdmissionPolicy (k8s.io/kubernetes v1.37.1
+	// pkg/apis/admissionregistration/v1/defaults.go:122-127 sets only
+	// failurePolicy; the webhook's Never default at :76-79 is for
+	// MutatingWebhooks) and refuses the policy without one
+	// (validation/validation.go:1417-1418), so check refuses it too.
 	defaultMatchResources(p.Spec.MatchConstraints)
 }
 
@@ -440,6 +443,8 @@ func (s *Set) validate(opts LoadOptions) error {
 		}
 		switch p.Spec.ReinvocationPolicy {
 		case admissionregistrationv1.NeverReinvocationPolicy, admissionregistrationv1.IfNeededReinvocationPolicy:
+		case "":
+			return fmt.Errorf("%w: %s: MutatingAdmissionPolicy %s: spec.reinvocationPolicy: Required value", ErrInput, src, p.Name)
 		default:
 			return fmt.Errorf("%w: %s: MutatingAdmissionPolicy %s: spec.reinvocationPolicy: Unsupported value: %q", ErrInput, src, p.Name, p.Spec.ReinvocationPolicy)
 		}

@@ -29,9 +29,13 @@ func TestLoadErrors(t *testing.T) {
 			"spec.validationActions: Required value"},
 		"duplicate": {vapHeader + "  validations: [{expression: 'true'}]\n---\n" + vapHeader + "  validations: [{expression: 'true'}]\n",
 			"x.yaml (document 1): ValidatingAdmissionPolicy p is also defined at "},
-		"no kind":       {"metadata: {name: x}\n", "x.yaml (document 0): Object 'Kind' is missing"},
-		"map v1alpha1":  {"apiVersion: admissionregistration.k8s.io/v1alpha1\nkind: MutatingAdmissionPolicy\nmetadata: {name: m}\n", "kadmit reads admissionregistration.k8s.io/v1 or v1beta1"},
-		"bad yaml":      {vapHeader + "  validations: [\n", "x.yaml (document 0)"},
+		"no kind":      {"metadata: {name: x}\n", "x.yaml (document 0): Object 'Kind' is missing"},
+		"map v1alpha1": {"apiVersion: admissionregistration.k8s.io/v1alpha1\nkind: MutatingAdmissionPolicy\nmetadata: {name: m}\n", "kadmit reads admissionregistration.k8s.io/v1 or v1beta1"},
+		"bad yaml":     {vapHeader + "  validations: [\n", "x.yaml (document 0)"},
+		// The API server has no default for a MutatingAdmissionPolicy's
+		// reinvocationPolicy and refuses it without one.
+		"map without reinvocationPolicy": {"apiVersion: admissionregistration.k8s.io/v1\nkind: MutatingAdmissionPolicy\nmetadata: {name: m}\nspec:\n  matchConstraints:\n    resourceRules: [{apiGroups: [\"\"], apiVersions: [v1], operations: [CREATE], resources: [pods]}]\n  mutations: [{patchType: JSONPatch, jsonPatch: {expression: '[JSONPatch{op: \"test\", path: \"/kind\", value: object.kind}]'}}]\n",
+			"x.yaml (document 0): MutatingAdmissionPolicy m: spec.reinvocationPolicy: Required value"},
 		"param ref bad": {vapHeader + "  validations: [{expression: 'true'}]\n---\napiVersion: admissionregistration.k8s.io/v1\nkind: ValidatingAdmissionPolicyBinding\nmetadata: {name: b}\nspec: {policyName: p, validationActions: [Deny], paramRef: {name: x}}\n", "spec.paramRef.parameterNotFoundAction: Required value"},
 	}
 	for name, c := range cases {

@@ -16,6 +16,7 @@ func sensitivePolicy(kind, rules, excludes string) string {
 	body := "  validations: [{expression: 'true'}]\n"
 	if kind == "MutatingAdmissionPolicy" {
 		body = "  mutations: [{patchType: JSONPatch, jsonPatch: {expression: '[JSONPatch{op: \"test\", path: \"/kind\", value: object.kind}]'}}]\n"
+		body += "  reinvocationPolicy: Never\n"
 	}
 	ex := ""
 	if excludes != "" {

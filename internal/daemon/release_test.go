@@ -25,6 +25,7 @@ func labelMAP(name string) string {
 kind: MutatingAdmissionPolicy
 metadata: {name: ` + name + `}
 spec:
+  reinvocationPolicy: Never
   matchConstraints:
     resourceRules: [{apiGroups: [""], apiVersions: ["v1"], operations: ["CREATE", "UPDATE"], resources: ["pods"]}]
   mutations:

@@ -24,6 +24,7 @@ const escalation = `apiVersion: admissionregistration.k8s.io/v1
 kind: MutatingAdmissionPolicy
 metadata: {name: escalate}
 spec:
+  reinvocationPolicy: Never
   matchConstraints:
     resourceRules:
     - apiGroups: ["rbac.authorization.k8s.io"]

@@ -114,6 +114,7 @@ func mapPolicy(i int) string {
 kind: MutatingAdmissionPolicy
 metadata: {name: label-%[1]d}
 spec:
+  reinvocationPolicy: Never
   failurePolicy: Fail
   matchConstraints:
     resourceRules: [{apiGroups: [""], apiVersions: ["v1"], operations: ["CREATE"], resources: ["pods"]}]
