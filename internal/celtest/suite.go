@@ -19,6 +19,7 @@ import (
 	"path/filepath"
 	"sort"
 	"strings"
+	"time"
 
 	authenticationv1 "k8s.io/api/authentication/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -117,6 +118,11 @@ type Result struct {
 	Suite, Test string
 	// Failures say what differed; empty when the test passed.
 	Failures []string
+	// File is the suite file; Start and Elapsed time the test (building
+	// its request and evaluating it), for the JSON and JUnit reports.
+	File    string
+	Start   time.Time
+	Elapsed time.Duration
 }
 
 // Find returns the suite files under path (a file, or a directory
@@ -254,6 +260,7 @@ func RunWith(ctx context.Context, s *Suite, load celpolicy.LoadOptions) ([]Resul
 	var out []Result
 	for i := range s.Tests {
 		t := &s.Tests[i]
+		start := time.Now()
 		req, err := s.request(t)
 		if err != nil {
 			return nil, fmt.Errorf("%w: %s: tests[%d] (%s): %w", ErrInput, s.file, i, t.Name, err)
@@ -262,7 +269,8 @@ func RunWith(ctx context.Context, s *Suite, load celpolicy.LoadOptions) ([]Resul
 		if err != nil {
 			return nil, fmt.Errorf("%s: tests[%d] (%s): %w", s.file, i, t.Name, err)
 		}
-		out = append(out, Result{Suite: s.Metadata.Name, Test: t.Name, Failures: compare(t, req, d)})
+		out = append(out, Result{Suite: s.Metadata.Name, Test: t.Name, Failures: compare(t, req, d),
+			File: s.file, Start: start, Elapsed: time.Since(start)})
 	}
 	return out, nil
 }
