@@ -89,7 +89,16 @@ type Test struct {
 	SubResource string `json:"subResource,omitempty"`
 	// UserInfo is the requesting user (default: username "kadmit-test").
 	UserInfo *authenticationv1.UserInfo `json:"userInfo,omitempty"`
-	Expect   Expect                     `json:"expect"`
+	// DryRun marks the request as a dry run (request.dryRun in CEL), as
+	// `kubectl --dry-run=server` sends it; the options' dryRun is then
+	// ["All"], as the API server's are.
+	DryRun bool `json:"dryRun,omitempty"`
+	// Options are the operation's options (request.options in CEL): the
+	// fields of a CreateOptions for CREATE, UpdateOptions for UPDATE,
+	// DeleteOptions for DELETE (e.g. {fieldManager: kubectl-edit}); none
+	// for CONNECT. See requestOptions.
+	Options json.RawMessage `json:"options,omitempty"`
+	Expect  Expect          `json:"expect"`
 }
 
 // Expect is what a test requires; fields left out are not checked.
@@ -353,9 +362,13 @@ func (s *Suite) request(t *Test) (*celpolicy.Request, error) {
 	if t.UserInfo != nil {
 		ui = *t.UserInfo
 	}
+	options, dryRun, err := requestOptions(op, t.Options, t.DryRun)
+	if err != nil {
+		return nil, err
+	}
 	req := &celpolicy.Request{
 		Kind: gvk, Resource: gvr, SubResource: t.SubResource, Name: u.GetName(), Namespace: u.GetNamespace(),
-		Operation: op, Object: obj, OldObject: old, UserInfo: ui,
+		Operation: op, Object: obj, OldObject: old, UserInfo: ui, Options: options, DryRun: dryRun,
 	}
 	for i := range s.Namespaces {
 		if s.Namespaces[i].Name == req.Namespace {
