@@ -19,6 +19,7 @@ import (
 	"path/filepath"
 	"sort"
 	"strings"
+	"time"
 
 	authenticationv1 "k8s.io/api/authentication/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -90,7 +91,16 @@ type Test struct {
 	SubResource string `json:"subResource,omitempty"`
 	// UserInfo is the requesting user (default: username "kadmit-test").
 	UserInfo *authenticationv1.UserInfo `json:"userInfo,omitempty"`
-	Expect   Expect                     `json:"expect"`
+	// DryRun marks the request as a dry run (request.dryRun in CEL), as
+	// `kubectl --dry-run=server` sends it; the options' dryRun is then
+	// ["All"], as the API server's are.
+	DryRun bool `json:"dryRun,omitempty"`
+	// Options are the operation's options (request.options in CEL): the
+	// fields of a CreateOptions for CREATE, UpdateOptions for UPDATE,
+	// DeleteOptions for DELETE (e.g. {fieldManager: kubectl-edit}); none
+	// for CONNECT. See requestOptions.
+	Options json.RawMessage `json:"options,omitempty"`
+	Expect  Expect          `json:"expect"`
 }
 
 // Expect is what a test requires; fields left out are not checked.
@@ -119,6 +129,11 @@ type Result struct {
 	Suite, Test string
 	// Failures say what differed; empty when the test passed.
 	Failures []string
+	// File is the suite file; Start and Elapsed time the test (building
+	// its request and evaluating it), for the JSON and JUnit reports.
+	File    string
+	Start   time.Time
+	Elapsed time.Duration
 }
 
 // Find returns the suite files under path (a file, or a directory
@@ -256,6 +271,7 @@ func RunWith(ctx context.Context, s *Suite, load celpolicy.LoadOptions) ([]Resul
 	var out []Result
 	for i := range s.Tests {
 		t := &s.Tests[i]
+		start := time.Now()
 		req, err := s.request(t)
 		if err != nil {
 			return nil, fmt.Errorf("%w: %s: tests[%d] (%s): %w", ErrInput, s.file, i, t.Name, err)
@@ -264,7 +280,8 @@ func RunWith(ctx context.Context, s *Suite, load celpolicy.LoadOptions) ([]Resul
 		if err != nil {
 			return nil, fmt.Errorf("%s: tests[%d] (%s): %w", s.file, i, t.Name, err)
 		}
-		out = append(out, Result{Suite: s.Metadata.Name, Test: t.Name, Failures: compare(t, req, d)})
+		out = append(out, Result{Suite: s.Metadata.Name, Test: t.Name, Failures: compare(t, req, d),
+			File: s.file, Start: start, Elapsed: time.Since(start)})
 	}
 	return out, nil
 }
@@ -367,9 +384,13 @@ func (s *Suite) request(t *Test) (*celpolicy.Request, error) {
 	if t.UserInfo != nil {
 		ui = *t.UserInfo
 	}
+	options, dryRun, err := requestOptions(op, t.Options, t.DryRun)
+	if err != nil {
+		return nil, err
+	}
 	req := &celpolicy.Request{
 		Kind: gvk, Resource: gvr, SubResource: t.SubResource, Name: u.GetName(), Namespace: u.GetNamespace(),
-		Operation: op, Object: obj, OldObject: old, UserInfo: ui,
+		Operation: op, Object: obj, OldObject: old, UserInfo: ui, Options: options, DryRun: dryRun,
 	}
 	for i := range s.Namespaces {
 		if s.Namespaces[i].Name == req.Namespace {
