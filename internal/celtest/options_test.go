@@ -9,7 +9,10 @@ import (
 	"strings"
 	"testing"
 
+	admissionv1 "k8s.io/api/admission/v1"
 	"k8s.io/apiserver/pkg/admission"
+
+	kadmission "github.com/kadmit/kadmit/internal/admission"
 )
 
 // A policy that denies everything with a message spelling out what it saw
@@ -125,13 +128,13 @@ func TestOptionsRefused(t *testing.T) {
 		{admission.Connect, `{"fieldManager": "x"}`, false, `CONNECT requests carry no options and are never dry runs`},
 		{admission.Connect, ``, true, `CONNECT requests carry no options and are never dry runs`},
 	} {
-		_, _, err := requestOptions(c.op, json.RawMessage(c.options), c.dryRun)
+		_, _, err := kadmission.RequestOptions(admissionv1.Operation(c.op), json.RawMessage(c.options), c.dryRun)
 		if err == nil || !strings.Contains(err.Error(), c.want) {
 			t.Errorf("%s %s dryRun=%v: got %v, want %q", c.op, c.options, c.dryRun, err, c.want)
 		}
 	}
 	// CONNECT without either has no options, as the API server sends it.
-	if o, dry, err := requestOptions(admission.Connect, nil, false); err != nil || o != nil || dry {
+	if o, dry, err := kadmission.RequestOptions(admissionv1.Connect, nil, false); err != nil || o != nil || dry {
 		t.Errorf("CONNECT: %s %v %v", o, dry, err)
 	}
 }

@@ -21,6 +21,7 @@ import (
 	"strings"
 	"time"
 
+	admissionv1 "k8s.io/api/admission/v1"
 	authenticationv1 "k8s.io/api/authentication/v1"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
@@ -98,7 +99,7 @@ type Test struct {
 	// Options are the operation's options (request.options in CEL): the
 	// fields of a CreateOptions for CREATE, UpdateOptions for UPDATE,
 	// DeleteOptions for DELETE (e.g. {fieldManager: kubectl-edit}); none
-	// for CONNECT. See requestOptions.
+	// for CONNECT. See admission.RequestOptions (internal/admission).
 	Options json.RawMessage `json:"options,omitempty"`
 	Expect  Expect          `json:"expect"`
 }
@@ -384,7 +385,7 @@ func (s *Suite) request(t *Test) (*celpolicy.Request, error) {
 	if t.UserInfo != nil {
 		ui = *t.UserInfo
 	}
-	options, dryRun, err := requestOptions(op, t.Options, t.DryRun)
+	options, dryRun, err := kadmission.RequestOptions(admissionv1.Operation(op), t.Options, t.DryRun)
 	if err != nil {
 		return nil, err
 	}

@@ -223,3 +223,30 @@ spec:
 		t.Fatalf("shop without --state: %+v", res)
 	}
 }
+
+// TestRunRequestOptions: a reviewed CREATE carries the options object the
+// API server passes (CreateOptions, meta.k8s.io/v1) and is not a dry run,
+// as `kadmit test` builds it (admission.RequestOptions).
+func TestRunRequestOptions(t *testing.T) {
+	dir := t.TempDir()
+	write(t, dir, "policy.yaml", `apiVersion: admissionregistration.k8s.io/v1
+kind: ValidatingAdmissionPolicy
+metadata: {name: echo}
+spec:
+  failurePolicy: Fail
+  matchConstraints:
+    resourceRules: [{apiGroups: [""], apiVersions: [v1], operations: [CREATE], resources: [configmaps]}]
+  validations:
+  - expression: "false"
+    messageExpression: "'options ' + request.options.kind + ' ' + request.options.apiVersion + ', dryRun ' + string(request.dryRun)"
+---
+apiVersion: admissionregistration.k8s.io/v1
+kind: ValidatingAdmissionPolicyBinding
+metadata: {name: echo}
+spec: {policyName: echo, validationActions: [Deny]}
+`)
+	res := reviewWith(t, declaredWebhooks(t, dir, ""), "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: c, namespace: default}\n", Options{})
+	if res.Allowed || !strings.HasSuffix(res.Message, "options CreateOptions meta.k8s.io/v1, dryRun false") {
+		t.Fatalf("got %+v", res)
+	}
+}

@@ -187,6 +187,14 @@ func Run(ctx context.Context, webhooks []*admission.Webhook, doc Document, opts 
 		req.UserInfo = authenticationv1.UserInfo{Username: DefaultUser}
 	}
 	req.RequestKind, req.RequestResource, req.RequestSubResource = &req.Kind, &req.Resource, req.SubResource
+	// The options object the API server passes with every CREATE, UPDATE
+	// and DELETE (request.options in CEL, AdmissionRequest.options for
+	// webhooks), the same as `kadmit test` builds.
+	options, _, err := admission.RequestOptions(op, nil, false)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %s: %w", ErrInput, doc, err)
+	}
+	req.Options = runtime.RawExtension{Raw: options}
 	if op == admissionv1.Update || op == admissionv1.Delete {
 		old, ok := findOld(opts.Old, gvk, u.GetNamespace(), u.GetName())
 		if !ok {

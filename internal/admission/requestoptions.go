@@ -1,14 +1,14 @@
-package celtest
+package admission
 
 import (
 	"bytes"
 	"encoding/json"
 	"fmt"
 
+	admissionv1 "k8s.io/api/admission/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	metav1validation "k8s.io/apimachinery/pkg/apis/meta/v1/validation"
 	"k8s.io/apimachinery/pkg/util/validation/field"
-	"k8s.io/apiserver/pkg/admission"
 )
 
 // optionsKinds is the options object the API server passes to admission per
@@ -17,14 +17,15 @@ import (
 // passes UpdateOptions, or CreateOptions when it creates, patch.go). A
 // CONNECT carries none (rest.go ConnectResource passes nil options and
 // dryRun false).
-var optionsKinds = map[admission.Operation]string{
-	admission.Create: "CreateOptions",
-	admission.Update: "UpdateOptions",
-	admission.Delete: "DeleteOptions",
+var optionsKinds = map[admissionv1.Operation]string{
+	admissionv1.Create: "CreateOptions",
+	admissionv1.Update: "UpdateOptions",
+	admissionv1.Delete: "DeleteOptions",
 }
 
-// requestOptions returns the options object (JSON) and dry-run flag a
-// test's request carries, as the API server builds them:
+// RequestOptions returns the options object (JSON) and dry-run flag a
+// request built offline (`kadmit test`, `kadmit review`) carries, as the
+// API server builds them:
 //
 //   - the options' kind and apiVersion are always set (CreateOptions for
 //     CREATE, UpdateOptions for UPDATE, DeleteOptions for DELETE,
@@ -42,7 +43,7 @@ var optionsKinds = map[admission.Operation]string{
 //     sends); options with dryRun ["All"] make the request a dry run, as the
 //     API server derives one from the other (dryrun.IsDryRun);
 //   - CONNECT refuses both options and dryRun.
-func requestOptions(op admission.Operation, raw json.RawMessage, dryRun bool) ([]byte, bool, error) {
+func RequestOptions(op admissionv1.Operation, raw json.RawMessage, dryRun bool) ([]byte, bool, error) {
 	given := len(bytes.TrimSpace(raw)) > 0 && string(bytes.TrimSpace(raw)) != "null"
 	kind, ok := optionsKinds[op]
 	if !ok {
@@ -72,13 +73,13 @@ func requestOptions(op admission.Operation, raw json.RawMessage, dryRun bool) ([
 		dry  *[]string
 	)
 	switch op {
-	case admission.Create:
+	case admissionv1.Create:
 		o := &metav1.CreateOptions{}
 		obj, dry = o, &o.DryRun
-	case admission.Update:
+	case admissionv1.Update:
 		o := &metav1.UpdateOptions{}
 		obj, dry = o, &o.DryRun
-	case admission.Delete:
+	case admissionv1.Delete:
 		o := &metav1.DeleteOptions{}
 		obj, dry = o, &o.DryRun
 	}
