@@ -1,18 +1,23 @@
 package main
 
 import (
+	"context"
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/spf13/cobra"
 
 	"github.com/kadmit/kadmit/internal/celpolicy"
 	"github.com/kadmit/kadmit/internal/celtest"
 	"github.com/kadmit/kadmit/internal/cmdexit"
+	"github.com/kadmit/kadmit/internal/kubeconfig"
 )
 
 func newTestCmd() *cobra.Command {
-	var allowSensitive bool
+	var allowSensitive, server bool
+	var kubeconfigPath, kubeContext string
+	var serverWait time.Duration
 	cmd := &cobra.Command{
 		Use:   "test DIR|FILE",
 		Short: "Run test suites for ValidatingAdmissionPolicy / MutatingAdmissionPolicy files",
@@ -22,7 +27,16 @@ validating policies, as the API server evaluates them in tree, and the decision,
 code, message, warnings, audit annotations and mutated fields are compared with
 what the test expects. The format is in docs/policies-cel.md.
 
-Exit status: 0 when every test passes, 1 when any fails, 2 on input errors.`,
+With --server, each test also runs as a server-side dry run (dryRun=All)
+against the API server of --kubeconfig/--context, with the suite's policies,
+bindings, params and namespaces installed for the suite's run and removed
+after, and every test whose offline and server outcomes differ is reported
+(DIFF lines). Use a disposable cluster: kadmit refuses to overwrite an
+object of the same name. Audit annotations cannot be read by a client and
+are not compared.
+
+Exit status: 0 when every test passes (and agrees with the server), 1 when
+any fails or differs, 2 on input errors or when the server run fails.`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			files, err := celtest.Find(args[0])
@@ -32,24 +46,57 @@ Exit status: 0 when every test passes, 1 when any fails, 2 on input errors.`,
 			if len(files) == 0 {
 				return cmdexit.New(2, fmt.Errorf("no test suites (kind: %s) under %s", celtest.Kind, args[0]))
 			}
+			load := celpolicy.LoadOptions{AllowSensitiveGroups: allowSensitive}
+			run := func(ctx context.Context, s *celtest.Suite) ([]celtest.Result, error) { return celtest.RunWith(ctx, s, load) }
+			if !server {
+				for _, f := range []string{"kubeconfig", "context", "server-wait"} {
+					if cmd.Flags().Changed(f) {
+						return cmdexit.New(2, fmt.Errorf("--%s needs --server", f))
+					}
+				}
+			} else {
+				rc, err := kubeconfig.Load(kubeconfigPath, kubeContext, "kadmit-test")
+				if err != nil {
+					return cmdexit.New(2, err)
+				}
+				sv, err := celtest.NewServer(rc, celtest.ServerOptions{Load: load, ReadyTimeout: serverWait, Log: cmd.ErrOrStderr()})
+				if err != nil {
+					return cmdexit.New(2, err)
+				}
+				defer func() {
+					if err := sv.Close(context.WithoutCancel(cmd.Context())); err != nil {
+						fmt.Fprintln(cmd.ErrOrStderr(), "kadmit test --server: cleanup:", err)
+					}
+				}()
+				run = sv.RunServer
+			}
 			var results []celtest.Result
 			for _, f := range files {
 				s, err := celtest.ReadSuite(f)
 				if err != nil {
 					return cmdexit.New(2, err)
 				}
-				rs, err := celtest.RunWith(cmd.Context(), s, celpolicy.LoadOptions{AllowSensitiveGroups: allowSensitive})
+				rs, err := run(cmd.Context(), s)
+				results = append(results, rs...)
 				if err != nil {
+					// A cleanup that failed after the suite ran: its
+					// results stand, the error follows them.
+					if len(results) > 0 {
+						celtest.Print(cmd.OutOrStdout(), results)
+					}
 					return cmdexit.New(2, err)
 				}
-				results = append(results, rs...)
 			}
 			if failed := celtest.Print(cmd.OutOrStdout(), results); failed > 0 {
-				return cmdexit.New(1, errors.New("some policy tests failed"))
+				return cmdexit.New(1, errors.New("some policy tests failed or differ from the API server"))
 			}
 			return nil
 		},
 	}
 	cmd.Flags().BoolVar(&allowSensitive, "policies-allow-sensitive-groups", false, "let the suites' policies match resources of the rbac.authorization.k8s.io, admissionregistration.k8s.io, certificates.k8s.io, authentication.k8s.io and authorization.k8s.io groups, refused by default as kadmit serve refuses them (docs/security.md)")
+	cmd.Flags().BoolVar(&server, "server", false, "also send each test as a server-side dry run to the API server of --kubeconfig/--context, with the suite's policies installed there for its run, and report every test whose offline and server outcomes differ (use a disposable cluster; docs/policies-cel.md)")
+	cmd.Flags().StringVar(&kubeconfigPath, "kubeconfig", "", "with --server: kubeconfig file (default: $KUBECONFIG, then ~/.kube/config)")
+	cmd.Flags().StringVar(&kubeContext, "context", "", "with --server: kubeconfig context (default: the current context)")
+	cmd.Flags().DurationVar(&serverWait, "server-wait", celtest.DefaultReadyTimeout, "with --server: how long to wait, per suite, until the API server enforces the installed policies")
 	return cmd
 }
