@@ -1,0 +1,284 @@
+// Package testserver runs `kadmit test --server`, the built binary,
+// against a real kube-apiserver: the repository's examples (examples/cel)
+// agree offline and in the API server; a planted suite whose policy reads
+// a field the API server defaults is reported as a difference; a policy of
+// the same name already in the cluster is refused and left alone; and
+// nothing kadmit installed stays behind.
+//
+// The control plane is taken from KADMIT_CONTROLPLANE_DIR (default
+// ~/.cache/kadmit/controlplane/v1.37.1). Without the binaries the test
+// skips, unless KADMIT_E2E_REQUIRED=1.
+package testserver
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"testing"
+	"time"
+
+	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+	"sigs.k8s.io/yaml"
+
+	"github.com/kadmit/kadmit/test/controlplane"
+	"github.com/kadmit/kadmit/test/controlplane/kadmitproc"
+)
+
+var world struct {
+	cp         *controlplane.ControlPlane
+	kubeconfig string
+	binary     string
+	root       string
+	skip       string
+}
+
+func TestMain(m *testing.M) {
+	os.Exit(run(m))
+}
+
+func run(m *testing.M) int {
+	required := os.Getenv("KADMIT_E2E_REQUIRED") == "1"
+	dir, err := controlplane.FindBinaries("")
+	if err != nil {
+		if required || !errors.Is(err, controlplane.ErrBinariesMissing) {
+			fmt.Fprintln(os.Stderr, "testserver:", err)
+			return 1
+		}
+		world.skip = err.Error()
+		return m.Run()
+	}
+	tmp, err := os.MkdirTemp("", "kadmit-testserver-")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "testserver:", err)
+		return 1
+	}
+	defer os.RemoveAll(tmp)
+	if world.root, err = kadmitproc.RepoRoot(); err != nil {
+		fmt.Fprintln(os.Stderr, "testserver:", err)
+		return 1
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	world.binary = filepath.Join(tmp, "kadmit")
+	built := make(chan error, 1)
+	go func() { built <- kadmitproc.Build(ctx, world.root, world.binary) }()
+	var log bytes.Buffer
+	cp, err := controlplane.Start(ctx, controlplane.Options{Dir: dir, Output: &log})
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "testserver: %v\n%s", err, log.String())
+		return 1
+	}
+	defer func() { _ = cp.Stop() }()
+	if err := <-built; err != nil {
+		fmt.Fprintln(os.Stderr, "testserver:", err)
+		return 1
+	}
+	world.cp = cp
+	world.kubeconfig = filepath.Join(tmp, "kubeconfig")
+	if err := cp.WriteKubeconfig(world.kubeconfig); err != nil {
+		fmt.Fprintln(os.Stderr, "testserver:", err)
+		return 1
+	}
+	return m.Run()
+}
+
+func requireWorld(t *testing.T) {
+	t.Helper()
+	if world.skip != "" {
+		t.Skip(world.skip)
+	}
+}
+
+// kadmitTest runs the binary's `kadmit test --server` on path and returns
+// its output and exit status.
+func kadmitTest(ctx context.Context, t *testing.T, path string) (string, int) {
+	t.Helper()
+	cmd := exec.CommandContext(ctx, world.binary, "test", "--server", "--kubeconfig", world.kubeconfig, "--server-wait", "40s", path)
+	var out bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &out
+	err := cmd.Run()
+	var exit *exec.ExitError
+	switch {
+	case err == nil:
+		return out.String(), 0
+	case errors.As(err, &exit):
+		return out.String(), exit.ExitCode()
+	default:
+		t.Fatalf("kadmit test --server: %v\n%s", err, out.String())
+		return "", 0
+	}
+}
+
+// The examples' gatekeeper suite takes its param kind from a CRD, which
+// the cluster must serve before the suite runs (kadmit installs the
+// suite's params, not their CRDs).
+func installCRDs(ctx context.Context, t *testing.T) {
+	t.Helper()
+	data, err := os.ReadFile(filepath.Join(world.root, "examples", "cel", "gatekeeper-requiredlabels", "crds.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	j, err := yaml.YAMLToJSON(data)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var crd struct {
+		Metadata struct{ Name string }
+		Spec     struct {
+			Group    string
+			Versions []struct{ Name string }
+		}
+	}
+	if err := yaml.Unmarshal(data, &crd); err != nil || len(crd.Spec.Versions) == 0 {
+		t.Fatalf("crds.yaml: %v", err)
+	}
+	rc := world.cp.Client.Discovery().RESTClient()
+	if err := rc.Post().AbsPath("/apis/apiextensions.k8s.io/v1/customresourcedefinitions").Body(j).SetHeader("Content-Type", "application/json").Do(ctx).Error(); err != nil {
+		t.Fatalf("create CRD %s: %v", crd.Metadata.Name, err)
+	}
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		rl, err := world.cp.Client.Discovery().ServerResourcesForGroupVersion(crd.Spec.Group + "/" + crd.Spec.Versions[0].Name)
+		if err == nil && len(rl.APIResources) > 0 {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("CRD %s not served within 30s: %v", crd.Metadata.Name, err)
+		}
+		time.Sleep(500 * time.Millisecond)
+	}
+}
+
+// leftovers lists the admission policies and bindings in the cluster.
+func leftovers(ctx context.Context, t *testing.T, cs kubernetes.Interface) []string {
+	t.Helper()
+	var names []string
+	vaps, err := cs.AdmissionregistrationV1().ValidatingAdmissionPolicies().List(ctx, metav1.ListOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range vaps.Items {
+		names = append(names, "ValidatingAdmissionPolicy/"+p.Name)
+	}
+	vbs, err := cs.AdmissionregistrationV1().ValidatingAdmissionPolicyBindings().List(ctx, metav1.ListOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, b := range vbs.Items {
+		names = append(names, "ValidatingAdmissionPolicyBinding/"+b.Name)
+	}
+	maps, err := cs.AdmissionregistrationV1().MutatingAdmissionPolicies().List(ctx, metav1.ListOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range maps.Items {
+		names = append(names, "MutatingAdmissionPolicy/"+p.Name)
+	}
+	return names
+}
+
+var summaryRE = regexp.MustCompile(`(?m)^(\d+) tests, (\d+) passed, (\d+) failed, (\d+) differ from the API server$`)
+
+// TestExamplesAgree: every suite of examples/cel decides in the API server
+// what it decides offline.
+func TestExamplesAgree(t *testing.T) {
+	requireWorld(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	installCRDs(ctx, t)
+	out, code := kadmitTest(ctx, t, filepath.Join(world.root, "examples", "cel"))
+	t.Logf("kadmit test --server examples/cel:\n%s", out)
+	if code != 0 || strings.Contains(out, "DIFF ") {
+		t.Fatalf("exit %d, want 0 and no DIFF line", code)
+	}
+	m := summaryRE.FindStringSubmatch(out)
+	if m == nil || m[1] != m[2] || m[4] != "0" || m[1] == "0" {
+		t.Fatalf("summary %q: want every test passed and none differing", m)
+	}
+	if l := leftovers(ctx, t, world.cp.Client); len(l) > 0 {
+		t.Errorf("left in the cluster after the run: %v", l)
+	}
+	params, err := world.cp.Client.Discovery().RESTClient().Get().AbsPath("/apis/constraints.gatekeeper.sh/v1beta1/k8srequiredlabels").DoRaw(ctx)
+	if err != nil || strings.Contains(string(params), `"name"`) {
+		t.Errorf("the gatekeeper suite's param left in the cluster: %s %v", params, err)
+	}
+}
+
+// TestPlantedDifference: a policy that reads imagePullPolicy, which the
+// API server defaults, denies offline and allows in the API server; the
+// run reports exactly that test as differing and exits 1.
+func TestPlantedDifference(t *testing.T) {
+	requireWorld(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	out, code := kadmitTest(ctx, t, filepath.Join("testdata", "planted"))
+	t.Logf("kadmit test --server testdata/planted:\n%s", out)
+	if code != 1 {
+		t.Errorf("exit %d, want 1", code)
+	}
+	want := `DIFF  planted / a pod without imagePullPolicy: offline allowed=false 422 "pods \"planted-a\" is forbidden: ValidatingAdmissionPolicy 'planted-pull-policy' with binding 'planted-pull-policy' denied request: every container must set imagePullPolicy", server allowed=true`
+	if !strings.Contains(out, want+"\n") {
+		t.Errorf("output lacks the line\n%s", want)
+	}
+	if n := strings.Count(out, "DIFF "); n != 1 {
+		t.Errorf("%d DIFF lines, want 1 (the pod with imagePullPolicy agrees)", n)
+	}
+	if !strings.Contains(out, "2 tests, 2 passed, 0 failed, 1 differ from the API server\n") {
+		t.Error("summary: want 2 passed offline, 1 differing")
+	}
+	if l := leftovers(ctx, t, world.cp.Client); len(l) > 0 {
+		t.Errorf("left in the cluster after the run: %v", l)
+	}
+}
+
+// TestRefusesExistingPolicy: a policy of the suite's name that is already
+// in the cluster is not overwritten: the run fails with exit 2 naming it,
+// and the user's policy is unchanged.
+func TestRefusesExistingPolicy(t *testing.T) {
+	requireWorld(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	cs := world.cp.Client
+	mine := &admissionregistrationv1.ValidatingAdmissionPolicy{
+		ObjectMeta: metav1.ObjectMeta{Name: "planted-pull-policy", Labels: map[string]string{"owner": "user"}},
+		Spec: admissionregistrationv1.ValidatingAdmissionPolicySpec{
+			MatchConstraints: &admissionregistrationv1.MatchResources{ResourceRules: []admissionregistrationv1.NamedRuleWithOperations{{
+				RuleWithOperations: admissionregistrationv1.RuleWithOperations{
+					Operations: []admissionregistrationv1.OperationType{admissionregistrationv1.Create},
+					Rule:       admissionregistrationv1.Rule{APIGroups: []string{""}, APIVersions: []string{"v1"}, Resources: []string{"configmaps"}},
+				},
+			}}},
+			Validations: []admissionregistrationv1.Validation{{Expression: "true"}},
+		},
+	}
+	created, err := cs.AdmissionregistrationV1().ValidatingAdmissionPolicies().Create(ctx, mine, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		_ = cs.AdmissionregistrationV1().ValidatingAdmissionPolicies().Delete(context.Background(), mine.Name, metav1.DeleteOptions{})
+	}()
+	out, code := kadmitTest(ctx, t, filepath.Join("testdata", "planted"))
+	t.Logf("kadmit test --server testdata/planted, policy present:\n%s", out)
+	if code != 2 || !strings.Contains(out, "ValidatingAdmissionPolicy planted-pull-policy: already exists in the cluster") {
+		t.Errorf("exit %d, want 2 and the existing policy named", code)
+	}
+	cur, err := cs.AdmissionregistrationV1().ValidatingAdmissionPolicies().Get(ctx, mine.Name, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cur.ResourceVersion != created.ResourceVersion || cur.Labels["owner"] != "user" {
+		t.Errorf("the user's policy was changed: %+v", cur.ObjectMeta)
+	}
+	if l := leftovers(ctx, t, cs); len(l) != 1 {
+		t.Errorf("in the cluster after the refused run: %v, want only the user's policy", l)
+	}
+}
