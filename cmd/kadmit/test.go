@@ -47,7 +47,9 @@ any fails or differs, 2 on input errors or when the server run fails.`,
 				return cmdexit.New(2, fmt.Errorf("no test suites (kind: %s) under %s", celtest.Kind, args[0]))
 			}
 			load := celpolicy.LoadOptions{AllowSensitiveGroups: allowSensitive}
-			run := func(ctx context.Context, s *celtest.Suite) ([]celtest.Result, error) { return celtest.RunWith(ctx, s, load) }
+			run := func(ctx context.Context, s *celtest.Suite) ([]celtest.Result, error) {
+				return celtest.RunWith(ctx, s, load)
+			}
 			if !server {
 				for _, f := range []string{"kubeconfig", "context", "server-wait"} {
 					if cmd.Flags().Changed(f) {
