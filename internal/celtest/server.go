@@ -309,12 +309,23 @@ func (sv *Server) Create(ctx context.Context, u *unstructured.Unstructured) (fun
 		return nil, fmt.Errorf("create %s: %w", what, err)
 	}
 	return func(ctx context.Context) error {
-		rctx, cancel := context.WithTimeout(ctx, sv.opts.RequestTimeout)
-		defer cancel()
-		if err := c.Delete(rctx, u.GetName(), metav1.DeleteOptions{}); err != nil && !apierrors.IsNotFound(err) {
-			return fmt.Errorf("delete %s: %w", what, err)
+		// Retried until ctx ends: the API server enforces a deleted
+		// policy until its informer catches up, so the suite's own
+		// policy may still deny deleting an old object it protects.
+		var err error
+		for {
+			rctx, cancel := context.WithTimeout(ctx, sv.opts.RequestTimeout)
+			err = c.Delete(rctx, u.GetName(), metav1.DeleteOptions{})
+			cancel()
+			if err == nil || apierrors.IsNotFound(err) {
+				return nil
+			}
+			select {
+			case <-ctx.Done():
+				return fmt.Errorf("delete %s: %w", what, err)
+			case <-time.After(time.Second):
+			}
 		}
-		return nil
 	}, nil
 }
 

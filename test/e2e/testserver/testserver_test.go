@@ -282,3 +282,106 @@ func TestRefusesExistingPolicy(t *testing.T) {
 		t.Errorf("in the cluster after the refused run: %v, want only the user's policy", l)
 	}
 }
+
+// TestOperationsAgree: DELETE and UPDATE (old objects created for real
+// first), a namespace the suite declares with labels, and impersonated
+// users (userInfo) decide the same offline and in the API server; the old
+// objects and the namespace are gone after the run.
+func TestOperationsAgree(t *testing.T) {
+	requireWorld(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	out, code := kadmitTest(ctx, t, filepath.Join("testdata", "agree"))
+	t.Logf("kadmit test --server testdata/agree:\n%s", out)
+	if code != 0 || strings.Contains(out, "DIFF ") || !strings.Contains(out, "5 tests, 5 passed, 0 failed, 0 differ from the API server\n") {
+		t.Fatalf("exit %d, want 0, every test passed and none differing", code)
+	}
+	cs := world.cp.Client
+	if l := leftovers(ctx, t, cs); len(l) > 0 {
+		t.Errorf("left in the cluster after the run: %v", l)
+	}
+	// Without kube-controller-manager a deleted namespace stays
+	// Terminating; what matters is that kadmit deleted it.
+	ns, err := cs.CoreV1().Namespaces().Get(ctx, "agree-ns", metav1.GetOptions{})
+	if err == nil && ns.DeletionTimestamp == nil {
+		t.Errorf("namespace agree-ns, created by the run, was not deleted")
+	}
+	if err == nil {
+		cms, err := cs.CoreV1().ConfigMaps("agree-ns").List(ctx, metav1.ListOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, cm := range cms.Items {
+			if cm.Name == "kept" || cm.Name == "other" {
+				t.Errorf("old object ConfigMap %s left in the cluster", cm.Name)
+			}
+		}
+	}
+}
+
+// TestInterruptCleansUp: Ctrl-C (SIGINT) while the suite is installed
+// stops the run with exit 2 and still removes the policies, bindings and
+// old objects it created.
+func TestInterruptCleansUp(t *testing.T) {
+	requireWorld(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	dir := t.TempDir()
+	policy, err := os.ReadFile(filepath.Join("testdata", "planted", "policy.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "policy.yaml"), policy, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	// Enough tests that the run is still sending when the signal lands.
+	var suite strings.Builder
+	suite.WriteString("apiVersion: kadmit.io/v1alpha1\nkind: PolicyTest\nmetadata: {name: interrupted}\npolicies: [policy.yaml]\ntests:\n")
+	suite.WriteString("- name: update\n  operation: UPDATE\n  oldObject: {apiVersion: v1, kind: ConfigMap, metadata: {name: interrupt-old, namespace: default}}\n" +
+		"  object: {apiVersion: v1, kind: ConfigMap, metadata: {name: interrupt-old, namespace: default}, data: {a: b}}\n  expect: {allowed: true}\n")
+	for i := range 400 {
+		fmt.Fprintf(&suite, "- name: pod %d\n  object: {apiVersion: v1, kind: Pod, metadata: {name: p%d, namespace: default}, spec: {containers: [{name: c, image: nginx, imagePullPolicy: Always}]}}\n  expect: {allowed: true}\n", i, i)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "suite.yaml"), []byte(suite.String()), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.CommandContext(ctx, world.binary, "test", "--server", "--kubeconfig", world.kubeconfig, dir)
+	var stdout bytes.Buffer
+	cmd.Stdout = &stdout
+	stderr, err := cmd.StderrPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	var errOut bytes.Buffer
+	buf := make([]byte, 4096)
+	signalled := false
+	for {
+		n, rerr := stderr.Read(buf)
+		errOut.Write(buf[:n])
+		if !signalled && strings.Contains(errOut.String(), "waiting until the API server enforces them") {
+			if err := cmd.Process.Signal(os.Interrupt); err != nil {
+				t.Fatal(err)
+			}
+			signalled = true
+		}
+		if rerr != nil {
+			break
+		}
+	}
+	err = cmd.Wait()
+	t.Logf("stderr:\n%s\nstdout:\n%s", errOut.String(), stdout.String())
+	var exit *exec.ExitError
+	if !signalled || !errors.As(err, &exit) || exit.ExitCode() != 2 || !strings.Contains(errOut.String(), "context canceled") {
+		t.Fatalf("signalled %v, exit %v: want the run interrupted with exit 2", signalled, err)
+	}
+	cs := world.cp.Client
+	if l := leftovers(ctx, t, cs); len(l) > 0 {
+		t.Errorf("left in the cluster after Ctrl-C: %v", l)
+	}
+	if _, err := cs.CoreV1().ConfigMaps("default").Get(ctx, "interrupt-old", metav1.GetOptions{}); err == nil {
+		t.Error("the old object ConfigMap interrupt-old is left in the cluster after Ctrl-C")
+	}
+}
