@@ -30,6 +30,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"os"
 	"reflect"
 	"slices"
@@ -38,6 +39,7 @@ import (
 	"sync"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -287,9 +289,10 @@ func (sv *Server) Mapping(gvk schema.GroupVersionKind) (schema.GroupVersionResou
 	return m.Resource, m.Scope.Name() == meta.RESTScopeNameNamespace, nil
 }
 
-// Create creates u for real and returns its deletion. An object of the
-// same name that exists already is an error wrapping ErrExists: kadmit
-// never overwrites an object it did not create.
+// Create creates u for real, sets u's resourceVersion to the stored
+// one, and returns its deletion. An object of the same name that exists
+// already is an error wrapping ErrExists: kadmit never overwrites an
+// object it did not create.
 func (sv *Server) Create(ctx context.Context, u *unstructured.Unstructured) (func(context.Context) error, error) {
 	gvr, namespaced, err := sv.Mapping(u.GroupVersionKind())
 	if err != nil {
@@ -302,12 +305,14 @@ func (sv *Server) Create(ctx context.Context, u *unstructured.Unstructured) (fun
 	rctx, cancel := context.WithTimeout(ctx, sv.opts.RequestTimeout)
 	defer cancel()
 	what := describe(u)
-	if _, err := c.Create(rctx, u, metav1.CreateOptions{}); err != nil {
+	res, err := c.Create(rctx, u, metav1.CreateOptions{})
+	if err != nil {
 		if apierrors.IsAlreadyExists(err) {
 			return nil, fmt.Errorf("%s: %w", what, ErrExists)
 		}
 		return nil, fmt.Errorf("create %s: %w", what, err)
 	}
+	u.SetResourceVersion(res.GetResourceVersion())
 	return func(ctx context.Context) error {
 		// Retried until ctx ends: the API server enforces a deleted
 		// policy until its informer catches up, so the suite's own
@@ -511,7 +516,11 @@ func (sv *Server) RunServer(ctx context.Context, s *Suite) (results []Result, er
 	}
 	// Old objects exist for real before the policies are in place (which
 	// could deny or change their creation); tests sharing one share it.
-	created := map[string]*unstructured.Unstructured{}
+	type stored struct {
+		written         map[string]any
+		resourceVersion string
+	}
+	created := map[string]stored{}
 	for i, r := range runs {
 		if reqs[i] == nil || r.req.OldObject == nil {
 			continue
@@ -521,17 +530,21 @@ func (sv *Server) RunServer(ctx context.Context, s *Suite) (results []Result, er
 			return nil, fmt.Errorf("%s: tests[%d] (%s): oldObject: %w", s.file, i, r.test.Name, err)
 		}
 		key := reqs[i].Resource.String() + "/" + old.GetNamespace() + "/" + old.GetName()
-		if prev, ok := created[key]; ok {
-			if !reflect.DeepEqual(prev.Object, old.Object) {
-				results[i].Server.Diff = append(results[i].Server.Diff, "not sent: another test of the suite uses a different old object of the same name; the API server holds one")
-				reqs[i] = nil
-			}
+		prev, ok := created[key]
+		switch {
+		case ok && !reflect.DeepEqual(prev.written, old.Object):
+			results[i].Server.Diff = append(results[i].Server.Diff, "not sent: another test of the suite uses a different old object of the same name; the API server holds one")
+			reqs[i] = nil
+			continue
+		case ok:
+			setResourceVersion(reqs[i], prev.resourceVersion)
 			continue
 		}
 		if err := bound(); err != nil {
 			return nil, err
 		}
-		d, err := sv.Create(ctx, old.DeepCopy())
+		obj := old.DeepCopy()
+		d, err := sv.Create(ctx, obj)
 		if err != nil {
 			if errors.Is(err, ErrExists) {
 				return nil, fmt.Errorf("%s: tests[%d] (%s): old object: %w", s.file, i, r.test.Name, err)
@@ -540,7 +553,8 @@ func (sv *Server) RunServer(ctx context.Context, s *Suite) (results []Result, er
 			reqs[i] = nil
 			continue
 		}
-		created[key] = old
+		created[key] = stored{written: old.Object, resourceVersion: obj.GetResourceVersion()}
+		setResourceVersion(reqs[i], obj.GetResourceVersion())
 		undo = append(undo, d)
 	}
 
@@ -614,6 +628,16 @@ func (sv *Server) RunServer(ctx context.Context, s *Suite) (results []Result, er
 	return results, nil
 }
 
+// setResourceVersion gives an UPDATE without metadata.resourceVersion the
+// stored old object's, as a client reading before writing sends: custom
+// resources refuse an update without one (apiextensions-apiserver
+// customResourceStrategy.AllowUnconditionalUpdate is false).
+func setResourceVersion(r *ServerRequest, rv string) {
+	if r.Object != nil && r.Object.GetResourceVersion() == "" {
+		r.Object.SetResourceVersion(rv)
+	}
+}
+
 func transient(msg string) bool {
 	for _, t := range transientDenials {
 		if strings.Contains(msg, t) {
@@ -682,9 +706,9 @@ func (sv *Server) serverRequest(r offline) (*ServerRequest, string, error) {
 
 // ensureNamespaces creates the namespaces the requests are in that do not
 // exist, with the labels the suite gives them. A namespace this Server
-// created for an earlier suite gets this suite's labels; one that existed
-// before must have the suite's labels already (kadmit does not change
-// it).
+// created for an earlier suite gets exactly this suite's labels; one that
+// existed before must have the suite's labels already (kadmit does not
+// change it).
 func (sv *Server) ensureNamespaces(ctx context.Context, s *Suite, reqs []*ServerRequest, bound func() error) error {
 	want := map[string]map[string]string{}
 	for _, r := range reqs {
@@ -729,23 +753,24 @@ func (sv *Server) ensureNamespaces(ctx context.Context, s *Suite, reqs []*Server
 			return fmt.Errorf("namespace %s is terminating", name)
 		}
 		have := cur.GetLabels()
-		missing := false
-		for k, v := range labels {
-			if hv, ok := have[k]; !ok || hv != v {
-				missing = true
+		if !slices.Contains(sv.namespaces, name) {
+			for k, v := range labels {
+				if hv, ok := have[k]; !ok || hv != v {
+					return fmt.Errorf("namespace %s exists with labels %v, the suite gives it %v: kadmit does not change a namespace it did not create", name, have, labels)
+				}
 			}
-		}
-		if !missing {
 			continue
 		}
-		if !slices.Contains(sv.namespaces, name) {
-			return fmt.Errorf("namespace %s exists with labels %v, the suite gives it %v: kadmit does not change a namespace it did not create", name, have, labels)
-		}
-		merged := map[string]string{"kubernetes.io/metadata.name": name}
+		// Created for an earlier suite: exactly this suite's labels,
+		// as offline (none when the suite does not declare it).
+		want := map[string]string{corev1.LabelMetadataName: name}
 		for k, v := range labels {
-			merged[k] = v
+			want[k] = v
 		}
-		cur.SetLabels(merged)
+		if maps.Equal(have, want) {
+			continue
+		}
+		cur.SetLabels(want)
 		rctx, cancel = context.WithTimeout(ctx, sv.opts.RequestTimeout)
 		_, err = c.Update(rctx, cur, metav1.UpdateOptions{})
 		cancel()
