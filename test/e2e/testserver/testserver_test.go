@@ -126,6 +126,12 @@ func installCRDs(ctx context.Context, t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	installCRD(ctx, t, data)
+}
+
+// installCRD creates the CRD in data (YAML) and waits until it is served.
+func installCRD(ctx context.Context, t *testing.T, data []byte) {
+	t.Helper()
 	j, err := yaml.YAMLToJSON(data)
 	if err != nil {
 		t.Fatal(err)
@@ -383,5 +389,98 @@ func TestInterruptCleansUp(t *testing.T) {
 	}
 	if _, err := cs.CoreV1().ConfigMaps("default").Get(ctx, "interrupt-old", metav1.GetOptions{}); err == nil {
 		t.Error("the old object ConfigMap interrupt-old is left in the cluster after Ctrl-C")
+	}
+}
+
+// TestAcrossSuites: one run of two suites, a namespace the first declares
+// with a label and the second uses without declaring (kadmit created it,
+// so the second suite sees it unlabelled, as offline), and an UPDATE of a
+// custom resource (sent with the stored object's resourceVersion, which a
+// custom resource requires).
+func TestAcrossSuites(t *testing.T) {
+	requireWorld(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	installCRD(ctx, t, []byte(`apiVersion: apiextensions.k8s.io/v1
+kind: CustomResourceDefinition
+metadata: {name: widgets.test.kadmit.io}
+spec:
+  group: test.kadmit.io
+  scope: Namespaced
+  names: {kind: Widget, listKind: WidgetList, plural: widgets, singular: widget}
+  versions:
+  - name: v1
+    served: true
+    storage: true
+    schema:
+      openAPIV3Schema: {type: object, x-kubernetes-preserve-unknown-fields: true}
+`))
+	dir := t.TempDir()
+	policy := func(name, rule, expr, selector string) string {
+		return fmt.Sprintf(`apiVersion: admissionregistration.k8s.io/v1
+kind: ValidatingAdmissionPolicy
+metadata: {name: %[1]s}
+spec:
+  failurePolicy: Fail
+  matchConstraints:
+    resourceRules: [%[2]s]
+  validations: [{expression: %[3]q, message: %[1]s}]
+---
+apiVersion: admissionregistration.k8s.io/v1
+kind: ValidatingAdmissionPolicyBinding
+metadata: {name: %[1]s}
+spec:
+  policyName: %[1]s
+  validationActions: [Deny]
+  matchResources: {namespaceSelector: %[4]s}
+`, name, rule, expr, selector)
+	}
+	files := map[string]string{
+		"a/policy.yaml": policy("across-widgets", `{apiGroups: [test.kadmit.io], apiVersions: [v1], operations: [UPDATE], resources: [widgets]}`,
+			"object.spec.size <= 3", "{matchLabels: {env: prod}}"),
+		"a/suite.yaml": `apiVersion: kadmit.io/v1alpha1
+kind: PolicyTest
+metadata: {name: a}
+policies: [policy.yaml]
+namespaces: [{metadata: {name: across, labels: {env: prod}}}]
+tests:
+- name: growing a widget past 3 is denied
+  operation: UPDATE
+  oldObject: {apiVersion: test.kadmit.io/v1, kind: Widget, metadata: {name: w, namespace: across}, spec: {size: 2}}
+  object: {apiVersion: test.kadmit.io/v1, kind: Widget, metadata: {name: w, namespace: across}, spec: {size: 5}}
+  expect: {allowed: false, code: 422}
+- name: growing it to 3 is allowed
+  operation: UPDATE
+  oldObject: {apiVersion: test.kadmit.io/v1, kind: Widget, metadata: {name: w, namespace: across}, spec: {size: 2}}
+  object: {apiVersion: test.kadmit.io/v1, kind: Widget, metadata: {name: w, namespace: across}, spec: {size: 3}}
+  expect: {allowed: true, patched: {/spec/size: 3}}
+`,
+		"b/policy.yaml": policy("across-configmaps", `{apiGroups: [""], apiVersions: [v1], operations: [CREATE], resources: [configmaps]}`,
+			"false", "{matchLabels: {env: prod}}"),
+		"b/suite.yaml": `apiVersion: kadmit.io/v1alpha1
+kind: PolicyTest
+metadata: {name: b}
+policies: [policy.yaml]
+tests:
+- name: a ConfigMap where the namespace is not prod is allowed
+  object: {apiVersion: v1, kind: ConfigMap, metadata: {name: c, namespace: across}}
+  expect: {allowed: true}
+`,
+	}
+	for name, content := range files {
+		if err := os.MkdirAll(filepath.Join(dir, filepath.Dir(name)), 0o700); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(dir, name), []byte(content), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	out, code := kadmitTest(ctx, t, dir)
+	t.Logf("kadmit test --server (two suites):\n%s", out)
+	if code != 0 || strings.Contains(out, "DIFF ") || !strings.Contains(out, "3 tests, 3 passed, 0 failed, 0 differ from the API server\n") {
+		t.Fatalf("exit %d, want 0, every test passed and none differing", code)
+	}
+	if l := leftovers(ctx, t, world.cp.Client); len(l) > 0 {
+		t.Errorf("left in the cluster after the run: %v", l)
 	}
 }
