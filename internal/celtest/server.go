@@ -573,8 +573,8 @@ func (sv *Server) RunServer(ctx context.Context, s *Suite) (results []Result, er
 		baseline[i] = o.Warnings
 	}
 
-	// The policies, then a probe: a policy of kadmit's own, created last,
-	// that denies (or mutates) one dry-run namespace creation. The API
+	// The policies, then a probe: policies of kadmit's own, created last,
+	// that warn about (and mutate) one dry-run namespace creation. The API
 	// server compiles every policy and binding its informers hold at once
 	// (k8s.io/apiserver v0.37.1 pkg/admission/plugin/policy/generic/
 	// policy_source.go refreshPolicies), and a watch delivers objects of
@@ -587,7 +587,7 @@ func (sv *Server) RunServer(ctx context.Context, s *Suite) (results []Result, er
 		}
 		undo = append(undo, d)
 	}
-	probes, err := probeObjects(len(set.Validating) > 0, len(set.Mutating) > 0, mapVersion)
+	probes, err := probeObjects(len(set.Mutating) > 0, mapVersion)
 	if err != nil {
 		return nil, err
 	}
@@ -600,7 +600,7 @@ func (sv *Server) RunServer(ctx context.Context, s *Suite) (results []Result, er
 	}
 	fmt.Fprintf(sv.opts.Log, "kadmit test --server: %s: %d policies and bindings, %d params installed; waiting until the API server enforces them\n", s.Metadata.Name, len(policies), len(params))
 	if err := WaitFor(ctx, "the suite's policies in effect", sv.opts.ReadyTimeout, func() bool { return sv.probed(ctx, probes) }); err != nil {
-		return nil, fmt.Errorf("%s: %w", s.file, err)
+		return nil, fmt.Errorf("%s: %w (the readiness probe's last answer: %s)", s.file, err, probes.last)
 	}
 
 	deadline := time.Now().Add(sv.opts.ReadyTimeout)
@@ -781,91 +781,89 @@ func (sv *Server) ensureNamespaces(ctx context.Context, s *Suite, reqs []*Server
 	return nil
 }
 
-// probes are kadmit's own readiness policies and the namespaces whose
-// dry-run creation shows them in effect.
+// probes are kadmit's own readiness policies and the namespace whose
+// dry-run creation shows them in effect: a MutatingAdmissionPolicy (when
+// the suite has mutating policies) that labels it, and a
+// ValidatingAdmissionPolicy bound with the Warn action whose warning says
+// whether the label is there (validating policies see the mutated
+// object). A warning, unlike a denial, is not hidden by a suite's policy
+// that denies the same request: the API server evaluates every
+// validating policy and returns the first denial only
+// (k8s.io/apiserver v0.37.1 pkg/admission/plugin/policy/validating/
+// dispatcher.go), with every warning.
 type probes struct {
-	objects          []*unstructured.Unstructured
-	denied, mutated  string // namespace names; empty: no such probe
-	validatingPolicy string
+	objects   []*unstructured.Unstructured
+	namespace string // the probe's name: policies, bindings, namespace
+	mutating  bool
+	// last is the last probe answer that was not the one awaited.
+	last string
 }
 
-const probeLabel = "kadmit.io/probe"
+const (
+	probeLabel   = "kadmit.io/probe"
+	probeMessage = "kadmit readiness probe: "
+)
 
-func probeObjects(validating, mutating bool, mapVersion string) (*probes, error) {
+func probeObjects(mutating bool, mapVersion string) (*probes, error) {
 	b := make([]byte, 6)
 	if _, err := rand.Read(b); err != nil {
 		return nil, err
 	}
 	name := "kadmit-test-probe-" + hex.EncodeToString(b)
-	p := &probes{}
+	p := &probes{namespace: name, mutating: mutating}
 	rules := []any{map[string]any{"apiGroups": []any{""}, "apiVersions": []any{"v1"}, "operations": []any{"CREATE"}, "resources": []any{"namespaces"}}}
-	obj := func(apiVersion, kind, name string, spec map[string]any) *unstructured.Unstructured {
+	match := []any{map[string]any{"name": "probe", "expression": fmt.Sprintf("object.metadata.name == %q", name)}}
+	obj := func(apiVersion, kind string, spec map[string]any) *unstructured.Unstructured {
 		return &unstructured.Unstructured{Object: map[string]any{"apiVersion": apiVersion, "kind": kind,
 			"metadata": map[string]any{"name": name}, "spec": spec}}
 	}
-	if validating || !mutating {
-		p.denied, p.validatingPolicy = name+"-v", name+"-v"
-		p.objects = append(p.objects,
-			obj("admissionregistration.k8s.io/v1", "ValidatingAdmissionPolicy", p.denied, map[string]any{
-				"failurePolicy":    "Fail",
-				"matchConstraints": map[string]any{"resourceRules": rules},
-				"matchConditions":  []any{map[string]any{"name": "probe", "expression": fmt.Sprintf("object.metadata.name == %q", p.denied)}},
-				"validations":      []any{map[string]any{"expression": "false", "message": "kadmit readiness probe"}},
-			}),
-			obj("admissionregistration.k8s.io/v1", "ValidatingAdmissionPolicyBinding", p.denied, map[string]any{
-				"policyName": p.denied, "validationActions": []any{"Deny"},
-			}))
-	}
+	var bindings []*unstructured.Unstructured
 	if mutating {
-		p.mutated = name + "-m"
 		av := "admissionregistration.k8s.io/" + mapVersion
-		p.objects = append(p.objects,
-			obj(av, "MutatingAdmissionPolicy", p.mutated, map[string]any{
-				"failurePolicy":      "Fail",
-				"reinvocationPolicy": "Never",
-				"matchConstraints":   map[string]any{"resourceRules": rules},
-				"matchConditions":    []any{map[string]any{"name": "probe", "expression": fmt.Sprintf("object.metadata.name == %q", p.mutated)}},
-				"mutations": []any{map[string]any{"patchType": "ApplyConfiguration", "applyConfiguration": map[string]any{
-					"expression": fmt.Sprintf(`Object{metadata: Object.metadata{labels: {%q: "in-effect"}}}`, probeLabel)}}},
-			}),
-			obj(av, "MutatingAdmissionPolicyBinding", p.mutated, map[string]any{"policyName": p.mutated}))
+		p.objects = append(p.objects, obj(av, "MutatingAdmissionPolicy", map[string]any{
+			"failurePolicy":      "Fail",
+			"reinvocationPolicy": "Never",
+			"matchConstraints":   map[string]any{"resourceRules": rules},
+			"matchConditions":    match,
+			"mutations": []any{map[string]any{"patchType": "ApplyConfiguration", "applyConfiguration": map[string]any{
+				"expression": fmt.Sprintf(`Object{metadata: Object.metadata{labels: {%q: "in-effect"}}}`, probeLabel)}}},
+		}))
+		bindings = append(bindings, obj(av, "MutatingAdmissionPolicyBinding", map[string]any{"policyName": name}))
 	}
+	p.objects = append(p.objects, obj("admissionregistration.k8s.io/v1", "ValidatingAdmissionPolicy", map[string]any{
+		"failurePolicy":    "Fail",
+		"matchConstraints": map[string]any{"resourceRules": rules},
+		"matchConditions":  match,
+		"validations": []any{map[string]any{"expression": "false", "messageExpression": fmt.Sprintf(
+			`%q + (has(object.metadata.labels) && %q in object.metadata.labels ? "mutated" : "not mutated")`, probeMessage, probeLabel)}},
+	}))
+	bindings = append(bindings, obj("admissionregistration.k8s.io/v1", "ValidatingAdmissionPolicyBinding", map[string]any{
+		"policyName": name, "validationActions": []any{"Warn"},
+	}))
 	// The policies before their bindings.
-	slices.SortStableFunc(p.objects, func(a, b *unstructured.Unstructured) int {
-		return boolInt(strings.HasSuffix(a.GetKind(), "Binding")) - boolInt(strings.HasSuffix(b.GetKind(), "Binding"))
-	})
+	p.objects = append(p.objects, bindings...)
 	return p, nil
-}
-
-func boolInt(b bool) int {
-	if b {
-		return 1
-	}
-	return 0
 }
 
 // probed reports whether the API server enforces the probes.
 func (sv *Server) probed(ctx context.Context, p *probes) bool {
-	ns := func(name string) *ServerRequest {
-		return &ServerRequest{Resource: nsGVR, Name: name, Operation: admission.Create,
-			Object: &unstructured.Unstructured{Object: map[string]any{"apiVersion": "v1", "kind": "Namespace", "metadata": map[string]any{"name": name}}}}
+	o, err := sv.Send(ctx, &ServerRequest{Resource: nsGVR, Name: p.namespace, Operation: admission.Create,
+		Object: &unstructured.Unstructured{Object: map[string]any{"apiVersion": "v1", "kind": "Namespace", "metadata": map[string]any{"name": p.namespace}}}})
+	if err != nil {
+		p.last = err.Error()
+		return false
 	}
-	if p.denied != "" {
-		o, err := sv.Send(ctx, ns(p.denied))
-		if err != nil || o.Allowed || !strings.Contains(o.Message, p.validatingPolicy) {
-			return false
+	want := probeMessage + "not mutated"
+	if p.mutating {
+		want = probeMessage + "mutated"
+	}
+	for _, w := range o.Warnings {
+		if strings.Contains(w, "'"+p.namespace+"'") && strings.HasSuffix(w, want) {
+			return true
 		}
 	}
-	if p.mutated != "" {
-		o, err := sv.Send(ctx, ns(p.mutated))
-		if err != nil || !o.Allowed {
-			return false
-		}
-		if v, _, _ := unstructured.NestedString(o.Object, "metadata", "labels", probeLabel); v != "in-effect" {
-			return false
-		}
-	}
-	return true
+	p.last = fmt.Sprintf("%s, warnings %q", side(o.Allowed, o.Code, o.Message), o.Warnings)
+	return false
 }
 
 // diffOutcomes compares the offline decision with the API server's

@@ -484,3 +484,21 @@ tests:
 		t.Errorf("left in the cluster after the run: %v", l)
 	}
 }
+
+// TestProbeNotMasked: a suite whose policy denies every namespace
+// creation, kadmit's readiness probe included, and which mutates
+// ConfigMaps, still runs: the probe's Warn binding reports both policy
+// kinds in effect.
+func TestProbeNotMasked(t *testing.T) {
+	requireWorld(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	out, code := kadmitTest(ctx, t, filepath.Join("testdata", "denynamespaces"))
+	t.Logf("kadmit test --server testdata/denynamespaces:\n%s", out)
+	if code != 0 || strings.Contains(out, "DIFF ") || !strings.Contains(out, "2 tests, 2 passed, 0 failed, 0 differ from the API server\n") {
+		t.Fatalf("exit %d, want 0, every test passed and none differing", code)
+	}
+	if l := leftovers(ctx, t, world.cp.Client); len(l) > 0 {
+		t.Errorf("left in the cluster after the run: %v", l)
+	}
+}
