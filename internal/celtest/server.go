@@ -504,7 +504,13 @@ func (sv *Server) RunServer(ctx context.Context, s *Suite) (results []Result, er
 				"expect.auditAnnotations not compared: a client cannot read them (they are in the API server's audit log)")
 		}
 	}
-	if err := sv.ensureNamespaces(ctx, s, reqs, bound); err != nil {
+	var paramNamespaces []string
+	for _, p := range params {
+		if ns := p.GetNamespace(); ns != "" {
+			paramNamespaces = append(paramNamespaces, ns)
+		}
+	}
+	if err := sv.ensureNamespaces(ctx, s, reqs, paramNamespaces, bound); err != nil {
 		return nil, fmt.Errorf("%s: %w", s.file, err)
 	}
 	for _, p := range params {
@@ -618,7 +624,7 @@ func (sv *Server) RunServer(ctx context.Context, s *Suite) (results []Result, er
 			}
 			select {
 			case <-ctx.Done():
-				return nil, ctx.Err()
+				return nil, fmt.Errorf("%s: %w", s.file, ctx.Err())
 			case <-time.After(time.Second):
 			}
 		}
@@ -704,17 +710,20 @@ func (sv *Server) serverRequest(r offline) (*ServerRequest, string, error) {
 	return sr, "", nil
 }
 
-// ensureNamespaces creates the namespaces the requests are in that do not
-// exist, with the labels the suite gives them. A namespace this Server
+// ensureNamespaces creates the namespaces the requests (and the params,
+// extra) are in that do not exist, with the labels the suite gives them. A namespace this Server
 // created for an earlier suite gets exactly this suite's labels; one that
 // existed before must have the suite's labels already (kadmit does not
 // change it).
-func (sv *Server) ensureNamespaces(ctx context.Context, s *Suite, reqs []*ServerRequest, bound func() error) error {
+func (sv *Server) ensureNamespaces(ctx context.Context, s *Suite, reqs []*ServerRequest, extra []string, bound func() error) error {
 	want := map[string]map[string]string{}
 	for _, r := range reqs {
 		if r != nil && r.Namespace != "" {
 			want[r.Namespace] = nil
 		}
+	}
+	for _, ns := range extra {
+		want[ns] = nil
 	}
 	for i := range s.Namespaces {
 		want[s.Namespaces[i].Name] = s.Namespaces[i].Labels

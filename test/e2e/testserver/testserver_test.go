@@ -394,9 +394,9 @@ func TestInterruptCleansUp(t *testing.T) {
 
 // TestAcrossSuites: one run of two suites, a namespace the first declares
 // with a label and the second uses without declaring (kadmit created it,
-// so the second suite sees it unlabelled, as offline), and an UPDATE of a
+// so the second suite sees it unlabelled, as offline), an UPDATE of a
 // custom resource (sent with the stored object's resourceVersion, which a
-// custom resource requires).
+// custom resource requires), and a param in a namespace kadmit creates.
 func TestAcrossSuites(t *testing.T) {
 	requireWorld(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
@@ -455,15 +455,45 @@ tests:
   object: {apiVersion: test.kadmit.io/v1, kind: Widget, metadata: {name: w, namespace: across}, spec: {size: 3}}
   expect: {allowed: true, patched: {/spec/size: 3}}
 `,
-		"b/policy.yaml": policy("across-configmaps", `{apiGroups: [""], apiVersions: [v1], operations: [CREATE], resources: [configmaps]}`,
-			"false", "{matchLabels: {env: prod}}"),
+		// A param in a namespace that does not exist: kadmit creates it.
+		"b/policy.yaml": `apiVersion: admissionregistration.k8s.io/v1
+kind: ValidatingAdmissionPolicy
+metadata: {name: across-configmaps}
+spec:
+  failurePolicy: Fail
+  paramKind: {apiVersion: v1, kind: ConfigMap}
+  matchConstraints:
+    resourceRules: [{apiGroups: [""], apiVersions: [v1], operations: [CREATE], resources: [configmaps]}]
+  validations: [{expression: "object.metadata.name != params.data.forbidden", message: forbidden name}]
+---
+apiVersion: admissionregistration.k8s.io/v1
+kind: ValidatingAdmissionPolicyBinding
+metadata: {name: across-configmaps}
+spec:
+  policyName: across-configmaps
+  validationActions: [Deny]
+  paramRef: {name: limits, namespace: across-params, parameterNotFoundAction: Deny}
+  matchResources: {namespaceSelector: {matchLabels: {env: prod}}}
+---
+apiVersion: v1
+kind: ConfigMap
+metadata: {name: limits, namespace: across-params}
+data: {forbidden: bad}
+`,
 		"b/suite.yaml": `apiVersion: kadmit.io/v1alpha1
 kind: PolicyTest
 metadata: {name: b}
 policies: [policy.yaml]
+namespaces: [{metadata: {name: across-b, labels: {env: prod}}}]
 tests:
-- name: a ConfigMap where the namespace is not prod is allowed
-  object: {apiVersion: v1, kind: ConfigMap, metadata: {name: c, namespace: across}}
+- name: the forbidden name where the namespace is not prod is allowed
+  object: {apiVersion: v1, kind: ConfigMap, metadata: {name: bad, namespace: across}}
+  expect: {allowed: true}
+- name: the forbidden name in prod is denied
+  object: {apiVersion: v1, kind: ConfigMap, metadata: {name: bad, namespace: across-b}}
+  expect: {allowed: false, messageContains: forbidden name}
+- name: another name in prod is allowed
+  object: {apiVersion: v1, kind: ConfigMap, metadata: {name: good, namespace: across-b}}
   expect: {allowed: true}
 `,
 	}
@@ -477,7 +507,7 @@ tests:
 	}
 	out, code := kadmitTest(ctx, t, dir)
 	t.Logf("kadmit test --server (two suites):\n%s", out)
-	if code != 0 || strings.Contains(out, "DIFF ") || !strings.Contains(out, "3 tests, 3 passed, 0 failed, 0 differ from the API server\n") {
+	if code != 0 || strings.Contains(out, "DIFF ") || !strings.Contains(out, "5 tests, 5 passed, 0 failed, 0 differ from the API server\n") {
 		t.Fatalf("exit %d, want 0, every test passed and none differing", code)
 	}
 	if l := leftovers(ctx, t, world.cp.Client); len(l) > 0 {
