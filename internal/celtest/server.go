@@ -67,6 +67,8 @@ const (
 	cleanupTimeout = 60 * time.Second
 	// maxObjectPaths bounds the fields of one expect.object compared.
 	maxObjectPaths = 10000
+	// maxUserClients bounds the cached impersonating clients.
+	maxUserClients = 256
 )
 
 // transientDenials are denials the API server gives while it has not
@@ -270,6 +272,12 @@ func (sv *Server) client(u *rest.ImpersonationConfig) (dynamic.Interface, error)
 	d, err := dynamic.NewForConfig(c)
 	if err != nil {
 		return nil, fmt.Errorf("client impersonating %s: %w", u.UserName, err)
+	}
+	// Impersonation wraps the shared TLS transport (the key of client-go
+	// v0.37.1 transport/cache.go tlsCacheKey leaves it out), so a client
+	// is cheap; the cache is bounded all the same.
+	if len(sv.users) >= maxUserClients {
+		clear(sv.users)
 	}
 	sv.users[string(key)] = d
 	return d, nil
