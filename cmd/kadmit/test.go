@@ -1,20 +1,25 @@
 package main
 
 import (
+	"context"
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/spf13/cobra"
 
 	"github.com/kadmit/kadmit/internal/celpolicy"
 	"github.com/kadmit/kadmit/internal/celtest"
 	"github.com/kadmit/kadmit/internal/cmdexit"
+	"github.com/kadmit/kadmit/internal/kubeconfig"
 )
 
 func newTestCmd() *cobra.Command {
 	var (
-		allowSensitive bool
-		output, junit  string
+		allowSensitive, server      bool
+		output, junit               string
+		kubeconfigPath, kubeContext string
+		serverWait                  time.Duration
 	)
 	cmd := &cobra.Command{
 		Use:   "test DIR|FILE",
@@ -29,7 +34,16 @@ what the test expects. The format is in docs/policies-cel.md.
 report; --junit FILE also writes a JUnit XML report (both in
 docs/policies-cel.md).
 
-Exit status: 0 when every test passes, 1 when any fails, 2 on input errors.`,
+With --server, each test also runs as a server-side dry run (dryRun=All)
+against the API server of --kubeconfig/--context, with the suite's policies,
+bindings, params and namespaces installed for the suite's run and removed
+after, and every test whose offline and server outcomes differ is reported
+(DIFF lines; a failure in the JSON and JUnit reports). Use a disposable
+cluster: kadmit refuses to overwrite an object of the same name. Audit
+annotations cannot be read by a client and are not compared.
+
+Exit status: 0 when every test passes (and agrees with the server), 1 when
+any fails or differs, 2 on input errors or when the server run fails.`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if output != "text" && output != "json" {
@@ -42,49 +56,92 @@ Exit status: 0 when every test passes, 1 when any fails, 2 on input errors.`,
 			if len(files) == 0 {
 				return cmdexit.New(2, fmt.Errorf("no test suites (kind: %s) under %s", celtest.Kind, args[0]))
 			}
+			load := celpolicy.LoadOptions{AllowSensitiveGroups: allowSensitive}
+			run := func(ctx context.Context, s *celtest.Suite) ([]celtest.Result, error) {
+				return celtest.RunWith(ctx, s, load)
+			}
+			if !server {
+				for _, f := range []string{"kubeconfig", "context", "server-wait"} {
+					if cmd.Flags().Changed(f) {
+						return cmdexit.New(2, fmt.Errorf("--%s needs --server", f))
+					}
+				}
+			} else {
+				rc, err := kubeconfig.Load(kubeconfigPath, kubeContext, "kadmit-test")
+				if err != nil {
+					return cmdexit.New(2, err)
+				}
+				sv, err := celtest.NewServer(rc, celtest.ServerOptions{Load: load, ReadyTimeout: serverWait, Log: cmd.ErrOrStderr()})
+				if err != nil {
+					return cmdexit.New(2, err)
+				}
+				defer func() {
+					if err := sv.Close(context.WithoutCancel(cmd.Context())); err != nil {
+						fmt.Fprintln(cmd.ErrOrStderr(), "kadmit test --server: cleanup:", err)
+					}
+				}()
+				run = sv.RunServer
+			}
+			// report writes results on stdout in the chosen format and
+			// the JUnit file, if asked for: after the last suite, or after
+			// a suite whose server run failed (its results stand).
+			report := func(results []celtest.Result) error {
+				if output == "text" {
+					celtest.Print(cmd.OutOrStdout(), results)
+				}
+				// After the report on stdout, so a report file that cannot
+				// be written still leaves the results in the log.
+				if junit != "" {
+					if err := celtest.WriteJUnitFile(junit, results); err != nil {
+						return cmdexit.New(2, err)
+					}
+				}
+				return nil
+			}
 			var results []celtest.Result
 			for _, f := range files {
 				s, err := celtest.ReadSuite(f)
 				if err != nil {
 					return cmdexit.New(2, err)
 				}
-				rs, err := celtest.RunWith(cmd.Context(), s, celpolicy.LoadOptions{AllowSensitiveGroups: allowSensitive})
-				if err != nil {
-					return cmdexit.New(2, err)
-				}
+				rs, runErr := run(cmd.Context(), s)
 				results = append(results, rs...)
 				// Each suite's events as soon as it ran: a CI log shows
 				// progress, and a later suite's input error keeps them.
-				if output == "json" {
+				if output == "json" && len(rs) > 0 {
 					if err := celtest.WriteJSON(cmd.OutOrStdout(), rs); err != nil {
 						return cmdexit.New(2, err)
 					}
 				}
+				if runErr != nil {
+					// A cleanup that failed after the suite ran: its
+					// results stand, the error follows them.
+					if len(results) > 0 {
+						if err := report(results); err != nil {
+							return err
+						}
+					}
+					return cmdexit.New(2, runErr)
+				}
 			}
-			failed := 0
+			if err := report(results); err != nil {
+				return err
+			}
 			for _, r := range results {
-				if len(r.Failures) > 0 {
-					failed++
+				if !r.Passed() {
+					return cmdexit.New(1, errors.New("some policy tests failed or differ from the API server"))
 				}
-			}
-			if output == "text" {
-				celtest.Print(cmd.OutOrStdout(), results)
-			}
-			// After the report on stdout, so a report file that cannot be
-			// written still leaves the results in the log.
-			if junit != "" {
-				if err := celtest.WriteJUnitFile(junit, results); err != nil {
-					return cmdexit.New(2, err)
-				}
-			}
-			if failed > 0 {
-				return cmdexit.New(1, errors.New("some policy tests failed"))
 			}
 			return nil
 		},
 	}
-	cmd.Flags().BoolVar(&allowSensitive, "policies-allow-sensitive-groups", false, "let the suites' policies match resources of the rbac.authorization.k8s.io, admissionregistration.k8s.io, certificates.k8s.io, authentication.k8s.io and authorization.k8s.io groups, refused by default as kadmit serve refuses them (docs/security.md)")
-	cmd.Flags().StringVarP(&output, "output", "o", "text", "report on stdout: text, or json (one go test -json event per line: start, run, output, pass/fail per test, pass/fail per suite)")
-	cmd.Flags().StringVar(&junit, "junit", "", "also write a JUnit XML report to this file (its directory must exist; an existing file is replaced whole, a symlink or non-regular file there is an error)")
+	f := cmd.Flags()
+	f.BoolVar(&allowSensitive, "policies-allow-sensitive-groups", false, "let the suites' policies match resources of the rbac.authorization.k8s.io, admissionregistration.k8s.io, certificates.k8s.io, authentication.k8s.io and authorization.k8s.io groups, refused by default as kadmit serve refuses them (docs/security.md)")
+	f.StringVarP(&output, "output", "o", "text", "report on stdout: text, or json (one go test -json event per line: start, run, output, pass/fail per test, pass/fail per suite)")
+	f.StringVar(&junit, "junit", "", "also write a JUnit XML report to this file (its directory must exist; an existing file is replaced whole, a symlink or non-regular file there is an error)")
+	f.BoolVar(&server, "server", false, "also send each test as a server-side dry run to the API server of --kubeconfig/--context, with the suite's policies installed there for its run, and report every test whose offline and server outcomes differ (use a disposable cluster; docs/policies-cel.md)")
+	f.StringVar(&kubeconfigPath, "kubeconfig", "", "with --server: kubeconfig file (default: $KUBECONFIG, then ~/.kube/config)")
+	f.StringVar(&kubeContext, "context", "", "with --server: kubeconfig context (default: the current context)")
+	f.DurationVar(&serverWait, "server-wait", celtest.DefaultReadyTimeout, "with --server: how long to wait, per suite, until the API server enforces the installed policies")
 	return cmd
 }

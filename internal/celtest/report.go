@@ -61,7 +61,7 @@ func groupSuites(results []Result) []suiteGroup {
 		if end := r.Start.Add(r.Elapsed).Sub(g.start); end > g.elapsed {
 			g.elapsed = end
 		}
-		if len(r.Failures) > 0 {
+		if !r.Passed() {
 			g.failed++
 		}
 	}
@@ -89,11 +89,16 @@ func WriteJSON(w io.Writer, results []Result) error {
 			ev(Event{Time: r.Start, Action: "run"})
 			ev(Event{Time: r.Start, Action: "output", Output: "=== RUN   " + r.Test + "\n"})
 			action, word := "pass", "PASS"
-			if len(r.Failures) > 0 {
+			if !r.Passed() {
 				action, word = "fail", "FAIL"
 			}
-			for _, f := range r.Failures {
+			for _, f := range r.Problems() {
 				ev(Event{Time: end, Action: "output", Output: indent(f)})
+			}
+			if r.Server != nil {
+				for _, n := range r.Server.Notes {
+					ev(Event{Time: end, Action: "output", Output: indent("server: " + n)})
+				}
 			}
 			ev(Event{Time: end, Action: "output", Output: fmt.Sprintf("--- %s: %s (%.2fs)\n", word, r.Test, r.Elapsed.Seconds())})
 			ev(Event{Time: end, Action: action, Elapsed: seconds(r.Elapsed)})
@@ -184,9 +189,9 @@ func WriteJUnit(w io.Writer, results []Result) error {
 		}
 		for _, r := range g.results {
 			c := junitCase{Name: r.Test, Classname: g.name, File: r.File, Time: junitTime(r.Elapsed)}
-			if len(r.Failures) > 0 {
-				c.Failure = &junitFailure{Message: r.Failures[0], Type: "PolicyTestFailure",
-					Text: strings.Join(r.Failures, "\n")}
+			if p := r.Problems(); len(p) > 0 {
+				c.Failure = &junitFailure{Message: p[0], Type: "PolicyTestFailure",
+					Text: strings.Join(p, "\n")}
 			}
 			s.Cases = append(s.Cases, c)
 		}

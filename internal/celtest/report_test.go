@@ -238,3 +238,50 @@ func TestWriteJUnitFile(t *testing.T) {
 		t.Errorf("device: %v", err)
 	}
 }
+
+// TestReportsCountServerDiffs: with --server, a test that met its
+// expectations but differs from the API server fails in both reports, with
+// the difference as its failure text; the server's notes are output.
+func TestReportsCountServerDiffs(t *testing.T) {
+	now := time.Now()
+	rs := []Result{
+		{Suite: "s", Test: "agrees", File: "s.yaml", Start: now, Server: &ServerCheck{Notes: []string{"audit annotations not compared"}}},
+		{Suite: "s", Test: "differs", File: "s.yaml", Start: now, Server: &ServerCheck{Diff: []string{`offline allowed=false 422 "x", server allowed=true`}}},
+	}
+	var js bytes.Buffer
+	if err := WriteJSON(&js, rs); err != nil {
+		t.Fatal(err)
+	}
+	actions := map[string]string{}
+	var outputs []string
+	dec := json.NewDecoder(&js)
+	for dec.More() {
+		var e Event
+		if err := dec.Decode(&e); err != nil {
+			t.Fatal(err)
+		}
+		if e.Action == "pass" || e.Action == "fail" {
+			actions[e.Test] = e.Action
+		}
+		if e.Action == "output" {
+			outputs = append(outputs, e.Output)
+		}
+	}
+	if actions["agrees"] != "pass" || actions["differs"] != "fail" || actions[""] != "fail" {
+		t.Fatalf("actions %v", actions)
+	}
+	all := strings.Join(outputs, "")
+	if !strings.Contains(all, "    differs from the API server: offline allowed=false") || !strings.Contains(all, "    server: audit annotations not compared") {
+		t.Fatalf("outputs:\n%s", all)
+	}
+	var x bytes.Buffer
+	if err := WriteJUnit(&x, rs); err != nil {
+		t.Fatal(err)
+	}
+	var doc struct {
+		Failures int `xml:"failures,attr"`
+	}
+	if err := xml.Unmarshal(x.Bytes(), &doc); err != nil || doc.Failures != 1 || !strings.Contains(x.String(), "differs from the API server: offline allowed=false") {
+		t.Fatalf("JUnit (%v):\n%s", err, x.String())
+	}
+}

@@ -17,6 +17,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strings"
 	"time"
@@ -135,6 +136,40 @@ type Result struct {
 	File    string
 	Start   time.Time
 	Elapsed time.Duration
+	// Server is the comparison of the offline outcome with a real API
+	// server's (`kadmit test --server`, RunServer); nil when not run.
+	Server *ServerCheck
+}
+
+// ServerCheck is how one test's offline outcome compares with the API
+// server's answer to the same request sent as a server-side dry run.
+type ServerCheck struct {
+	// Diff says what differs between the two, one line each ("offline
+	// allowed=false 422 \"...\", server allowed=true"), and what could not
+	// be sent; empty when they agree.
+	Diff []string
+	// Notes say what was not compared and why (audit annotations, which a
+	// client cannot read; CONNECT requests).
+	Notes []string
+}
+
+// Passed reports whether the test met its expectations and, when it was
+// also sent to an API server, the server agreed.
+func (r Result) Passed() bool {
+	return len(r.Failures) == 0 && (r.Server == nil || len(r.Server.Diff) == 0)
+}
+
+// Problems are the test's failures followed by its differences from the
+// API server ("differs from the API server: ..."), the lines the JSON and
+// JUnit reports give a test that did not pass; empty when it passed.
+func (r Result) Problems() []string {
+	out := slices.Clone(r.Failures)
+	if r.Server != nil {
+		for _, d := range r.Server.Diff {
+			out = append(out, "differs from the API server: "+d)
+		}
+	}
+	return out
 }
 
 // Find returns the suite files under path (a file, or a directory
@@ -257,34 +292,55 @@ func Run(ctx context.Context, s *Suite) ([]Result, error) {
 // RunWith is Run loading the suite's policies with load (`kadmit test
 // --policies-allow-sensitive-groups`).
 func RunWith(ctx context.Context, s *Suite, load celpolicy.LoadOptions) ([]Result, error) {
-	paths := make([]string, len(s.Policies))
-	for i, p := range s.Policies {
-		paths[i] = s.rel(p)
-	}
-	set, err := celpolicy.LoadWith(load, paths, nil)
+	set, err := celpolicy.LoadWith(load, s.policyPaths(), nil)
 	if err != nil {
 		return nil, fmt.Errorf("%w: %s: %w", ErrInput, s.file, err)
 	}
+	out, _, err := s.runOffline(ctx, set)
+	return out, err
+}
+
+// offline is one test's offline run: the request kadmit built and the
+// decision of the suite's policies.
+type offline struct {
+	test *Test
+	req  *celpolicy.Request
+	d    *celpolicy.Decision
+}
+
+// runOffline evaluates every test of s with the policies of set.
+func (s *Suite) runOffline(ctx context.Context, set *celpolicy.Set) ([]Result, []offline, error) {
 	e, err := celpolicy.New(set, celpolicy.Options{})
 	if err != nil {
-		return nil, fmt.Errorf("%w: %s: %w", ErrInput, s.file, err)
+		return nil, nil, fmt.Errorf("%w: %s: %w", ErrInput, s.file, err)
 	}
 	var out []Result
+	var runs []offline
 	for i := range s.Tests {
 		t := &s.Tests[i]
 		start := time.Now()
 		req, err := s.request(t)
 		if err != nil {
-			return nil, fmt.Errorf("%w: %s: tests[%d] (%s): %w", ErrInput, s.file, i, t.Name, err)
+			return nil, nil, fmt.Errorf("%w: %s: tests[%d] (%s): %w", ErrInput, s.file, i, t.Name, err)
 		}
 		d, err := Evaluate(ctx, e, req)
 		if err != nil {
-			return nil, fmt.Errorf("%s: tests[%d] (%s): %w", s.file, i, t.Name, err)
+			return nil, nil, fmt.Errorf("%s: tests[%d] (%s): %w", s.file, i, t.Name, err)
 		}
 		out = append(out, Result{Suite: s.Metadata.Name, Test: t.Name, Failures: compare(t, req, d),
 			File: s.file, Start: start, Elapsed: time.Since(start)})
+		runs = append(runs, offline{test: t, req: req, d: d})
 	}
-	return out, nil
+	return out, runs, nil
+}
+
+// policyPaths are the suite's policies entries resolved against its file.
+func (s *Suite) policyPaths() []string {
+	paths := make([]string, len(s.Policies))
+	for i, p := range s.Policies {
+		paths[i] = s.rel(p)
+	}
+	return paths
 }
 
 // Evaluate runs req through the engine's mutating policies, then its
@@ -546,21 +602,46 @@ func sameJSON(a, b []byte) bool {
 }
 
 // Print writes results as text: one line per test ("PASS" or "FAIL"),
-// each failure indented below, and a summary line. It returns the number
-// of failed tests.
+// each failure indented below, then, for a run against an API server, a
+// "DIFF  suite / test: ..." line per difference and each note indented,
+// and a summary line. It returns the number of tests that failed or
+// differ from the API server.
 func Print(w io.Writer, results []Result) int {
-	failed := 0
+	failed, differ, bad, server := 0, 0, 0, false
 	for _, r := range results {
 		if len(r.Failures) == 0 {
 			fmt.Fprintf(w, "PASS  %s / %s\n", r.Suite, r.Test)
+		} else {
+			failed++
+			fmt.Fprintf(w, "FAIL  %s / %s\n", r.Suite, r.Test)
+			for _, f := range r.Failures {
+				fmt.Fprintf(w, "      %s\n", f)
+			}
+		}
+		if r.Server == nil {
+			if len(r.Failures) > 0 {
+				bad++
+			}
 			continue
 		}
-		failed++
-		fmt.Fprintf(w, "FAIL  %s / %s\n", r.Suite, r.Test)
-		for _, f := range r.Failures {
-			fmt.Fprintf(w, "      %s\n", f)
+		server = true
+		for _, d := range r.Server.Diff {
+			fmt.Fprintf(w, "DIFF  %s / %s: %s\n", r.Suite, r.Test, d)
+		}
+		for _, n := range r.Server.Notes {
+			fmt.Fprintf(w, "      server: %s\n", n)
+		}
+		if len(r.Server.Diff) > 0 {
+			differ++
+		}
+		if len(r.Failures) > 0 || len(r.Server.Diff) > 0 {
+			bad++
 		}
 	}
-	fmt.Fprintf(w, "%d tests, %d passed, %d failed\n", len(results), len(results)-failed, failed)
-	return failed
+	if server {
+		fmt.Fprintf(w, "%d tests, %d passed, %d failed, %d differ from the API server\n", len(results), len(results)-failed, failed, differ)
+	} else {
+		fmt.Fprintf(w, "%d tests, %d passed, %d failed\n", len(results), len(results)-failed, failed)
+	}
+	return bad
 }

@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -120,11 +119,9 @@ func diffSuite(ctx context.Context, t *testing.T, file string, s *celtest.Suite)
 		for _, u := range decodeYAML(t, crds) {
 			cleanup = append(cleanup, createObject(ctx, t, u))
 		}
-		world.mapper.Reset()
 		waitFor(ctx, t, "CRDs served", func() bool {
 			for _, p := range set.Params {
-				if _, err := world.mapper.RESTMapping(p.GroupVersionKind().GroupKind(), p.GroupVersionKind().Version); err != nil {
-					world.mapper.Reset()
+				if _, _, err := world.server.Mapping(p.GroupVersionKind()); err != nil {
 					return false
 				}
 			}
@@ -315,14 +312,11 @@ func decodeYAML(t *testing.T, data []byte) []*unstructured.Unstructured {
 
 func resourceFor(t *testing.T, gvk schema.GroupVersionKind) (schema.GroupVersionResource, bool) {
 	t.Helper()
-	m, err := world.mapper.RESTMapping(gvk.GroupKind(), gvk.Version)
+	gvr, namespaced, err := world.server.Mapping(gvk)
 	if err != nil {
-		world.mapper.Reset()
-		if m, err = world.mapper.RESTMapping(gvk.GroupKind(), gvk.Version); err != nil {
-			t.Fatalf("%s: %v", gvk, err)
-		}
+		t.Fatal(err)
 	}
-	return m.Resource, m.Scope.Name() == "namespace"
+	return gvr, namespaced
 }
 
 func client(t *testing.T, u *unstructured.Unstructured) dynamic.ResourceInterface {
@@ -397,32 +391,23 @@ func buildRequest(ctx context.Context, t *testing.T, dir string, tc *celtest.Tes
 	return r
 }
 
-// send makes the request a server-side dry run and reads the outcome.
+// send makes the request a server-side dry run and reads the outcome,
+// with celtest.Server.Send (what `kadmit test --server` sends); the
+// Audit-ID header it carries finds its audit annotations.
 func send(ctx context.Context, r *request) (outcome, error) {
-	c := world.dyn.Resource(r.gvr).Namespace(r.obj.GetNamespace())
-	world.warnings.reset()
 	id := string(uuid.NewUUID())
 	world.auditID.Store(id)
 	defer world.auditID.Store("")
-	var res *unstructured.Unstructured
-	var err error
-	obj := r.obj.DeepCopy()
+	sr := &celtest.ServerRequest{Resource: r.gvr, Namespace: r.obj.GetNamespace(), Name: r.obj.GetName(),
+		Operation: apiserveradmission.Create, Object: r.obj}
 	if r.update {
-		res, err = c.Update(ctx, obj, metav1.UpdateOptions{DryRun: []string{metav1.DryRunAll}})
-	} else {
-		res, err = c.Create(ctx, obj, metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
+		sr.Operation = apiserveradmission.Update
 	}
-	o := outcome{Warnings: world.warnings.take(), auditID: id}
+	so, err := world.server.Send(ctx, sr)
 	if err != nil {
-		var se apierrors.APIStatus
-		if !errors.As(err, &se) {
-			return o, err
-		}
-		st := se.Status()
-		o.Code, o.Message = st.Code, st.Message
-		return o, nil
+		return outcome{}, err
 	}
-	o.Allowed, o.Object = true, res.Object
+	o := outcome{Allowed: so.Allowed, Code: so.Code, Message: so.Message, Warnings: nonNil(so.Warnings), Object: so.Object, auditID: id}
 	return o, nil
 }
 
@@ -486,15 +471,23 @@ func installPolicies(ctx context.Context, t *testing.T, written []*unstructured.
 			objs = append(objs, u.DeepCopy())
 		}
 	}
-	var dels []func()
+	var dels []func(context.Context) error
 	for _, u := range objs {
-		dels = append(dels, createObject(ctx, t, u))
+		d, err := world.server.Create(ctx, u)
+		if err != nil {
+			t.Fatal(err)
+		}
+		dels = append(dels, d)
 	}
 	var once sync.Once
 	return func() {
 		once.Do(func() {
+			dctx, cancel := context.WithTimeout(context.Background(), effectLimit)
+			defer cancel()
 			for i := len(dels) - 1; i >= 0; i-- {
-				dels[i]()
+				if err := dels[i](dctx); err != nil {
+					t.Error(err)
+				}
 			}
 		})
 	}
@@ -502,12 +495,8 @@ func installPolicies(ctx context.Context, t *testing.T, written []*unstructured.
 
 func waitFor(ctx context.Context, t *testing.T, what string, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(effectLimit)
-	for !cond() {
-		if time.Now().After(deadline) || ctx.Err() != nil {
-			t.Fatalf("%s: not within %s", what, effectLimit)
-		}
-		time.Sleep(time.Second)
+	if err := celtest.WaitFor(ctx, what, effectLimit, cond); err != nil {
+		t.Fatal(err)
 	}
 }
 
@@ -525,34 +514,6 @@ func sameObject(a, b map[string]any) bool {
 		return a == nil && b == nil
 	}
 	return reflect.DeepEqual(scrub(a), scrub(b))
-}
-
-// warningCollector is the client's rest.WarningHandler: it keeps the
-// warnings of the one request in flight (requests are sequential).
-type warningCollector struct {
-	mu   sync.Mutex
-	list []string
-}
-
-func (w *warningCollector) HandleWarningHeader(code int, agent, text string) {
-	if code != 299 || text == "" {
-		return
-	}
-	w.mu.Lock()
-	w.list = append(w.list, text)
-	w.mu.Unlock()
-}
-
-func (w *warningCollector) reset() {
-	w.mu.Lock()
-	w.list = nil
-	w.mu.Unlock()
-}
-
-func (w *warningCollector) take() []string {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	return append([]string{}, w.list...)
 }
 
 // auditAnnotations reads the audit log: each event's annotations by audit

@@ -3,8 +3,6 @@ package celdiff
 import (
 	"encoding/json"
 	"fmt"
-	"os"
-	"path/filepath"
 	"reflect"
 	"slices"
 	"sort"
@@ -15,7 +13,6 @@ import (
 
 	"github.com/kadmit/kadmit/internal/celtest"
 	"github.com/kadmit/kadmit/internal/jsonedit"
-	"github.com/kadmit/kadmit/internal/manifests"
 )
 
 // checkExpect compares one side's outcome with what the suite's test
@@ -180,42 +177,18 @@ func subset(want, have any) bool {
 	}
 }
 
-// policyDocuments reads the suite's policy files as written: the four
-// policy kinds, to create in the API server without going through kadmit's
-// loader (a loading bug in kadmit, such as a dropped namespaceSelector,
-// then shows up as a difference), and every other object as a param.
-// MutatingAdmissionPolicy kinds are sent in the version the server serves
-// (world.mapVersion; the fields are the same).
+// policyDocuments reads the suite's policy files as written
+// (celtest.PolicyDocuments, what `kadmit test --server` installs): the
+// four policy kinds, to create in the API server without going through
+// kadmit's loader (a loading bug in kadmit, such as a dropped
+// namespaceSelector, then shows up as a difference), and every other
+// object as a param. MutatingAdmissionPolicy kinds are sent in the
+// version the server serves (world.mapVersion; the fields are the same).
 func policyDocuments(t *testing.T, paths []string) (policies, params []*unstructured.Unstructured) {
 	t.Helper()
-	for _, p := range paths {
-		files, err := manifests.Files(p, nil)
-		if err != nil {
-			t.Fatal(err)
-		}
-		for _, f := range files {
-			data, err := os.ReadFile(filepath.Clean(f))
-			if err != nil {
-				t.Fatal(err)
-			}
-			for _, u := range decodeYAML(t, data) {
-				gvk := u.GroupVersionKind()
-				if gvk.Group != "admissionregistration.k8s.io" {
-					params = append(params, u)
-					continue
-				}
-				switch gvk.Kind {
-				case "ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding":
-					u.SetAPIVersion("admissionregistration.k8s.io/v1")
-				case "MutatingAdmissionPolicy", "MutatingAdmissionPolicyBinding":
-					u.SetAPIVersion("admissionregistration.k8s.io/" + world.mapVersion)
-				default:
-					params = append(params, u)
-					continue
-				}
-				policies = append(policies, u)
-			}
-		}
+	policies, params, err := celtest.PolicyDocuments(paths, world.mapVersion, celtest.DefaultMaxObjects)
+	if err != nil {
+		t.Fatal(err)
 	}
 	return policies, params
 }

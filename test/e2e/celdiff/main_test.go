@@ -30,21 +30,20 @@ import (
 	"testing"
 	"time"
 
-	"k8s.io/client-go/discovery"
-	"k8s.io/client-go/discovery/cached/memory"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/rest"
-	"k8s.io/client-go/restmapper"
 
+	"github.com/kadmit/kadmit/internal/celtest"
 	"github.com/kadmit/kadmit/test/controlplane"
 )
 
 var world struct {
-	cp       *controlplane.ControlPlane
-	dyn      dynamic.Interface
-	mapper   *restmapper.DeferredDiscoveryRESTMapper
-	warnings *warningCollector
-	minor    int
+	cp  *controlplane.ControlPlane
+	dyn dynamic.Interface
+	// server sends the dry runs and creates the policies: the code of
+	// `kadmit test --server` (internal/celtest/server.go).
+	server *celtest.Server
+	minor  int
 	// mapVersion is the admissionregistration version the server serves
 	// MutatingAdmissionPolicy in: v1 from 1.36, v1beta1 on 1.35.
 	mapVersion string
@@ -137,20 +136,16 @@ func run(m *testing.M) int {
 	}()
 	world.cp = cp
 	cfg := rest.CopyConfig(cp.Config)
-	world.warnings = &warningCollector{}
-	cfg.WarningHandler = world.warnings
 	cfg.QPS, cfg.Burst = 100, 200
 	cfg.Wrap(func(rt http.RoundTripper) http.RoundTripper { return auditIDTransport{rt} })
 	if world.dyn, err = dynamic.NewForConfig(cfg); err != nil {
 		fmt.Fprintln(os.Stderr, "celdiff:", err)
 		return 1
 	}
-	dc, err := discovery.NewDiscoveryClientForConfig(cfg)
-	if err != nil {
+	if world.server, err = celtest.NewServer(cfg, celtest.ServerOptions{RequestTimeout: 30 * time.Second, ReadyTimeout: effectLimit}); err != nil {
 		fmt.Fprintln(os.Stderr, "celdiff:", err)
 		return 1
 	}
-	world.mapper = restmapper.NewDeferredDiscoveryRESTMapper(memory.NewMemCacheClient(dc))
 	return m.Run()
 }
 
