@@ -30,6 +30,9 @@ import (
 	"testing"
 	"time"
 
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/rest"
 
@@ -146,7 +149,56 @@ func run(m *testing.M) int {
 		fmt.Fprintln(os.Stderr, "celdiff:", err)
 		return 1
 	}
+	if err := keepConfigMapParams(world.dyn); err != nil {
+		fmt.Fprintln(os.Stderr, "celdiff:", err)
+		return 1
+	}
 	return m.Run()
+}
+
+// keepConfigMapParams binds a policy whose paramKind is ConfigMap for the
+// whole run, matching nothing. kube-apiserver (v1.37.1 here, and every
+// release since the param informers were shared) stops a built-in
+// paramKind's informer for good once no binding uses it for one refresh
+// tick, and a later policy with that paramKind then sees no params at all
+// ("no params found for policy binding", kubernetes/kubernetes#130887,
+// #133827; fix in review, #141015). Suites here install and remove
+// ConfigMap-param policies one after another, so without this binding the
+// second such suite meets the bug, not kadmit's difference.
+func keepConfigMapParams(dyn dynamic.Interface) error {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	policy := &unstructured.Unstructured{Object: map[string]any{
+		"apiVersion": "admissionregistration.k8s.io/v1", "kind": "ValidatingAdmissionPolicy",
+		"metadata": map[string]any{"name": "celdiff-keeps-configmap-params"},
+		"spec": map[string]any{
+			"paramKind": map[string]any{"apiVersion": "v1", "kind": "ConfigMap"},
+			"matchConstraints": map[string]any{"resourceRules": []any{map[string]any{
+				"apiGroups": []any{"keeper.kadmit.io"}, "apiVersions": []any{"v1"},
+				"operations": []any{"CREATE"}, "resources": []any{"nothings"}}}},
+			"validations": []any{map[string]any{"expression": "true"}},
+		},
+	}}
+	binding := &unstructured.Unstructured{Object: map[string]any{
+		"apiVersion": "admissionregistration.k8s.io/v1", "kind": "ValidatingAdmissionPolicyBinding",
+		"metadata": map[string]any{"name": "celdiff-keeps-configmap-params"},
+		"spec": map[string]any{
+			"policyName":        "celdiff-keeps-configmap-params",
+			"validationActions": []any{"Deny"},
+			"paramRef":          map[string]any{"selector": map[string]any{}, "parameterNotFoundAction": "Allow"},
+		},
+	}}
+	for _, o := range []struct {
+		u        *unstructured.Unstructured
+		resource string
+	}{{policy, "validatingadmissionpolicies"}, {binding, "validatingadmissionpolicybindings"}} {
+		u := o.u
+		gvr := schema.GroupVersionResource{Group: "admissionregistration.k8s.io", Version: "v1", Resource: o.resource}
+		if _, err := dyn.Resource(gvr).Create(ctx, u, metav1.CreateOptions{}); err != nil {
+			return fmt.Errorf("create %s %s: %w", u.GetKind(), u.GetName(), err)
+		}
+	}
+	return nil
 }
 
 var versionRE = regexp.MustCompile(`v1\.(\d+)\.`)
