@@ -310,10 +310,8 @@ func (sv *Server) Create(ctx context.Context, u *unstructured.Unstructured) (fun
 	if namespaced {
 		c = sv.dyn.Resource(gvr).Namespace(u.GetNamespace())
 	}
-	rctx, cancel := context.WithTimeout(ctx, sv.opts.RequestTimeout)
-	defer cancel()
 	what := describe(u)
-	res, err := c.Create(rctx, u, metav1.CreateOptions{})
+	res, err := sv.create(ctx, c, u)
 	if err != nil {
 		if apierrors.IsAlreadyExists(err) {
 			return nil, fmt.Errorf("%s: %w", what, ErrExists)
@@ -340,6 +338,39 @@ func (sv *Server) Create(ctx context.Context, u *unstructured.Unstructured) (fun
 			}
 		}
 	}, nil
+}
+
+// removedPolicyLinger bounds how long an install retries a denial by an
+// admission policy: the API server enforces a policy an earlier suite
+// removed until its policy source refreshes (every second, k8s.io/apiserver
+// v0.37.1 pkg/admission/plugin/policy/generic/policy_source.go), so a
+// suite that denies namespaces may refuse the next suite's namespace for
+// that long. A policy that still denies after this is the cluster's own.
+const removedPolicyLinger = 5 * time.Second
+
+// create creates u through c, retrying for removedPolicyLinger while an
+// admission policy denies it (see there).
+func (sv *Server) create(ctx context.Context, c dynamic.ResourceInterface, u *unstructured.Unstructured) (*unstructured.Unstructured, error) {
+	deadline := time.Now().Add(removedPolicyLinger)
+	for {
+		rctx, cancel := context.WithTimeout(ctx, sv.opts.RequestTimeout)
+		res, err := c.Create(rctx, u, metav1.CreateOptions{})
+		cancel()
+		if err == nil || !deniedByPolicy(err) || time.Now().After(deadline) {
+			return res, err
+		}
+		select {
+		case <-ctx.Done():
+			return nil, err
+		case <-time.After(250 * time.Millisecond):
+		}
+	}
+}
+
+// deniedByPolicy reports whether err is a ValidatingAdmissionPolicy's or
+// MutatingAdmissionPolicy's denial.
+func deniedByPolicy(err error) bool {
+	return (apierrors.IsForbidden(err) || apierrors.IsInvalid(err)) && strings.Contains(err.Error(), "AdmissionPolicy '")
 }
 
 // ErrExists is wrapped by the error about an object kadmit would install
@@ -637,10 +668,26 @@ func (sv *Server) RunServer(ctx context.Context, s *Suite) (results []Result, er
 			}
 		}
 		o.Warnings = without(o.Warnings, baseline[i])
-		results[i].Server.Diff = append(results[i].Server.Diff, diffOutcomes(runs[i], o)...)
+		d := diffOutcomes(runs[i], o)
+		results[i].Server.Diff = append(results[i].Server.Diff, d...)
+		if len(d) > 0 && len(params) > 0 && strings.Contains(o.Message, noParamsFound) {
+			results[i].Server.Notes = append(results[i].Server.Notes, staleParamInformer)
+		}
 	}
 	return results, nil
 }
+
+// noParamsFound is the API server's denial when a binding with
+// parameterNotFoundAction Deny finds no param (k8s.io/apiserver v0.37.1
+// pkg/admission/plugin/policy/generic/policy_dispatcher.go:401).
+const noParamsFound = "no params found for policy binding"
+
+// staleParamInformer explains a server that finds none of the params the
+// suite installed: a known kube-apiserver bug, not a difference in the
+// policy's semantics.
+const staleParamInformer = "the API server found no param although kadmit installed the suite's: when the paramKind is a built-in kind (ConfigMap, Secret, ...), " +
+	"kube-apiserver stops that kind's param informer for good once no binding uses it for a second, e.g. after an earlier run removed its suite " +
+	"(kubernetes/kubernetes#130887, #133827); restart the API server, or keep a binding on that paramKind in the cluster, and run again"
 
 // setResourceVersion gives an UPDATE without metadata.resourceVersion the
 // stored old object's, as a client reading before writing sends: custom
@@ -755,10 +802,7 @@ func (sv *Server) ensureNamespaces(ctx context.Context, s *Suite, reqs []*Server
 			u := &unstructured.Unstructured{Object: map[string]any{"apiVersion": "v1", "kind": "Namespace",
 				"metadata": map[string]any{"name": name}}}
 			u.SetLabels(labels)
-			rctx, cancel := context.WithTimeout(ctx, sv.opts.RequestTimeout)
-			_, err := c.Create(rctx, u, metav1.CreateOptions{})
-			cancel()
-			if err != nil {
+			if _, err := sv.create(ctx, c, u); err != nil {
 				return fmt.Errorf("create namespace %s: %w", name, err)
 			}
 			sv.namespaces = append(sv.namespaces, name)
