@@ -1,0 +1,185 @@
+// Package apidefaults applies to an object what the API server applies
+// between decoding a request and calling the admission webhooks and
+// policies: the API's decoding defaults (a container's limits copied to its
+// requests, imagePullPolicy, restartPolicy, a Deployment's strategy, ...)
+// and the mutating admission plugins that are on by default and run before
+// MutatingAdmissionPolicy / MutatingAdmissionWebhook and need no cluster
+// state (ServiceAccount, Priority, DefaultTolerationSeconds). Offline
+// evaluation (`kadmit review --defaults`, `kadmit test --defaults`, a suite's
+// `defaults: true`) runs it so that policies see the object as the API
+// server would hand it to them. What it does not do is listed in
+// docs/policies-cel.md, "What offline evaluation does and does not do
+// before the policies".
+//
+// The decoding defaults are the Kubernetes code itself, k8s.io/kubernetes
+// v1.37.1 pkg/apis/{core,apps,batch}/v1 RegisterDefaults (every kind of
+// those group versions, with the feature gates at their v1.37 defaults).
+// The admission plugins need an API server around them (informers, a
+// client, internal types), so plugins.go re-creates the part of each that
+// needs no cluster state, citing the upstream lines.
+package apidefaults
+
+import (
+	"errors"
+	"fmt"
+
+	appsv1 "k8s.io/api/apps/v1"
+	batchv1 "k8s.io/api/batch/v1"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	k8sappsv1 "k8s.io/kubernetes/pkg/apis/apps/v1"
+	k8sbatchv1 "k8s.io/kubernetes/pkg/apis/batch/v1"
+	k8scorev1 "k8s.io/kubernetes/pkg/apis/core/v1"
+	"sigs.k8s.io/json"
+
+	encjson "encoding/json"
+)
+
+// Operations, as in admission requests.
+const (
+	Create  = "CREATE"
+	Update  = "UPDATE"
+	Delete  = "DELETE"
+	Connect = "CONNECT"
+)
+
+// Plugin names, as kube-apiserver's --enable-admission-plugins spells them.
+const (
+	ServiceAccount           = "ServiceAccount"
+	Priority                 = "Priority"
+	DefaultTolerationSeconds = "DefaultTolerationSeconds"
+)
+
+// Plugins are the admission plugins Apply runs, in the API server's order
+// (k8s.io/kubernetes v1.37.1 pkg/kubeapiserver/options/plugins.go:79,86,87
+// AllOrderedPlugins; all three are on by default, plugins.go:165-191).
+var Plugins = []string{ServiceAccount, Priority, DefaultTolerationSeconds}
+
+// ErrInput is wrapped by errors about the object: JSON that does not decode
+// into its kind's type.
+var ErrInput = errors.New("invalid object")
+
+// scheme knows the typed objects of core/v1, apps/v1 and batch/v1 and their
+// defaulting functions, the upstream ones.
+var scheme = func() *runtime.Scheme {
+	s := runtime.NewScheme()
+	for _, add := range []func(*runtime.Scheme) error{
+		corev1.AddToScheme, appsv1.AddToScheme, batchv1.AddToScheme,
+		k8scorev1.RegisterDefaults, k8sappsv1.RegisterDefaults, k8sbatchv1.RegisterDefaults,
+	} {
+		if err := add(s); err != nil {
+			panic(err) // only a programming error gets here
+		}
+	}
+	return s
+}()
+
+// Request is one admission request's objects, before admission.
+type Request struct {
+	Kind schema.GroupVersionKind
+	// Resource and SubResource decide whether the pod plugins run: they
+	// act on resource "pods" (core group) without a subresource.
+	Resource    schema.GroupVersionResource
+	SubResource string
+	// Operation is CREATE, UPDATE, DELETE or CONNECT.
+	Operation string
+	// Object and OldObject are JSON; either may be nil (DELETE has no
+	// object, CREATE no old object).
+	Object, OldObject []byte
+	// Plugins, when not nil, replaces the package's Plugins: the API
+	// server under test may run fewer (test/e2e's runs without
+	// ServiceAccount, which needs a service account controller).
+	Plugins []string
+}
+
+// Apply returns the request's object and old object as the API server
+// hands them to admission webhooks and policies:
+//   - the object is decoded with its kind's defaults, then the mutating
+//     plugins run on it for the request's operation;
+//   - the old object is what the server has stored: decoded with defaults
+//     and, for a pod, as the plugins left it when it was created.
+//
+// An object of a group version other than core/v1, apps/v1 and batch/v1 is
+// returned unchanged. The typed round trip drops fields the v1.37 schema
+// does not know and writes quantities canonically ("1000m" is "1"), as the
+// API server does. Errors wrap ErrInput.
+func Apply(r Request) (object, oldObject []byte, err error) {
+	plugins := Plugins
+	if r.Plugins != nil {
+		plugins = r.Plugins
+	}
+	var oldTyped runtime.Object
+	if r.OldObject != nil {
+		oldTyped, err = decode(r.Kind, r.OldObject)
+		if err != nil {
+			return nil, nil, fmt.Errorf("oldObject: %w", err)
+		}
+		if oldTyped != nil {
+			admit(plugins, Create, r, oldTyped, nil)
+			if oldObject, err = encjson.Marshal(oldTyped); err != nil {
+				return nil, nil, fmt.Errorf("oldObject: %w", err)
+			}
+		} else {
+			oldObject = r.OldObject
+		}
+	}
+	if r.Object != nil {
+		typed, err := decode(r.Kind, r.Object)
+		if err != nil {
+			return nil, nil, fmt.Errorf("object: %w", err)
+		}
+		if typed == nil {
+			return r.Object, oldObject, nil
+		}
+		admit(plugins, r.Operation, r, typed, oldTyped)
+		if object, err = encjson.Marshal(typed); err != nil {
+			return nil, nil, fmt.Errorf("object: %w", err)
+		}
+	}
+	return object, oldObject, nil
+}
+
+// decode returns obj as its typed kind with the decoding defaults applied,
+// or nil when the scheme does not know the kind. Field names match case
+// sensitively and unknown fields are dropped, as the API server's decoder
+// does (k8s.io/apimachinery v0.37.1 pkg/runtime/serializer/json uses
+// sigs.k8s.io/json's case-sensitive decoding).
+func decode(gvk schema.GroupVersionKind, obj []byte) (runtime.Object, error) {
+	if !scheme.Recognizes(gvk) {
+		return nil, nil
+	}
+	typed, err := scheme.New(gvk)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %s: %w", ErrInput, gvk, err)
+	}
+	if err := json.UnmarshalCaseSensitivePreserveInts(obj, typed); err != nil {
+		return nil, fmt.Errorf("%w: as %s: %w", ErrInput, gvk.Kind, err)
+	}
+	scheme.Default(typed)
+	return typed, nil
+}
+
+// admit runs the plugins on a pod of resource pods without subresource,
+// the only requests they act on.
+func admit(plugins []string, op string, r Request, obj, old runtime.Object) {
+	pod, ok := obj.(*corev1.Pod)
+	if !ok || r.SubResource != "" || r.Resource.Group != "" || r.Resource.Resource != "pods" {
+		return
+	}
+	oldPod, _ := old.(*corev1.Pod)
+	for _, p := range plugins {
+		switch p {
+		case ServiceAccount:
+			if op == Create {
+				admitServiceAccount(pod)
+			}
+		case Priority:
+			admitPriority(op, pod, oldPod)
+		case DefaultTolerationSeconds:
+			if op == Create || op == Update {
+				admitDefaultTolerationSeconds(pod)
+			}
+		}
+	}
+}
