@@ -21,7 +21,7 @@ import (
 func newReviewCmd() *cobra.Command {
 	var file, configFile, operation, oldFile, subresource, output, state string
 	var policyPaths []string
-	var allowSensitive bool
+	var allowSensitive, defaults bool
 	cmd := &cobra.Command{
 		Use:   "review -f FILE|DIR|-",
 		Short: "Run manifests through kadmit's policies offline",
@@ -73,7 +73,7 @@ or input errors.`,
 			if err != nil {
 				return cmdexit.New(2, err)
 			}
-			opts := review.Options{Operation: admissionv1.Operation(strings.ToUpper(operation)), SubResource: subresource}
+			opts := review.Options{Operation: admissionv1.Operation(strings.ToUpper(operation)), SubResource: subresource, Defaults: defaults}
 			switch opts.Operation {
 			case admissionv1.Create, admissionv1.Update, admissionv1.Delete, admissionv1.Connect:
 			default:
@@ -95,6 +95,7 @@ or input errors.`,
 	f.StringVar(&subresource, "subresource", "", `subresource to review as, e.g. "status"`)
 	f.BoolVar(&allowSensitive, "policies-allow-sensitive-groups", false, "let --policies match resources of the rbac.authorization.k8s.io, admissionregistration.k8s.io, certificates.k8s.io, authentication.k8s.io and authorization.k8s.io groups, refused by default as kadmit serve refuses them (docs/security.md)")
 	f.StringArrayVar(&policyPaths, "policies", nil, "ValidatingAdmissionPolicy / MutatingAdmissionPolicy files or directories (with bindings and params) to run next to the built-in policies; repeatable")
+	f.BoolVar(&defaults, "defaults", false, "apply what the API server applies before admission: the API's defaults (core, apps, batch v1) and the ServiceAccount, Priority and DefaultTolerationSeconds admission plugins (docs/policies-cel.md)")
 	f.StringVarP(&output, "output", "o", "text", "output: text or json (one JSON object per line)")
 	f.StringVar(&state, "state", "", "cluster state (file or directory of manifests: LocalQueues, ElasticQuotas, pods, namespaces ...) that stateful checks read")
 	return cmd

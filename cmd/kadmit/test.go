@@ -12,7 +12,7 @@ import (
 )
 
 func newTestCmd() *cobra.Command {
-	var allowSensitive bool
+	var allowSensitive, defaults bool
 	cmd := &cobra.Command{
 		Use:   "test DIR|FILE",
 		Short: "Run test suites for ValidatingAdmissionPolicy / MutatingAdmissionPolicy files",
@@ -38,6 +38,7 @@ Exit status: 0 when every test passes, 1 when any fails, 2 on input errors.`,
 				if err != nil {
 					return cmdexit.New(2, err)
 				}
+				s.Defaults = s.Defaults || defaults
 				rs, err := celtest.RunWith(cmd.Context(), s, celpolicy.LoadOptions{AllowSensitiveGroups: allowSensitive})
 				if err != nil {
 					return cmdexit.New(2, err)
@@ -51,5 +52,6 @@ Exit status: 0 when every test passes, 1 when any fails, 2 on input errors.`,
 		},
 	}
 	cmd.Flags().BoolVar(&allowSensitive, "policies-allow-sensitive-groups", false, "let the suites' policies match resources of the rbac.authorization.k8s.io, admissionregistration.k8s.io, certificates.k8s.io, authentication.k8s.io and authorization.k8s.io groups, refused by default as kadmit serve refuses them (docs/security.md)")
+	cmd.Flags().BoolVar(&defaults, "defaults", false, "apply what the API server applies before admission to every test's objects, as a suite's defaults: true does: the API's defaults (core, apps, batch v1) and the ServiceAccount, Priority and DefaultTolerationSeconds admission plugins (docs/policies-cel.md)")
 	return cmd
 }

@@ -65,6 +65,12 @@ type Suite struct {
 	Namespaces []corev1.Namespace `json:"namespaces,omitempty"`
 	Tests      []Test             `json:"tests"`
 
+	// Defaults, when true, gives the policies each test's object and old
+	// object as the API server would: with the API's defaults and the
+	// default-on mutating admission plugins applied (package apidefaults;
+	// `kadmit test --defaults` sets it for every suite).
+	Defaults bool `json:"defaults,omitempty"`
+
 	file string
 }
 
@@ -257,6 +263,11 @@ func RunWith(ctx context.Context, s *Suite, load celpolicy.LoadOptions) ([]Resul
 		req, err := s.request(t)
 		if err != nil {
 			return nil, fmt.Errorf("%w: %s: tests[%d] (%s): %w", ErrInput, s.file, i, t.Name, err)
+		}
+		if s.Defaults {
+			if err := applyDefaults(req); err != nil {
+				return nil, fmt.Errorf("%w: %s: tests[%d] (%s): defaults: %w", ErrInput, s.file, i, t.Name, err)
+			}
 		}
 		d, err := Evaluate(ctx, e, req)
 		if err != nil {

@@ -113,6 +113,10 @@ type Options struct {
 	// Old holds the old objects for UPDATE and DELETE, matched to inputs by
 	// apiVersion, kind, namespace and name.
 	Old []Document
+	// Defaults gives the webhooks each object (and old object) as the API
+	// server would: with the API's defaults and the default-on mutating
+	// admission plugins applied (package apidefaults).
+	Defaults bool
 }
 
 // Result is the outcome for one object; its JSON form is one line of
@@ -172,6 +176,12 @@ func Run(ctx context.Context, webhooks []*admission.Webhook, doc Document, opts 
 		req.OldObject = runtime.RawExtension{Raw: old}
 		if op == admissionv1.Delete {
 			req.Object = runtime.RawExtension{}
+		}
+	}
+
+	if opts.Defaults {
+		if err := applyDefaults(doc, req); err != nil {
+			return nil, err
 		}
 	}
 
