@@ -23,13 +23,14 @@ import (
 	"errors"
 	"fmt"
 
-	appsv1 "k8s.io/api/apps/v1"
-	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	k8sapps "k8s.io/kubernetes/pkg/apis/apps"
 	k8sappsv1 "k8s.io/kubernetes/pkg/apis/apps/v1"
+	k8sbatch "k8s.io/kubernetes/pkg/apis/batch"
 	k8sbatchv1 "k8s.io/kubernetes/pkg/apis/batch/v1"
+	k8score "k8s.io/kubernetes/pkg/apis/core"
 	k8scorev1 "k8s.io/kubernetes/pkg/apis/core/v1"
 	"sigs.k8s.io/json"
 
@@ -60,13 +61,15 @@ var Plugins = []string{ServiceAccount, Priority, DefaultTolerationSeconds}
 // into its kind's type.
 var ErrInput = errors.New("invalid object")
 
-// scheme knows the typed objects of core/v1, apps/v1 and batch/v1 and their
-// defaulting functions, the upstream ones.
+// scheme knows the typed objects of core/v1, apps/v1 and batch/v1, their
+// internal forms, and the upstream defaulting and conversion functions
+// between them (each v1 package's AddToScheme registers its types,
+// defaults and conversions).
 var scheme = func() *runtime.Scheme {
 	s := runtime.NewScheme()
 	for _, add := range []func(*runtime.Scheme) error{
-		corev1.AddToScheme, appsv1.AddToScheme, batchv1.AddToScheme,
-		k8scorev1.RegisterDefaults, k8sappsv1.RegisterDefaults, k8sbatchv1.RegisterDefaults,
+		k8scorev1.AddToScheme, k8sappsv1.AddToScheme, k8sbatchv1.AddToScheme,
+		k8score.AddToScheme, k8sapps.AddToScheme, k8sbatch.AddToScheme,
 	} {
 		if err := add(s); err != nil {
 			panic(err) // only a programming error gets here
@@ -157,7 +160,29 @@ func decode(gvk schema.GroupVersionKind, obj []byte) (runtime.Object, error) {
 		return nil, fmt.Errorf("%w: as %s: %w", ErrInput, gvk.Kind, err)
 	}
 	scheme.Default(typed)
-	return typed, nil
+	// The API server converts the object to its internal form, runs
+	// admission on that, and converts it back to the version a webhook or
+	// policy asked for; the round trip is not always the identity (a
+	// StatefulSet's volumeClaimTemplates gain apiVersion and kind,
+	// pkg/apis/apps/v1/conversion.go:149-165).
+	internal, err := scheme.New(gvk.GroupKind().WithVersion(runtime.APIVersionInternal))
+	if err != nil {
+		return nil, fmt.Errorf("%w: %s: %w", ErrInput, gvk, err)
+	}
+	if err := scheme.Convert(typed, internal, nil); err != nil {
+		return nil, fmt.Errorf("%w: %s: %w", ErrInput, gvk, err)
+	}
+	back, err := scheme.New(gvk)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %s: %w", ErrInput, gvk, err)
+	}
+	if err := scheme.Convert(internal, back, nil); err != nil {
+		return nil, fmt.Errorf("%w: %s: %w", ErrInput, gvk, err)
+	}
+	// Conversion leaves apiVersion and kind empty, as the server's
+	// encoder would set them.
+	back.GetObjectKind().SetGroupVersionKind(gvk)
+	return back, nil
 }
 
 // admit runs the plugins on a pod of resource pods without subresource,

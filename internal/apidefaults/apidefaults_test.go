@@ -114,6 +114,8 @@ func TestPodDecodingDefaults(t *testing.T) {
 		"/spec/securityContext":                         `{}`,
 		"/spec/enableServiceLinks":                      `true`,
 		"/metadata/name":                                `"p"`,
+		"/apiVersion":                                   `"v1"`,
+		"/kind":                                         `"Pod"`,
 		"/spec/containers/0/resources/limits/cpu":       `"500m"`,
 		"/spec/containers/0/resources/limits/memory":    `"1Gi"`,
 		"/spec/containers/1/terminationMessagePath":     `"/dev/termination-log"`,
@@ -158,10 +160,14 @@ func TestWorkloadDefaults(t *testing.T) {
 			"/spec/progressDeadlineSeconds":                       `600`,
 			"/spec/template/spec/containers/0/resources/requests": "",
 		}},
-		{schema.GroupVersionKind{Group: "apps", Version: "v1", Kind: "StatefulSet"}, "spec:\n  selector: {matchLabels: {app: a}}\n" + tmpl, map[string]string{
+		{schema.GroupVersionKind{Group: "apps", Version: "v1", Kind: "StatefulSet"}, "spec:\n  selector: {matchLabels: {app: a}}\n  volumeClaimTemplates: [{metadata: {name: d}, spec: {resources: {requests: {storage: 1Gi}}}}]\n" + tmpl, map[string]string{
 			"/spec/podManagementPolicy": `"OrderedReady"`,
-			"/spec/updateStrategy/type": `"RollingUpdate"`,
-			"/spec/replicas":            `1`,
+			// The internal round trip (apps/v1 conversion.go:149-165).
+			"/spec/volumeClaimTemplates/0/apiVersion":      `"v1"`,
+			"/spec/volumeClaimTemplates/0/kind":            `"PersistentVolumeClaim"`,
+			"/spec/volumeClaimTemplates/0/spec/volumeMode": `"Filesystem"`,
+			"/spec/updateStrategy/type":                    `"RollingUpdate"`,
+			"/spec/replicas":                               `1`,
 		}},
 		{schema.GroupVersionKind{Group: "apps", Version: "v1", Kind: "DaemonSet"}, "spec:\n  selector: {matchLabels: {app: a}}\n" + tmpl, map[string]string{
 			"/spec/updateStrategy": `{"type":"RollingUpdate","rollingUpdate":{"maxUnavailable":1,"maxSurge":0}}`,
@@ -193,6 +199,7 @@ func TestWorkloadDefaults(t *testing.T) {
 				t.Fatal(err)
 			}
 			want(t, out, tc.want)
+			want(t, out, map[string]string{"/apiVersion": `"` + tc.kind.GroupVersion().String() + `"`, "/kind": `"` + tc.kind.Kind + `"`})
 			// The template's pod spec and containers, in every workload.
 			p := "/spec/template/spec"
 			if tc.kind.Kind == "CronJob" {
