@@ -1,0 +1,161 @@
+package celdiff
+
+import (
+	"context"
+	"encoding/json"
+	"reflect"
+	"strings"
+	"testing"
+	"time"
+
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"sigs.k8s.io/yaml"
+
+	"github.com/kadmit/kadmit/internal/apidefaults"
+	"github.com/kadmit/kadmit/internal/celtest"
+)
+
+// serverPlugins are the apidefaults plugins this package's kube-apiserver
+// runs: test/controlplane disables ServiceAccount (it needs the service
+// account controller, which does not run here).
+var serverPlugins = []string{apidefaults.Priority, apidefaults.DefaultTolerationSeconds}
+
+// checkDefaults requires that kadmit's offline defaults (package
+// apidefaults, `kadmit test --defaults`) turn the object as written into
+// the object the API server's admission sees with no policy in place
+// (r.admitted, a dry run), but for what the server sets after mutating
+// admission (uid, timestamps, status: strategy PrepareForCreate) and so
+// policies do not see either. CREATE only: an UPDATE's old object is the
+// server's stored one, not the suite's.
+func checkDefaults(t *testing.T, r *request) {
+	t.Helper()
+	if r.update {
+		return
+	}
+	raw, err := r.obj.MarshalJSON()
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, _, err := apidefaults.Apply(apidefaults.Request{
+		Kind: r.obj.GroupVersionKind(), Resource: r.gvr, Operation: apidefaults.Create, Object: raw, Plugins: serverPlugins,
+	})
+	if err != nil {
+		t.Fatalf("%s: defaults: %v", r.test.Name, err)
+	}
+	offline := &unstructured.Unstructured{}
+	if err := offline.UnmarshalJSON(out); err != nil {
+		t.Fatal(err)
+	}
+	got, want := withoutStatus(offline.Object), withoutStatus(r.admitted.Object)
+	if !reflect.DeepEqual(got, want) {
+		g, _ := json.Marshal(got)
+		w, _ := json.Marshal(want)
+		t.Errorf("%s: kadmit's defaults differ from the API server's admission input:\n kadmit: %s\n server: %s", r.test.Name, g, w)
+	}
+}
+
+// withoutStatus drops what the registry's strategy (PrepareForCreate, run
+// after mutating admission and before validating admission; k8s.io/kubernetes
+// v1.37.1 pkg/registry/...) adds: the status, a DaemonSet's
+// template-generation annotation, a Job's generated selector and labels.
+// docs/policies-cel.md lists them among what kadmit does not do.
+func withoutStatus(obj map[string]any) map[string]any {
+	o := scrub(obj)
+	delete(o, "status")
+	unstructured.RemoveNestedField(o, "metadata", "annotations", "deprecated.daemonset.template.generation")
+	if a, _, _ := unstructured.NestedMap(o, "metadata", "annotations"); len(a) == 0 {
+		unstructured.RemoveNestedField(o, "metadata", "annotations")
+	}
+	if o["kind"] == "Job" {
+		for _, k := range []string{"batch.kubernetes.io/controller-uid", "batch.kubernetes.io/job-name", "controller-uid", "job-name"} {
+			unstructured.RemoveNestedField(o, "metadata", "labels", k)
+			unstructured.RemoveNestedField(o, "spec", "template", "metadata", "labels", k)
+		}
+		unstructured.RemoveNestedField(o, "spec", "selector")
+	}
+	return o
+}
+
+// TestDefaults sends the kinds people test, as written, through the API
+// server's decoding and admission with no policy (a dry-run create) and
+// compares the result with kadmit's offline defaults.
+func TestDefaults(t *testing.T) {
+	requireWorld(t)
+	tmpl := `
+    metadata: {labels: {app: a}}
+    spec:
+      initContainers: [{name: i, image: busybox, resources: {limits: {cpu: 100m}}}]
+      containers:
+      - name: c
+        image: nginx:1.27
+        ports: [{containerPort: 80}]
+        resources: {limits: {cpu: 500m, memory: 1Gi}, requests: {memory: 512Mi}}
+        livenessProbe: {httpGet: {port: 80}}
+        env: [{name: POD_NAME, valueFrom: {fieldRef: {fieldPath: metadata.name}}}]
+      volumes: [{name: s, secret: {secretName: app-secret}}, {name: cm, configMap: {name: app-config}}]
+`
+	objects := []string{
+		`
+apiVersion: v1
+kind: Pod
+metadata: {name: defaults-pod, namespace: default}
+spec:
+  tolerations: [{key: node.kubernetes.io/not-ready, operator: Exists, effect: NoExecute}]
+  containers:
+  - {name: c, image: nginx, resources: {limits: {cpu: "1", memory: 1Gi}}}
+  - {name: d, image: "nginx@sha256:0000000000000000000000000000000000000000000000000000000000000000"}
+  ephemeralContainers: []
+`,
+		`
+apiVersion: v1
+kind: Pod
+metadata: {name: defaults-pod-2, namespace: default}
+spec:
+  priority: 0
+  terminationGracePeriodSeconds: -5
+  containers: [{name: c, image: nginx, ports: [{containerPort: 53, protocol: UDP}, {containerPort: 8080}]}]
+`,
+		"apiVersion: apps/v1\nkind: Deployment\nmetadata: {name: defaults-deploy, namespace: default}\nspec:\n  selector: {matchLabels: {app: a}}\n  template:" + tmpl,
+		"apiVersion: apps/v1\nkind: StatefulSet\nmetadata: {name: defaults-sts, namespace: default}\nspec:\n  selector: {matchLabels: {app: a}}\n  volumeClaimTemplates: [{metadata: {name: d}, spec: {accessModes: [ReadWriteOnce], resources: {requests: {storage: 1Gi}}}}]\n  template:" + tmpl,
+		"apiVersion: apps/v1\nkind: DaemonSet\nmetadata: {name: defaults-ds, namespace: default}\nspec:\n  selector: {matchLabels: {app: a}}\n  template:" + tmpl,
+		"apiVersion: apps/v1\nkind: ReplicaSet\nmetadata: {name: defaults-rs, namespace: default}\nspec:\n  selector: {matchLabels: {app: a}}\n  template:" + tmpl,
+		"apiVersion: batch/v1\nkind: Job\nmetadata: {name: defaults-job, namespace: default}\nspec:\n  template:" + replaceRestart(tmpl),
+		"apiVersion: batch/v1\nkind: CronJob\nmetadata: {name: defaults-cj, namespace: default}\nspec:\n  schedule: '*/5 * * * *'\n  jobTemplate:\n    spec:\n      template:" + indent4(replaceRestart(tmpl)),
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	for _, y := range objects {
+		u := &unstructured.Unstructured{}
+		data, err := yaml.YAMLToJSON([]byte(y))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := u.UnmarshalJSON(data); err != nil {
+			t.Fatal(err)
+		}
+		r := &request{obj: u}
+		r.test = &celtest.Test{Name: u.GetKind() + " " + u.GetName()}
+		r.gvr, _ = resourceFor(t, u.GroupVersionKind())
+		res, err := send(ctx, r)
+		if err != nil || !res.Allowed {
+			t.Fatalf("%s: %v %s", r.test.Name, err, res)
+		}
+		r.admitted = &unstructured.Unstructured{Object: res.Object}
+		checkDefaults(t, r)
+	}
+}
+
+// replaceRestart makes a pod template a Job accepts (restartPolicy Never).
+func replaceRestart(tmpl string) string {
+	return strings.Replace(tmpl, "    spec:\n", "    spec:\n      restartPolicy: Never\n", 1)
+}
+
+func indent4(s string) string {
+	lines := strings.Split(s, "\n")
+	for i, l := range lines {
+		if l != "" {
+			lines[i] = "    " + l
+		}
+	}
+	return strings.Join(lines, "\n")
+}
