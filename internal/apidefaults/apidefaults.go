@@ -22,6 +22,7 @@ package apidefaults
 import (
 	"errors"
 	"fmt"
+	"slices"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -47,15 +48,16 @@ const (
 
 // Plugin names, as kube-apiserver's --enable-admission-plugins spells them.
 const (
-	ServiceAccount           = "ServiceAccount"
-	Priority                 = "Priority"
-	DefaultTolerationSeconds = "DefaultTolerationSeconds"
+	ServiceAccount               = "ServiceAccount"
+	Priority                     = "Priority"
+	DefaultTolerationSeconds     = "DefaultTolerationSeconds"
+	StorageObjectInUseProtection = "StorageObjectInUseProtection"
 )
 
 // Plugins are the admission plugins Apply runs, in the API server's order
-// (k8s.io/kubernetes v1.37.1 pkg/kubeapiserver/options/plugins.go:79,86,87
-// AllOrderedPlugins; all three are on by default, plugins.go:165-191).
-var Plugins = []string{ServiceAccount, Priority, DefaultTolerationSeconds}
+// (k8s.io/kubernetes v1.37.1 pkg/kubeapiserver/options/plugins.go:79,86,87,92
+// AllOrderedPlugins; all four are on by default, plugins.go:165-191).
+var Plugins = []string{ServiceAccount, Priority, DefaultTolerationSeconds, StorageObjectInUseProtection}
 
 // ErrInput is wrapped by errors about the object: JSON that does not decode
 // into its kind's type.
@@ -185,11 +187,21 @@ func decode(gvk schema.GroupVersionKind, obj []byte) (runtime.Object, error) {
 	return back, nil
 }
 
-// admit runs the plugins on a pod of resource pods without subresource,
-// the only requests they act on.
+// admit runs the plugins on an object of resource pods, persistentvolumes
+// or persistentvolumeclaims without subresource, the only requests they
+// act on.
 func admit(plugins []string, op string, r Request, obj, old runtime.Object) {
+	if r.SubResource != "" || r.Resource.Group != "" {
+		return
+	}
+	if r.Resource.Resource == "persistentvolumes" || r.Resource.Resource == "persistentvolumeclaims" {
+		if op == Create && slices.Contains(plugins, StorageObjectInUseProtection) {
+			admitStorageObjectInUseProtection(obj)
+		}
+		return
+	}
 	pod, ok := obj.(*corev1.Pod)
-	if !ok || r.SubResource != "" || r.Resource.Group != "" || r.Resource.Resource != "pods" {
+	if !ok || r.Resource.Resource != "pods" {
 		return
 	}
 	oldPod, _ := old.(*corev1.Pod)

@@ -349,3 +349,31 @@ func TestUnknownKindsAndBadInput(t *testing.T) {
 		}
 	}
 }
+
+func TestStorageObjectInUseProtection(t *testing.T) {
+	for _, tc := range []struct{ kind, resource, obj, want string }{
+		{"PersistentVolumeClaim", "persistentvolumeclaims", `{"apiVersion":"v1","kind":"PersistentVolumeClaim","metadata":{"name":"c","finalizers":["x"]},"spec":{"resources":{"requests":{"storage":"1Gi"}}}}`, `["x","kubernetes.io/pvc-protection"]`},
+		{"PersistentVolumeClaim", "persistentvolumeclaims", `{"apiVersion":"v1","kind":"PersistentVolumeClaim","metadata":{"name":"c","finalizers":["kubernetes.io/pvc-protection"]}}`, `["kubernetes.io/pvc-protection"]`},
+		{"PersistentVolume", "persistentvolumes", `{"apiVersion":"v1","kind":"PersistentVolume","metadata":{"name":"v"},"spec":{"hostPath":{"path":"/x"}}}`, `["kubernetes.io/pv-protection"]`},
+	} {
+		gvk := schema.GroupVersionKind{Version: "v1", Kind: tc.kind}
+		gvr := schema.GroupVersionResource{Version: "v1", Resource: tc.resource}
+		out, _, err := Apply(Request{Kind: gvk, Resource: gvr, Operation: Create, Object: []byte(tc.obj)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		want(t, out, map[string]string{"/metadata/finalizers": tc.want})
+		// CREATE only.
+		out, _, err = Apply(Request{Kind: gvk, Resource: gvr, Operation: Update, Object: []byte(tc.obj), OldObject: []byte(tc.obj)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := at(t, out, "/metadata/finalizers"); same(got, []byte(tc.want)) && !same([]byte(tc.want), at(t, []byte(tc.obj), "/metadata/finalizers")) {
+			t.Errorf("%s UPDATE: got %s, want the finalizers as written", tc.kind, got)
+		}
+	}
+	// Its PVC defaults: volumeMode Filesystem (core/v1 SetDefaults_PersistentVolumeClaimSpec).
+	out, _, _ := Apply(Request{Kind: schema.GroupVersionKind{Version: "v1", Kind: "PersistentVolumeClaim"}, Resource: schema.GroupVersionResource{Version: "v1", Resource: "persistentvolumeclaims"}, Operation: Create,
+		Object: []byte(`{"apiVersion":"v1","kind":"PersistentVolumeClaim","metadata":{"name":"c"}}`)})
+	want(t, out, map[string]string{"/spec/volumeMode": `"Filesystem"`, "/status/phase": `"Pending"`})
+}

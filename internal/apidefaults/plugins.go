@@ -1,9 +1,12 @@
 package apidefaults
 
 import (
+	"slices"
 	"strings"
 
 	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
 )
 
 // The pod mutations of the default-on admission plugins, re-created on the
@@ -199,5 +202,28 @@ func admitDefaultTolerationSeconds(pod *corev1.Pod) {
 		pod.Spec.Tolerations = append(pod.Spec.Tolerations, corev1.Toleration{
 			Key: add.key, Operator: corev1.TolerationOpExists, Effect: corev1.TaintEffectNoExecute, TolerationSeconds: &seconds,
 		})
+	}
+}
+
+// admitStorageObjectInUseProtection is StorageObjectInUseProtection's Admit
+// on CREATE (plugin/pkg/admission/storage/storageobjectinuseprotection/
+// admission.go:55,70-130): a PersistentVolume gets the finalizer
+// kubernetes.io/pv-protection, a PersistentVolumeClaim
+// kubernetes.io/pvc-protection (pkg/volume/util/finalizer.go:21,24),
+// appended unless present. Its VolumeAttributesClass case is in
+// storage.k8s.io, a group apidefaults does not decode.
+func admitStorageObjectInUseProtection(obj runtime.Object) {
+	var meta *metav1.ObjectMeta
+	var finalizer string
+	switch o := obj.(type) {
+	case *corev1.PersistentVolume:
+		meta, finalizer = &o.ObjectMeta, "kubernetes.io/pv-protection"
+	case *corev1.PersistentVolumeClaim:
+		meta, finalizer = &o.ObjectMeta, "kubernetes.io/pvc-protection"
+	default:
+		return
+	}
+	if !slices.Contains(meta.Finalizers, finalizer) {
+		meta.Finalizers = append(meta.Finalizers, finalizer)
 	}
 }

@@ -18,7 +18,7 @@ import (
 // serverPlugins are the apidefaults plugins this package's kube-apiserver
 // runs: test/controlplane disables ServiceAccount (it needs the service
 // account controller, which does not run here).
-var serverPlugins = []string{apidefaults.Priority, apidefaults.DefaultTolerationSeconds}
+var serverPlugins = []string{apidefaults.Priority, apidefaults.DefaultTolerationSeconds, apidefaults.StorageObjectInUseProtection}
 
 // checkDefaults requires that kadmit's offline defaults (package
 // apidefaults, `kadmit test --defaults`) turn the object as written into
@@ -121,6 +121,23 @@ spec:
 		"apiVersion: apps/v1\nkind: ReplicaSet\nmetadata: {name: defaults-rs, namespace: default}\nspec:\n  selector: {matchLabels: {app: a}}\n  template:" + tmpl,
 		"apiVersion: batch/v1\nkind: Job\nmetadata: {name: defaults-job, namespace: default}\nspec:\n  template:" + replaceRestart(tmpl),
 		"apiVersion: batch/v1\nkind: CronJob\nmetadata: {name: defaults-cj, namespace: default}\nspec:\n  schedule: '*/5 * * * *'\n  jobTemplate:\n    spec:\n      template:" + indent4(replaceRestart(tmpl)),
+		`
+apiVersion: v1
+kind: PersistentVolumeClaim
+metadata: {name: defaults-pvc, namespace: default, finalizers: [example.com/keep]}
+spec:
+  accessModes: [ReadWriteOnce]
+  resources: {requests: {storage: 1Gi}}
+`,
+		`
+apiVersion: v1
+kind: PersistentVolume
+metadata: {name: defaults-pv}
+spec:
+  capacity: {storage: 1Gi}
+  accessModes: [ReadWriteOnce]
+  hostPath: {path: /tmp/defaults-pv}
+`,
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
