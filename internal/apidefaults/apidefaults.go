@@ -25,6 +25,7 @@ import (
 	"slices"
 
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	k8sapps "k8s.io/kubernetes/pkg/apis/apps"
@@ -219,4 +220,55 @@ func admit(plugins []string, op string, r Request, obj, old runtime.Object) {
 			}
 		}
 	}
+}
+
+// Mutated returns obj, an object a mutating webhook produced, as the API
+// server takes it back: decoded with its kind's defaults and through the
+// internal version (k8s.io/apiserver v0.37.1
+// pkg/admission/plugin/webhook/mutating/dispatcher.go:389 defaults the
+// patched object). No admission plugin runs. An object of a group version
+// Apply does not know is returned unchanged; errors wrap ErrInput.
+func Mutated(gvk schema.GroupVersionKind, obj []byte) ([]byte, error) {
+	typed, err := decode(gvk, obj)
+	if err != nil || typed == nil {
+		return obj, err
+	}
+	return encjson.Marshal(typed)
+}
+
+// Defaulter defaults, in place, an object a MutatingAdmissionPolicy
+// produced, as the API server does after each policy's patch (k8s.io/
+// apiserver v0.37.1 pkg/admission/plugin/policy/mutating/dispatcher.go:
+// 263-274: converted to its typed form, then defaulted). celpolicy's
+// engine hands it unstructured objects; one of a kind Apply does not know,
+// or that does not convert to its type, is left as it is (the API server
+// would refuse the latter when it decodes the result).
+var Defaulter runtime.ObjectDefaulter = defaulter{}
+
+type defaulter struct{}
+
+func (defaulter) Default(obj runtime.Object) {
+	u, ok := obj.(*unstructured.Unstructured)
+	if !ok {
+		scheme.Default(obj)
+		return
+	}
+	gvk := u.GroupVersionKind()
+	if !scheme.Recognizes(gvk) {
+		return
+	}
+	typed, err := scheme.New(gvk)
+	if err != nil {
+		return
+	}
+	if err := runtime.DefaultUnstructuredConverter.FromUnstructured(u.Object, typed); err != nil {
+		return
+	}
+	scheme.Default(typed)
+	m, err := runtime.DefaultUnstructuredConverter.ToUnstructured(typed)
+	if err != nil {
+		return
+	}
+	u.Object = m
+	u.SetGroupVersionKind(gvk)
 }

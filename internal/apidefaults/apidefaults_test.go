@@ -6,6 +6,7 @@ import (
 	"errors"
 	"testing"
 
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"sigs.k8s.io/yaml"
 
@@ -376,4 +377,37 @@ func TestStorageObjectInUseProtection(t *testing.T) {
 	out, _, _ := Apply(Request{Kind: schema.GroupVersionKind{Version: "v1", Kind: "PersistentVolumeClaim"}, Resource: schema.GroupVersionResource{Version: "v1", Resource: "persistentvolumeclaims"}, Operation: Create,
 		Object: []byte(`{"apiVersion":"v1","kind":"PersistentVolumeClaim","metadata":{"name":"c"}}`)})
 	want(t, out, map[string]string{"/spec/volumeMode": `"Filesystem"`, "/status/phase": `"Pending"`})
+}
+
+func TestMutatedAndDefaulter(t *testing.T) {
+	pod := j(t, `{"apiVersion":"v1","kind":"Pod","metadata":{"name":"p"},"spec":{"containers":[{"name":"c","image":"i","resources":{"limits":{"cpu":"1"}}}]}}`)
+	out, err := Mutated(podKind, pod)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Decoding defaults, no admission plugin.
+	want(t, out, map[string]string{"/spec/containers/0/resources/requests/cpu": `"1"`, "/spec/tolerations": "", "/spec/serviceAccountName": "", "/kind": `"Pod"`})
+
+	u := &unstructured.Unstructured{}
+	if err := u.UnmarshalJSON(pod); err != nil {
+		t.Fatal(err)
+	}
+	Defaulter.Default(u)
+	b, err := u.MarshalJSON()
+	if err != nil {
+		t.Fatal(err)
+	}
+	want(t, b, map[string]string{"/spec/containers/0/imagePullPolicy": `"Always"`, "/spec/containers/0/resources/requests/cpu": `"1"`, "/apiVersion": `"v1"`, "/kind": `"Pod"`})
+
+	// Kinds it does not know are left alone.
+	crd := []byte(`{"apiVersion":"example.com/v1","kind":"Widget","metadata":{"name":"w"},"spec":{"x":1}}`)
+	if out, err := Mutated(schema.GroupVersionKind{Group: "example.com", Version: "v1", Kind: "Widget"}, crd); err != nil || !bytes.Equal(out, crd) {
+		t.Errorf("Widget: %s %v", out, err)
+	}
+	w := &unstructured.Unstructured{}
+	_ = w.UnmarshalJSON(crd)
+	Defaulter.Default(w)
+	if b, _ := w.MarshalJSON(); !same(b, crd) {
+		t.Errorf("Widget defaulted: %s", b)
+	}
 }

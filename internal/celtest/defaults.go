@@ -20,3 +20,12 @@ func applyDefaults(req *celpolicy.Request) error {
 	req.Object, req.OldObject = obj, old
 	return nil
 }
+
+// engineOptions defaults, for a suite with defaults, what each mutating
+// policy produces, as the API server defaults a policy's patched object.
+func engineOptions(s *Suite) celpolicy.Options {
+	if s.Defaults {
+		return celpolicy.Options{Defaulter: apidefaults.Defaulter}
+	}
+	return celpolicy.Options{}
+}

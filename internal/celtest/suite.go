@@ -253,7 +253,7 @@ func RunWith(ctx context.Context, s *Suite, load celpolicy.LoadOptions) ([]Resul
 	if err != nil {
 		return nil, fmt.Errorf("%w: %s: %w", ErrInput, s.file, err)
 	}
-	e, err := celpolicy.New(set, celpolicy.Options{})
+	e, err := celpolicy.New(set, engineOptions(s))
 	if err != nil {
 		return nil, fmt.Errorf("%w: %s: %w", ErrInput, s.file, err)
 	}

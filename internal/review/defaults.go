@@ -29,3 +29,17 @@ func applyDefaults(doc Document, req *admission.Request) error {
 	req.Object.Raw, req.OldObject.Raw = obj, old
 	return nil
 }
+
+// defaultMutated defaults the object a mutating webhook returned, as the
+// API server does before the next webhook (package apidefaults, Mutated).
+// kadmit serve's policies are webhooks to the API server, so their result
+// is defaulted once per webhook, not per policy. Errors wrap ErrInput.
+func defaultMutated(doc Document, req *admission.Request) error {
+	gvk := schema.GroupVersionKind{Group: req.Kind.Group, Version: req.Kind.Version, Kind: req.Kind.Kind}
+	obj, err := apidefaults.Mutated(gvk, req.Object.Raw)
+	if err != nil {
+		return fmt.Errorf("%w: %s: defaulting the mutated object: %w", ErrInput, doc, err)
+	}
+	req.Object.Raw = obj
+	return nil
+}

@@ -66,3 +66,25 @@ func TestRunDefaults(t *testing.T) {
 		t.Errorf("bad pod: got %v, want an input error naming the document", err)
 	}
 }
+
+// The API server defaults what a mutating webhook returns: with --defaults
+// the documentation's sidecar, added by a declared policy, has a
+// container's defaults.
+func TestRunDefaultsAfterMutation(t *testing.T) {
+	whs, _, err := celpolicy.LoadWebhooksWith(celpolicy.LoadOptions{}, celpolicy.Options{}, "../../examples/cel/docs-map-jsonpatch/policy.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	doc := Document{Source: "pod.json", Object: []byte(`{"apiVersion":"v1","kind":"Pod","metadata":{"name":"p","namespace":"default"},"spec":{"initContainers":[{"name":"i","image":"busybox"}],"containers":[{"name":"c","image":"nginx"}]}}`)}
+	for _, defaults := range []bool{false, true} {
+		res, err := Run(context.Background(), whs, doc, Options{Defaults: defaults})
+		if err != nil || !res.Allowed {
+			t.Fatalf("defaults %v: %v %+v", defaults, err, res)
+		}
+		segs, _ := jsonedit.ParsePointer("/spec/initContainers/1/terminationMessagePath")
+		got, _ := jsonedit.NewDoc(res.Object).Get(segs...)
+		if want := `"/dev/termination-log"`; defaults && string(got) != want || !defaults && got != nil {
+			t.Errorf("defaults %v: the sidecar's terminationMessagePath: got %s", defaults, got)
+		}
+	}
+}

@@ -213,6 +213,11 @@ func Run(ctx context.Context, webhooks []*admission.Webhook, doc Document, opts 
 			res.Patch = append(res.Patch, out.Patch...)
 			if out.Object != nil {
 				req.Object = runtime.RawExtension{Raw: out.Object}
+				if opts.Defaults {
+					if err := defaultMutated(doc, req); err != nil {
+						return nil, err
+					}
+				}
 			}
 		}
 	}
