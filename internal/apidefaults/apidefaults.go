@@ -4,7 +4,9 @@
 // requests, imagePullPolicy, restartPolicy, a Deployment's strategy, ...)
 // and the mutating admission plugins that are on by default and run before
 // MutatingAdmissionPolicy / MutatingAdmissionWebhook and need no cluster
-// state (ServiceAccount, Priority, DefaultTolerationSeconds). Offline
+// state (ServiceAccount, Priority, DefaultTolerationSeconds,
+// StorageObjectInUseProtection); Mutated and Defaulter default what a
+// webhook or policy produced, as the API server does. Offline
 // evaluation (`kadmit review --defaults`, `kadmit test --defaults`, a suite's
 // `defaults: true`) runs it so that policies see the object as the API
 // server would hand it to them. What it does not do is listed in
@@ -13,7 +15,9 @@
 //
 // The decoding defaults are the Kubernetes code itself, k8s.io/kubernetes
 // v1.37.1 pkg/apis/{core,apps,batch}/v1 RegisterDefaults (every kind of
-// those group versions, with the feature gates at their v1.37 defaults).
+// those group versions, with the feature gates at their v1.37 defaults),
+// followed by the same packages' conversion to the internal version and
+// back, as the API server converts before admission.
 // The admission plugins need an API server around them (informers, a
 // client, internal types), so plugins.go re-creates the part of each that
 // needs no cluster state, citing the upstream lines.
@@ -84,8 +88,9 @@ var scheme = func() *runtime.Scheme {
 // Request is one admission request's objects, before admission.
 type Request struct {
 	Kind schema.GroupVersionKind
-	// Resource and SubResource decide whether the pod plugins run: they
-	// act on resource "pods" (core group) without a subresource.
+	// Resource and SubResource decide whether the plugins run: they act on
+	// pods, persistentvolumes and persistentvolumeclaims (core group)
+	// without a subresource.
 	Resource    schema.GroupVersionResource
 	SubResource string
 	// Operation is CREATE, UPDATE, DELETE or CONNECT.
@@ -122,7 +127,11 @@ func Apply(r Request) (object, oldObject []byte, err error) {
 			return nil, nil, fmt.Errorf("oldObject: %w", err)
 		}
 		if oldTyped != nil {
-			admit(plugins, Create, r, oldTyped, nil)
+			// The stored object was created through the resource itself,
+			// whatever subresource this request is for.
+			created := r
+			created.SubResource = ""
+			admit(plugins, Create, created, oldTyped, nil)
 			if oldObject, err = encjson.Marshal(oldTyped); err != nil {
 				return nil, nil, fmt.Errorf("oldObject: %w", err)
 			}
