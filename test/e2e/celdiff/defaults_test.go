@@ -4,15 +4,20 @@ import (
 	"context"
 	"encoding/json"
 	"reflect"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"sigs.k8s.io/yaml"
 
 	"github.com/kadmit/kadmit/internal/apidefaults"
 	"github.com/kadmit/kadmit/internal/celtest"
+	"github.com/kadmit/kadmit/test/controlplane"
 )
 
 // serverPlugins are the apidefaults plugins this package's kube-apiserver
@@ -175,4 +180,81 @@ func indent4(s string) string {
 		}
 	}
 	return strings.Join(lines, "\n")
+}
+
+// tokenVolumeRE matches the token volume name the ServiceAccount plugin
+// generates (names.SimpleNameGenerator: five characters of
+// k8s.io/apimachinery's rand alphabet).
+var tokenVolumeRE = regexp.MustCompile(`kube-api-access-[bcdfghjklmnpqrstvwxz2456789]{5}`)
+
+// TestDefaultsServiceAccount checks the ServiceAccount plugin's part of
+// kadmit's defaults against a kube-apiserver of its own that runs it (the
+// shared one does not: test/controlplane disables it). No service account
+// controller runs here, so the test creates the accounts the pods use, as
+// that controller creates "default"; the server's generated volume name is
+// read as kadmit's fixed one.
+func TestDefaultsServiceAccount(t *testing.T) {
+	requireWorld(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	cp, err := controlplane.Start(ctx, controlplane.Options{Dir: world.cp.Dir, APIServerFlags: map[string]string{"disable-admission-plugins": ""}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = cp.Stop() }()
+	for _, name := range []string{"default", "builder"} {
+		sa := &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "default"}}
+		if _, err := cp.Client.CoreV1().ServiceAccounts("default").Create(ctx, sa, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+			t.Fatal(err)
+		}
+	}
+	pods := []string{
+		`{"apiVersion":"v1","kind":"Pod","metadata":{"name":"sa-plain","namespace":"default"},"spec":{
+			"initContainers":[{"name":"i","image":"busybox"}],"containers":[{"name":"c","image":"nginx"},{"name":"d","image":"nginx"}]}}`,
+		`{"apiVersion":"v1","kind":"Pod","metadata":{"name":"sa-off","namespace":"default"},"spec":{
+			"serviceAccountName":"builder","automountServiceAccountToken":false,"containers":[{"name":"c","image":"nginx"}]}}`,
+		`{"apiVersion":"v1","kind":"Pod","metadata":{"name":"sa-own-mount","namespace":"default"},"spec":{
+			"serviceAccountName":"builder",
+			"volumes":[{"name":"mine","emptyDir":{}}],
+			"containers":[{"name":"c","image":"nginx","volumeMounts":[{"name":"mine","mountPath":"/var/run/secrets/kubernetes.io/serviceaccount"}]},{"name":"d","image":"nginx"}]}}`,
+	}
+	for _, p := range pods {
+		var pod corev1.Pod
+		if err := json.Unmarshal([]byte(p), &pod); err != nil {
+			t.Fatal(err)
+		}
+		res, err := cp.Client.CoreV1().Pods("default").Create(ctx, &pod, metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
+		if err != nil {
+			t.Fatalf("%s: %v", pod.Name, err)
+		}
+		res.APIVersion, res.Kind = "v1", "Pod"
+		served, err := json.Marshal(res)
+		if err != nil {
+			t.Fatal(err)
+		}
+		// The plugin ran (else the comparison below would pass for the
+		// wrong reason on a pod kadmit leaves alone).
+		if res.Spec.ServiceAccountName == "" || (pod.Spec.AutomountServiceAccountToken == nil) != tokenVolumeRE.Match(served) {
+			t.Fatalf("%s: the API server's ServiceAccount plugin did not run: %s", pod.Name, served)
+		}
+		served = tokenVolumeRE.ReplaceAll(served, []byte(apidefaults.TokenVolumeName))
+		out, _, err := apidefaults.Apply(apidefaults.Request{
+			Kind: corev1.SchemeGroupVersion.WithKind("Pod"), Resource: corev1.SchemeGroupVersion.WithResource("pods"), Operation: apidefaults.Create, Object: []byte(p),
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var got, want unstructured.Unstructured
+		if err := got.UnmarshalJSON(out); err != nil {
+			t.Fatal(err)
+		}
+		if err := want.UnmarshalJSON(served); err != nil {
+			t.Fatal(err)
+		}
+		if g, w := withoutStatus(got.Object), withoutStatus(want.Object); !reflect.DeepEqual(g, w) {
+			gj, _ := json.Marshal(g)
+			wj, _ := json.Marshal(w)
+			t.Errorf("%s: kadmit's defaults differ from the API server's:\n kadmit: %s\n server: %s", pod.Name, gj, wj)
+		}
+	}
 }
