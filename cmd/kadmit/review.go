@@ -95,7 +95,7 @@ or input errors.`,
 	f.StringVar(&subresource, "subresource", "", `subresource to review as, e.g. "status"`)
 	f.BoolVar(&allowSensitive, "policies-allow-sensitive-groups", false, "let --policies match resources of the rbac.authorization.k8s.io, admissionregistration.k8s.io, certificates.k8s.io, authentication.k8s.io and authorization.k8s.io groups, refused by default as kadmit serve refuses them (docs/security.md)")
 	f.StringArrayVar(&policyPaths, "policies", nil, "ValidatingAdmissionPolicy / MutatingAdmissionPolicy files or directories (with bindings and params) to run next to the built-in policies; repeatable")
-	f.BoolVar(&defaults, "defaults", false, "hand the policies each object as the API server would: with the API's defaults (core, apps, batch v1) and the ServiceAccount, Priority, DefaultTolerationSeconds and StorageObjectInUseProtection admission plugins applied first, and each webhook's result defaulted (docs/policies-cel.md)")
+	f.BoolVar(&defaults, "defaults", false, "hand the policies each object as the API server would: with the API's defaults (core, apps, batch v1) and the ServiceAccount, TaintNodesByCondition, Priority, DefaultTolerationSeconds and StorageObjectInUseProtection admission plugins applied first, and each webhook's result defaulted (docs/policies-cel.md)")
 	f.StringVarP(&output, "output", "o", "text", "output: text or json (one JSON object per line)")
 	f.StringVar(&state, "state", "", "cluster state (file or directory of manifests: LocalQueues, ElasticQuotas, pods, namespaces ...) that stateful checks read")
 	return cmd

@@ -52,6 +52,6 @@ Exit status: 0 when every test passes, 1 when any fails, 2 on input errors.`,
 		},
 	}
 	cmd.Flags().BoolVar(&allowSensitive, "policies-allow-sensitive-groups", false, "let the suites' policies match resources of the rbac.authorization.k8s.io, admissionregistration.k8s.io, certificates.k8s.io, authentication.k8s.io and authorization.k8s.io groups, refused by default as kadmit serve refuses them (docs/security.md)")
-	cmd.Flags().BoolVar(&defaults, "defaults", false, "hand the policies every test's objects as the API server would, as a suite's defaults: true does: with the API's defaults (core, apps, batch v1) and the ServiceAccount, Priority, DefaultTolerationSeconds and StorageObjectInUseProtection admission plugins applied first, and each mutating policy's result defaulted (docs/policies-cel.md)")
+	cmd.Flags().BoolVar(&defaults, "defaults", false, "hand the policies every test's objects as the API server would, as a suite's defaults: true does: with the API's defaults (core, apps, batch v1) and the ServiceAccount, TaintNodesByCondition, Priority, DefaultTolerationSeconds and StorageObjectInUseProtection admission plugins applied first, and each mutating policy's result defaulted (docs/policies-cel.md)")
 	return cmd
 }

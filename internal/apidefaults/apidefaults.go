@@ -4,8 +4,8 @@
 // requests, imagePullPolicy, restartPolicy, a Deployment's strategy, ...)
 // and the mutating admission plugins that are on by default and run before
 // MutatingAdmissionPolicy / MutatingAdmissionWebhook and need no cluster
-// state (ServiceAccount, Priority, DefaultTolerationSeconds,
-// StorageObjectInUseProtection); Mutated and Defaulter default what a
+// state (ServiceAccount, TaintNodesByCondition, Priority,
+// DefaultTolerationSeconds, StorageObjectInUseProtection); Mutated and Defaulter default what a
 // webhook or policy produced, as the API server does. Offline
 // evaluation (`kadmit review --defaults`, `kadmit test --defaults`, a suite's
 // `defaults: true`) runs it so that policies see the object as the API
@@ -54,15 +54,16 @@ const (
 // Plugin names, as kube-apiserver's --enable-admission-plugins spells them.
 const (
 	ServiceAccount               = "ServiceAccount"
+	TaintNodesByCondition        = "TaintNodesByCondition"
 	Priority                     = "Priority"
 	DefaultTolerationSeconds     = "DefaultTolerationSeconds"
 	StorageObjectInUseProtection = "StorageObjectInUseProtection"
 )
 
 // Plugins are the admission plugins Apply runs, in the API server's order
-// (k8s.io/kubernetes v1.37.1 pkg/kubeapiserver/options/plugins.go:79,86,87,92
-// AllOrderedPlugins; all four are on by default, plugins.go:165-191).
-var Plugins = []string{ServiceAccount, Priority, DefaultTolerationSeconds, StorageObjectInUseProtection}
+// (k8s.io/kubernetes v1.37.1 pkg/kubeapiserver/options/plugins.go:79,81,86,
+// 87,92 AllOrderedPlugins; all are on by default, plugins.go:165-191).
+var Plugins = []string{ServiceAccount, TaintNodesByCondition, Priority, DefaultTolerationSeconds, StorageObjectInUseProtection}
 
 // ErrInput is wrapped by errors about the object: JSON that does not decode
 // into its kind's type.
@@ -89,8 +90,8 @@ var scheme = func() *runtime.Scheme {
 type Request struct {
 	Kind schema.GroupVersionKind
 	// Resource and SubResource decide whether the plugins run: they act on
-	// pods, persistentvolumes and persistentvolumeclaims (core group)
-	// without a subresource.
+	// pods, nodes, persistentvolumes and persistentvolumeclaims (core
+	// group) without a subresource.
 	Resource    schema.GroupVersionResource
 	SubResource string
 	// Operation is CREATE, UPDATE, DELETE or CONNECT.
@@ -197,11 +198,17 @@ func decode(gvk schema.GroupVersionKind, obj []byte) (runtime.Object, error) {
 	return back, nil
 }
 
-// admit runs the plugins on an object of resource pods, persistentvolumes
-// or persistentvolumeclaims without subresource, the only requests they
-// act on.
+// admit runs the plugins on an object of resource pods, nodes,
+// persistentvolumes or persistentvolumeclaims without subresource, the only
+// requests they act on.
 func admit(plugins []string, op string, r Request, obj, old runtime.Object) {
 	if r.SubResource != "" || r.Resource.Group != "" {
+		return
+	}
+	if node, ok := obj.(*corev1.Node); ok && r.Resource.Resource == "nodes" {
+		if op == Create && slices.Contains(plugins, TaintNodesByCondition) {
+			admitTaintNodesByCondition(node)
+		}
 		return
 	}
 	if r.Resource.Resource == "persistentvolumes" || r.Resource.Resource == "persistentvolumeclaims" {

@@ -412,3 +412,34 @@ func TestMutatedAndDefaulter(t *testing.T) {
 		t.Errorf("Widget defaulted: %s", b)
 	}
 }
+
+func TestTaintNodesByCondition(t *testing.T) {
+	gvk := schema.GroupVersionKind{Version: "v1", Kind: "Node"}
+	gvr := schema.GroupVersionResource{Version: "v1", Resource: "nodes"}
+	for _, tc := range []struct{ taints, want string }{
+		{`[]`, `[{"key":"node.kubernetes.io/not-ready","effect":"NoSchedule"}]`},
+		{`[{"key":"gpu","effect":"NoSchedule"}]`, `[{"key":"gpu","effect":"NoSchedule"},{"key":"node.kubernetes.io/not-ready","effect":"NoSchedule"}]`},
+		{`[{"key":"node.kubernetes.io/not-ready","value":"x","effect":"NoSchedule"}]`, `[{"key":"node.kubernetes.io/not-ready","value":"x","effect":"NoSchedule"}]`},
+		{`[{"key":"node.kubernetes.io/not-ready","effect":"NoExecute"}]`, `[{"key":"node.kubernetes.io/not-ready","effect":"NoExecute"},{"key":"node.kubernetes.io/not-ready","effect":"NoSchedule"}]`},
+	} {
+		node := []byte(`{"apiVersion":"v1","kind":"Node","metadata":{"name":"n"},"spec":{"taints":` + tc.taints + `}}`)
+		out, _, err := Apply(Request{Kind: gvk, Resource: gvr, Operation: Create, Object: node})
+		if err != nil {
+			t.Fatal(err)
+		}
+		want(t, out, map[string]string{"/spec/taints": tc.want})
+		// CREATE only; the status subresource neither.
+		for _, r := range []Request{
+			{Kind: gvk, Resource: gvr, Operation: Update, Object: node, OldObject: node},
+			{Kind: gvk, Resource: gvr, SubResource: "status", Operation: Create, Object: node},
+		} {
+			out, _, err := Apply(r)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if tc.taints == `[]` {
+				want(t, out, map[string]string{"/spec/taints": ""})
+			}
+		}
+	}
+}

@@ -227,3 +227,17 @@ func admitStorageObjectInUseProtection(obj runtime.Object) {
 		meta.Finalizers = append(meta.Finalizers, finalizer)
 	}
 }
+
+// admitTaintNodesByCondition is TaintNodesByCondition's Admit on CREATE
+// (plugin/pkg/admission/nodetaint/admission.go:45,63-95): a new node gets
+// the taint node.kubernetes.io/not-ready:NoSchedule, appended unless a
+// taint with that key and effect is there (pkg/apis/core/taint.go:26
+// MatchTaint), until the node controller finds it ready.
+func admitTaintNodesByCondition(node *corev1.Node) {
+	for _, t := range node.Spec.Taints {
+		if t.Key == corev1.TaintNodeNotReady && t.Effect == corev1.TaintEffectNoSchedule {
+			return
+		}
+	}
+	node.Spec.Taints = append(node.Spec.Taints, corev1.Taint{Key: corev1.TaintNodeNotReady, Effect: corev1.TaintEffectNoSchedule})
+}

@@ -23,7 +23,7 @@ import (
 // serverPlugins are the apidefaults plugins this package's kube-apiserver
 // runs: test/controlplane disables ServiceAccount (it needs the service
 // account controller, which does not run here).
-var serverPlugins = []string{apidefaults.Priority, apidefaults.DefaultTolerationSeconds, apidefaults.StorageObjectInUseProtection}
+var serverPlugins = []string{apidefaults.TaintNodesByCondition, apidefaults.Priority, apidefaults.DefaultTolerationSeconds, apidefaults.StorageObjectInUseProtection}
 
 // checkDefaults requires that kadmit's offline defaults (package
 // apidefaults, `kadmit test --defaults`) turn the object as written into
@@ -133,6 +133,13 @@ metadata: {name: defaults-pvc, namespace: default, finalizers: [example.com/keep
 spec:
   accessModes: [ReadWriteOnce]
   resources: {requests: {storage: 1Gi}}
+`,
+		`
+apiVersion: v1
+kind: Node
+metadata: {name: defaults-node, labels: {pool: a}}
+spec:
+  taints: [{key: dedicated, value: batch, effect: NoSchedule}]
 `,
 		`
 apiVersion: v1
