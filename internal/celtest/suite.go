@@ -67,8 +67,9 @@ type Suite struct {
 
 	// Defaults, when true, gives the policies each test's object and old
 	// object as the API server would: with the API's defaults and the
-	// default-on mutating admission plugins applied (package apidefaults;
-	// `kadmit test --defaults` sets it for every suite).
+	// default-on mutating admission plugins applied, and each mutating
+	// policy's result defaulted (package apidefaults; `kadmit test
+	// --defaults` sets it for every suite).
 	Defaults bool `json:"defaults,omitempty"`
 
 	file string

@@ -115,7 +115,9 @@ type Options struct {
 	Old []Document
 	// Defaults gives the webhooks each object (and old object) as the API
 	// server would: with the API's defaults and the default-on mutating
-	// admission plugins applied (package apidefaults).
+	// admission plugins applied (package apidefaults), and defaults what
+	// each mutating webhook returns. Result.Object is then the defaulted
+	// object; Result.Patch stays the webhooks' own patches.
 	Defaults bool
 }
 
