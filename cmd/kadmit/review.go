@@ -22,7 +22,7 @@ import (
 func newReviewCmd() *cobra.Command {
 	var file, configFile, operation, oldFile, subresource, output, state, user, uid string
 	var policyPaths, groups []string
-	var allowSensitive bool
+	var allowSensitive, defaults bool
 	cmd := &cobra.Command{
 		Use:   "review -f FILE|DIR|-",
 		Short: "Run manifests through kadmit's policies offline",
@@ -93,7 +93,7 @@ or input errors.`,
 			if err != nil {
 				return cmdexit.New(2, err)
 			}
-			opts := review.Options{Operation: admissionv1.Operation(strings.ToUpper(operation)), SubResource: subresource}
+			opts := review.Options{Operation: admissionv1.Operation(strings.ToUpper(operation)), SubResource: subresource, Defaults: defaults}
 			if user == "" && (len(groups) > 0 || uid != "") {
 				return cmdexit.New(2, errors.New("--group and --uid need --user"))
 			}
@@ -119,6 +119,7 @@ or input errors.`,
 	f.StringVar(&subresource, "subresource", "", `subresource to review as, e.g. "status"`)
 	f.BoolVar(&allowSensitive, "policies-allow-sensitive-groups", false, "let --policies match resources of the rbac.authorization.k8s.io, admissionregistration.k8s.io, certificates.k8s.io, authentication.k8s.io and authorization.k8s.io groups, refused by default as kadmit serve refuses them (docs/security.md)")
 	f.StringArrayVar(&policyPaths, "policies", nil, "ValidatingAdmissionPolicy / MutatingAdmissionPolicy files or directories (with bindings and params) to run next to the built-in policies; repeatable")
+	f.BoolVar(&defaults, "defaults", false, "hand the policies each object as the API server would: with the API's defaults (core, apps, batch v1) and the ServiceAccount, TaintNodesByCondition, Priority, DefaultTolerationSeconds and StorageObjectInUseProtection admission plugins applied first, and each webhook's result defaulted (docs/policies-cel.md)")
 	f.StringVarP(&output, "output", "o", "text", "output: text or json (one JSON object per line)")
 	f.StringVar(&user, "user", "", "username the objects are reviewed as (request.userInfo.username); default "+review.DefaultUser)
 	f.StringArrayVar(&groups, "group", nil, "group of --user (request.userInfo.groups), exactly as given; repeatable")

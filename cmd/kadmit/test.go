@@ -16,10 +16,10 @@ import (
 
 func newTestCmd() *cobra.Command {
 	var (
-		allowSensitive, server      bool
-		output, junit               string
-		kubeconfigPath, kubeContext string
-		serverWait                  time.Duration
+		allowSensitive, server, defaults bool
+		output, junit                    string
+		kubeconfigPath, kubeContext      string
+		serverWait                       time.Duration
 	)
 	cmd := &cobra.Command{
 		Use:   "test DIR|FILE",
@@ -104,6 +104,7 @@ any fails or differs, 2 on input errors or when the server run fails.`,
 				if err != nil {
 					return cmdexit.New(2, err)
 				}
+				s.Defaults = s.Defaults || defaults
 				rs, runErr := run(cmd.Context(), s)
 				results = append(results, rs...)
 				// Each suite's events as soon as it ran: a CI log shows
@@ -143,5 +144,6 @@ any fails or differs, 2 on input errors or when the server run fails.`,
 	f.StringVar(&kubeconfigPath, "kubeconfig", "", "with --server: kubeconfig file (default: $KUBECONFIG, then ~/.kube/config)")
 	f.StringVar(&kubeContext, "context", "", "with --server: kubeconfig context (default: the current context)")
 	f.DurationVar(&serverWait, "server-wait", celtest.DefaultReadyTimeout, "with --server: how long to wait, per suite, until the API server enforces the installed policies")
+	f.BoolVar(&defaults, "defaults", false, "hand the policies every test's objects as the API server would, as a suite's defaults: true does: with the API's defaults (core, apps, batch v1) and the ServiceAccount, TaintNodesByCondition, Priority, DefaultTolerationSeconds and StorageObjectInUseProtection admission plugins applied first, and each mutating policy's result defaulted (docs/policies-cel.md)")
 	return cmd
 }

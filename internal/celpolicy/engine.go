@@ -86,6 +86,12 @@ type Options struct {
 	// (ErrObjectTooLarge), so the policy's failurePolicy decides. 0:
 	// DefaultMaxObjectBytes; negative: no bound.
 	MaxObjectBytes int
+	// Defaulter, when set, defaults the object each mutation produced, as
+	// the API server defaults a MutatingAdmissionPolicy's result
+	// (mutating/dispatcher.go:274, v0.37.1) with the scheme of its
+	// built-in kinds; the objects it gets are unstructured. Nil: no
+	// defaulting (kadmit has no scheme of its own).
+	Defaulter runtime.ObjectDefaulter
 }
 
 // New compiles every policy of set once (mirroring generic/policy_source.go
@@ -105,6 +111,9 @@ func New(set *Set, opts Options) (*Engine, error) {
 		fields:           map[string]fieldSet{},
 		budget:           opts.Budget,
 		maxObject:        opts.MaxObjectBytes,
+	}
+	if opts.Defaulter != nil {
+		e.objects = defaultingObjects{e.objects, opts.Defaulter}
 	}
 	e.decoded.budget = opts.Budget
 	if e.maxObject == 0 {
@@ -718,3 +727,12 @@ func (s staticInformer) Lister() cache.GenericLister         { return cache.NewG
 type syncedInformer struct{ cache.SharedIndexInformer }
 
 func (syncedInformer) HasSynced() bool { return true }
+
+// defaultingObjects are the engine's ObjectInterfaces with Options.Defaulter
+// as the object defaulter.
+type defaultingObjects struct {
+	admission.ObjectInterfaces
+	defaulter runtime.ObjectDefaulter
+}
+
+func (o defaultingObjects) GetObjectDefaulter() runtime.ObjectDefaulter { return o.defaulter }

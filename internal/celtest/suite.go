@@ -70,6 +70,13 @@ type Suite struct {
 	Namespaces []corev1.Namespace `json:"namespaces,omitempty"`
 	Tests      []Test             `json:"tests"`
 
+	// Defaults, when true, gives the policies each test's object and old
+	// object as the API server would: with the API's defaults and the
+	// default-on mutating admission plugins applied, and each mutating
+	// policy's result defaulted (package apidefaults; `kadmit test
+	// --defaults` sets it for every suite).
+	Defaults bool `json:"defaults,omitempty"`
+
 	file string
 }
 
@@ -310,7 +317,7 @@ type offline struct {
 
 // runOffline evaluates every test of s with the policies of set.
 func (s *Suite) runOffline(ctx context.Context, set *celpolicy.Set) ([]Result, []offline, error) {
-	e, err := celpolicy.New(set, celpolicy.Options{})
+	e, err := celpolicy.New(set, engineOptions(s))
 	if err != nil {
 		return nil, nil, fmt.Errorf("%w: %s: %w", ErrInput, s.file, err)
 	}
@@ -322,6 +329,11 @@ func (s *Suite) runOffline(ctx context.Context, set *celpolicy.Set) ([]Result, [
 		req, err := s.request(t)
 		if err != nil {
 			return nil, nil, fmt.Errorf("%w: %s: tests[%d] (%s): %w", ErrInput, s.file, i, t.Name, err)
+		}
+		if s.Defaults {
+			if err := applyDefaults(req); err != nil {
+				return nil, nil, fmt.Errorf("%w: %s: tests[%d] (%s): defaults: %w", ErrInput, s.file, i, t.Name, err)
+			}
 		}
 		d, err := Evaluate(ctx, e, req)
 		if err != nil {

@@ -121,6 +121,12 @@ type Options struct {
 	// mutating and validating webhooks (admission.GenerateName); nil is
 	// the API server's random one.
 	NameGenerator storagenames.NameGenerator
+	// Defaults gives the webhooks each object (and old object) as the API
+	// server would: with the API's defaults and the default-on mutating
+	// admission plugins applied (package apidefaults), and defaults what
+	// each mutating webhook returns. Result.Object is then the defaulted
+	// object; Result.Patch stays the webhooks' own patches.
+	Defaults bool
 }
 
 // DefaultUser is the username of a review without Options.UserInfo.
@@ -206,6 +212,12 @@ func Run(ctx context.Context, webhooks []*admission.Webhook, doc Document, opts 
 		}
 	}
 
+	if opts.Defaults {
+		if err := applyDefaults(doc, req); err != nil {
+			return nil, err
+		}
+	}
+
 	res := &Result{APIVersion: u.GetAPIVersion(), Kind: gvk.Kind, Namespace: u.GetNamespace(), Name: u.GetName(), Allowed: true, Code: 200, Warnings: []string{}, Patch: []jsonedit.Op{}}
 	// Mutating webhooks first, each seeing the previous one's output, then
 	// validating webhooks on the final object, as the API server does.
@@ -247,6 +259,11 @@ func Run(ctx context.Context, webhooks []*admission.Webhook, doc Document, opts 
 			res.Patch = append(res.Patch, out.Patch...)
 			if out.Object != nil {
 				req.Object = runtime.RawExtension{Raw: out.Object}
+				if opts.Defaults {
+					if err := defaultMutated(doc, req); err != nil {
+						return nil, err
+					}
+				}
 			}
 		}
 	}

@@ -155,6 +155,9 @@ func diffSuite(ctx context.Context, t *testing.T, file string, s *celtest.Suite)
 			t.Fatalf("%s: denied without policies: %s", r.test.Name, base)
 		}
 		r.admitted = &unstructured.Unstructured{Object: base.Object}
+		if s.Defaults {
+			checkDefaults(t, r)
+		}
 		reqs = append(reqs, r)
 	}
 
