@@ -25,6 +25,7 @@ import (
 	"bytes"
 	"context"
 	"crypto/rand"
+	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
 	"errors"
@@ -39,6 +40,7 @@ import (
 	"sync"
 	"time"
 
+	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
@@ -112,6 +114,11 @@ type Server struct {
 	users map[string]dynamic.Interface
 	// namespaces kadmit created in this run: deleted by Close.
 	namespaces []string
+	// keepers are the param-kind keepers installed in this run (see
+	// keepParamKinds), by plugin and paramKind; keeperUndo deletes them,
+	// run in reverse by Close.
+	keepers    map[string]bool
+	keeperUndo []func(context.Context) error
 }
 
 // warningsKey carries the *[]string a request's warnings are collected
@@ -169,6 +176,12 @@ func NewServer(cfg *rest.Config, opts ServerOptions) (*Server, error) {
 // it could not delete.
 func (sv *Server) Close(ctx context.Context) error {
 	var errs []error
+	for i := len(sv.keeperUndo) - 1; i >= 0; i-- {
+		if err := sv.keeperUndo[i](ctx); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	sv.keepers, sv.keeperUndo = nil, nil
 	for i := len(sv.namespaces) - 1; i >= 0; i-- {
 		ns := sv.namespaces[i]
 		c, cancel := context.WithTimeout(ctx, sv.opts.RequestTimeout)
@@ -196,6 +209,11 @@ type ServerRequest struct {
 	// User, when set, is impersonated (Impersonate-User, -Group, -Uid,
 	// -Extra); otherwise the request is the kubeconfig's user's.
 	User *rest.ImpersonationConfig
+	// Options is the test's options object as JSON (CreateOptions,
+	// UpdateOptions or DeleteOptions: fieldManager, fieldValidation,
+	// propagationPolicy, gracePeriodSeconds, preconditions ...), sent as
+	// the request's query parameters; its dryRun is always [All].
+	Options []byte
 }
 
 // ServerOutcome is what the API server answered.
@@ -232,13 +250,38 @@ func (sv *Server) Send(ctx context.Context, r *ServerRequest) (ServerOutcome, er
 	}
 	var res *unstructured.Unstructured
 	dry := []string{metav1.DryRunAll}
+	// decode reads the test's options into opts (nothing when none).
+	decode := func(opts any) error {
+		if len(r.Options) == 0 {
+			return nil
+		}
+		if err := json.Unmarshal(r.Options, opts); err != nil {
+			return fmt.Errorf("%s %s %s/%s: options: %w", r.Operation, r.Resource.Resource, r.Namespace, r.Name, err)
+		}
+		return nil
+	}
 	switch r.Operation {
 	case admission.Create:
-		res, err = c.Create(ctx, r.Object.DeepCopy(), metav1.CreateOptions{DryRun: dry}, sub...)
+		var o metav1.CreateOptions
+		if err := decode(&o); err != nil {
+			return ServerOutcome{}, err
+		}
+		o.DryRun = dry
+		res, err = c.Create(ctx, r.Object.DeepCopy(), o, sub...)
 	case admission.Update:
-		res, err = c.Update(ctx, r.Object.DeepCopy(), metav1.UpdateOptions{DryRun: dry}, sub...)
+		var o metav1.UpdateOptions
+		if err := decode(&o); err != nil {
+			return ServerOutcome{}, err
+		}
+		o.DryRun = dry
+		res, err = c.Update(ctx, r.Object.DeepCopy(), o, sub...)
 	case admission.Delete:
-		err = c.Delete(ctx, r.Name, metav1.DeleteOptions{DryRun: dry}, sub...)
+		var o metav1.DeleteOptions
+		if err := decode(&o); err != nil {
+			return ServerOutcome{}, err
+		}
+		o.DryRun = dry
+		err = c.Delete(ctx, r.Name, o, sub...)
 	default:
 		return ServerOutcome{}, fmt.Errorf("operation %s cannot be sent as a dry run", r.Operation)
 	}
@@ -338,6 +381,88 @@ func (sv *Server) Create(ctx context.Context, u *unstructured.Unstructured) (fun
 			}
 		}
 	}, nil
+}
+
+// grantUsers lets each user a test impersonates make that test's request:
+// admission is under test, not authorization, and the API server
+// authorizes a request (dry run or not) before admission, so an
+// impersonated user without RBAC would get "cannot create resource" where
+// the policies were to decide. For the suite's run kadmit creates one Role
+// per namespace (one ClusterRole for cluster-scoped requests) with exactly
+// the verbs and resources (with subresource) of the tests that
+// impersonate, and a binding to those users, and returns their deletion.
+// The kubeconfig's user must be allowed to grant them (RBAC's escalation
+// check: it holds them itself).
+func (sv *Server) grantUsers(ctx context.Context, s *Suite, reqs []*ServerRequest) ([]func(context.Context) error, error) {
+	type scope struct {
+		rules map[string]map[string]bool // "group\x00resource" -> verbs
+		users map[string]bool
+	}
+	scopes := map[string]*scope{} // namespace ("" cluster-wide)
+	for _, r := range reqs {
+		if r == nil || r.User == nil || r.User.UserName == "" {
+			continue
+		}
+		sc := scopes[r.Namespace]
+		if sc == nil {
+			sc = &scope{rules: map[string]map[string]bool{}, users: map[string]bool{}}
+			scopes[r.Namespace] = sc
+		}
+		res := r.Resource.Resource
+		if r.SubResource != "" {
+			res += "/" + r.SubResource
+		}
+		key := r.Resource.Group + "\x00" + res
+		if sc.rules[key] == nil {
+			sc.rules[key] = map[string]bool{}
+		}
+		sc.rules[key][strings.ToLower(string(r.Operation))] = true
+		sc.users[r.User.UserName] = true
+	}
+	sum := sha256.Sum256([]byte(s.file))
+	name := "kadmit-test-grant-" + hex.EncodeToString(sum[:6])
+	var undo []func(context.Context) error
+	for _, ns := range slices.Sorted(maps.Keys(scopes)) {
+		sc := scopes[ns]
+		var rules []any
+		for _, key := range slices.Sorted(maps.Keys(sc.rules)) {
+			group, res, _ := strings.Cut(key, "\x00")
+			rules = append(rules, map[string]any{"apiGroups": []any{group}, "resources": []any{res},
+				"verbs": toAnySlice(slices.Sorted(maps.Keys(sc.rules[key])))})
+		}
+		var subjects []any
+		for _, u := range slices.Sorted(maps.Keys(sc.users)) {
+			// A User subject matches by name, service account
+			// usernames (system:serviceaccount:...) included.
+			subjects = append(subjects, map[string]any{"kind": "User", "apiGroup": "rbac.authorization.k8s.io", "name": u})
+		}
+		role, binding := "ClusterRole", "ClusterRoleBinding"
+		meta := map[string]any{"name": name}
+		if ns != "" {
+			role, binding = "Role", "RoleBinding"
+			meta = map[string]any{"name": name, "namespace": ns}
+		}
+		for _, u := range []*unstructured.Unstructured{
+			{Object: map[string]any{"apiVersion": "rbac.authorization.k8s.io/v1", "kind": role, "metadata": meta, "rules": rules}},
+			{Object: map[string]any{"apiVersion": "rbac.authorization.k8s.io/v1", "kind": binding, "metadata": maps.Clone(meta),
+				"roleRef": map[string]any{"apiGroup": "rbac.authorization.k8s.io", "kind": role, "name": name}, "subjects": subjects}},
+		} {
+			d, err := sv.Create(ctx, u)
+			if err != nil {
+				return undo, fmt.Errorf("granting the impersonated users their tests' requests: %w", err)
+			}
+			undo = append(undo, d)
+		}
+	}
+	return undo, nil
+}
+
+func toAnySlice(ss []string) []any {
+	out := make([]any, len(ss))
+	for i, v := range ss {
+		out[i] = v
+	}
+	return out
 }
 
 // removedPolicyLinger bounds how long an install retries a denial by an
@@ -484,7 +609,7 @@ func (sv *Server) RunServer(ctx context.Context, s *Suite) (results []Result, er
 	if err != nil {
 		return nil, fmt.Errorf("%w: %s: %w", ErrInput, s.file, err)
 	}
-	results, runs, err := s.runOffline(ctx, set)
+	results, runs, err := s.runOffline(ctx, set, true)
 	if err != nil {
 		return nil, err
 	}
@@ -559,6 +684,11 @@ func (sv *Server) RunServer(ctx context.Context, s *Suite) (results []Result, er
 		}
 		undo = append(undo, d)
 	}
+	grants, err := sv.grantUsers(ctx, s, reqs)
+	undo = append(undo, grants...)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", s.file, err)
+	}
 	// Old objects exist for real before the policies are in place (which
 	// could deny or change their creation); tests sharing one share it.
 	type stored struct {
@@ -625,6 +755,9 @@ func (sv *Server) RunServer(ctx context.Context, s *Suite) (results []Result, er
 	// policy_source.go refreshPolicies), and a watch delivers objects of
 	// one resource in order, so once the probe is enforced the suite's
 	// policies are too.
+	if err := sv.keepParamKinds(ctx, set, mapVersion); err != nil {
+		return nil, fmt.Errorf("%s: %w", s.file, err)
+	}
 	for _, p := range policies {
 		d, err := sv.Create(ctx, p.DeepCopy())
 		if err != nil {
@@ -670,11 +803,35 @@ func (sv *Server) RunServer(ctx context.Context, s *Suite) (results []Result, er
 		o.Warnings = without(o.Warnings, baseline[i])
 		d := diffOutcomes(runs[i], o)
 		results[i].Server.Diff = append(results[i].Server.Diff, d...)
+		if r := runs[i]; r.dry != nil && !decidesAlike(r.d, r.dry) {
+			results[i].Server.Notes = append(results[i].Server.Notes, "sent as a dry run, as every --server request is, and the suite's policies decide it differently as one (request.dryRun): "+
+				"the server's answer is compared with kadmit's for the same request as a dry run ("+side(r.dry.Allowed, code(r.dry), message(r.dry))+")")
+		}
 		if len(d) > 0 && len(params) > 0 && strings.Contains(o.Message, noParamsFound) {
 			results[i].Server.Notes = append(results[i].Server.Notes, staleParamInformer)
 		}
 	}
 	return results, nil
+}
+
+// decidesAlike reports whether two offline decisions agree in allowed,
+// code and message.
+func decidesAlike(a, b *celpolicy.Decision) bool {
+	return a.Allowed == b.Allowed && code(a) == code(b) && message(a) == message(b)
+}
+
+func code(d *celpolicy.Decision) int32 {
+	if d.Allowed || d.Status == nil {
+		return 0
+	}
+	return d.Status.Code
+}
+
+func message(d *celpolicy.Decision) string {
+	if d.Allowed || d.Status == nil {
+		return ""
+	}
+	return d.Status.Message
 }
 
 // noParamsFound is the API server's denial when a binding with
@@ -731,12 +888,18 @@ func (sv *Server) serverRequest(r offline) (*ServerRequest, string, error) {
 	}
 	gvr, namespaced, err := sv.Mapping(req.Kind)
 	if err != nil {
+		if req.SubResource != "" {
+			// A subresource's own kind (autoscaling/v1 Scale for
+			// deployments/scale) is not a resource: the request would
+			// need the parent object, which the test does not give.
+			return nil, fmt.Sprintf("not sent: %s %s is the kind of a %s subresource request, not a resource the API server serves; such a request needs the parent object, which the test does not give", req.Kind.GroupVersion(), req.Kind.Kind, req.SubResource), nil
+		}
 		return nil, "", err
 	}
 	if r.test.Resource != "" {
 		gvr.Resource = r.test.Resource
 	}
-	sr := &ServerRequest{Resource: gvr, SubResource: req.SubResource, Name: req.Name, Operation: req.Operation}
+	sr := &ServerRequest{Resource: gvr, SubResource: req.SubResource, Name: req.Name, Operation: req.Operation, Options: req.Options}
 	if namespaced {
 		if req.Namespace == "" {
 			return nil, "not sent: the object of a namespaced kind has no metadata.namespace", nil
@@ -906,6 +1069,78 @@ func probeObjects(mutating bool, mapVersion string) (*probes, error) {
 	return p, nil
 }
 
+// keepParamKinds installs, once per run, a keeper for every paramKind of
+// set's policies that the run has not kept yet: a policy of kadmit's own
+// with that paramKind, bound with a paramRef, matching nothing (resources
+// of the group keeper.kadmit.io, which no API server serves). Close
+// removes them. kube-apiserver stops a built-in paramKind's param informer
+// for good once no binding uses it for one policy refresh (a second), and
+// a later binding that selects its params then finds none
+// (kubernetes/kubernetes#130887, open in v1.37.1): without the keepers, a
+// suite's cleanup would break every later suite of the run that selects
+// params of the same kind. The validating and the mutating plugin each
+// have their own informers, so each gets its own keeper. Kinds a CRD
+// serves are not affected upstream; keeping them too costs one informer
+// the API server has already.
+func (sv *Server) keepParamKinds(ctx context.Context, set *celpolicy.Set, mapVersion string) error {
+	type need struct {
+		mutating bool
+		pk       *admissionregistrationv1.ParamKind
+	}
+	var needs []need
+	for _, p := range set.Validating {
+		if p.Spec.ParamKind != nil {
+			needs = append(needs, need{false, p.Spec.ParamKind})
+		}
+	}
+	for _, p := range set.Mutating {
+		if p.Spec.ParamKind != nil {
+			needs = append(needs, need{true, p.Spec.ParamKind})
+		}
+	}
+	for _, n := range needs {
+		plugin := "validating"
+		if n.mutating {
+			plugin = "mutating"
+		}
+		key := plugin + "/" + n.pk.APIVersion + "/" + n.pk.Kind
+		if sv.keepers[key] {
+			continue
+		}
+		sum := sha256.Sum256([]byte(key))
+		name := "kadmit-test-keep-" + hex.EncodeToString(sum[:6])
+		rules := []any{map[string]any{"apiGroups": []any{"keeper.kadmit.io"}, "apiVersions": []any{"v1"}, "operations": []any{"CREATE"}, "resources": []any{"nothings"}}}
+		paramKind := map[string]any{"apiVersion": n.pk.APIVersion, "kind": n.pk.Kind}
+		paramRef := map[string]any{"selector": map[string]any{}, "parameterNotFoundAction": "Allow"}
+		av, kind, spec, bindingSpec := "admissionregistration.k8s.io/v1", "ValidatingAdmissionPolicy", map[string]any{
+			"paramKind": paramKind, "matchConstraints": map[string]any{"resourceRules": rules},
+			"validations": []any{map[string]any{"expression": "true"}},
+		}, map[string]any{"policyName": name, "validationActions": []any{"Deny"}, "paramRef": paramRef}
+		if n.mutating {
+			av, kind, spec, bindingSpec = "admissionregistration.k8s.io/"+mapVersion, "MutatingAdmissionPolicy", map[string]any{
+				"paramKind": paramKind, "matchConstraints": map[string]any{"resourceRules": rules},
+				"reinvocationPolicy": "Never",
+				"mutations":          []any{map[string]any{"patchType": "JSONPatch", "jsonPatch": map[string]any{"expression": "[]"}}},
+			}, map[string]any{"policyName": name, "paramRef": paramRef}
+		}
+		for _, u := range []*unstructured.Unstructured{
+			{Object: map[string]any{"apiVersion": av, "kind": kind, "metadata": map[string]any{"name": name}, "spec": spec}},
+			{Object: map[string]any{"apiVersion": av, "kind": kind + "Binding", "metadata": map[string]any{"name": name}, "spec": bindingSpec}},
+		} {
+			d, err := sv.Create(ctx, u)
+			if err != nil {
+				return fmt.Errorf("keeping paramKind %s %s: %w", n.pk.APIVersion, n.pk.Kind, err)
+			}
+			sv.keeperUndo = append(sv.keeperUndo, d)
+		}
+		if sv.keepers == nil {
+			sv.keepers = map[string]bool{}
+		}
+		sv.keepers[key] = true
+	}
+	return nil
+}
+
 // probed reports whether the API server enforces the probes.
 func (sv *Server) probed(ctx context.Context, p *probes) bool {
 	o, err := sv.Send(ctx, &ServerRequest{Resource: nsGVR, Name: p.namespace, Operation: admission.Create,
@@ -936,6 +1171,11 @@ func (sv *Server) probed(ctx context.Context, p *probes) bool {
 // offline one does not have, never change or drop one.
 func diffOutcomes(r offline, o ServerOutcome) []string {
 	var diff []string
+	// The server ran the request as a dry run: compare with kadmit's
+	// answer to the same.
+	if r.dry != nil {
+		r.d, r.req = r.dry, r.dryReq
+	}
 	d := r.d
 	offCode, offMsg := int32(0), ""
 	if !d.Allowed && d.Status != nil {

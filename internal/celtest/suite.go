@@ -303,7 +303,7 @@ func RunWith(ctx context.Context, s *Suite, load celpolicy.LoadOptions) ([]Resul
 	if err != nil {
 		return nil, fmt.Errorf("%w: %s: %w", ErrInput, s.file, err)
 	}
-	out, _, err := s.runOffline(ctx, set)
+	out, _, err := s.runOffline(ctx, set, false)
 	return out, err
 }
 
@@ -313,10 +313,16 @@ type offline struct {
 	test *Test
 	req  *celpolicy.Request
 	d    *celpolicy.Decision
+	// dryReq and dry are the same request as a dry run and its decision,
+	// when runOffline was asked for them and the test is not a dry run
+	// already: `kadmit test --server` sends every test as one.
+	dryReq *celpolicy.Request
+	dry    *celpolicy.Decision
 }
 
-// runOffline evaluates every test of s with the policies of set.
-func (s *Suite) runOffline(ctx context.Context, set *celpolicy.Set) ([]Result, []offline, error) {
+// runOffline evaluates every test of s with the policies of set; with
+// asDryRun, also each test that is not a dry run as one (offline.dry).
+func (s *Suite) runOffline(ctx context.Context, set *celpolicy.Set, asDryRun bool) ([]Result, []offline, error) {
 	e, err := celpolicy.New(set, engineOptions(s))
 	if err != nil {
 		return nil, nil, fmt.Errorf("%w: %s: %w", ErrInput, s.file, err)
@@ -341,7 +347,20 @@ func (s *Suite) runOffline(ctx context.Context, set *celpolicy.Set) ([]Result, [
 		}
 		out = append(out, Result{Suite: s.Metadata.Name, Test: t.Name, Failures: compare(t, req, d),
 			File: s.file, Start: start, Elapsed: time.Since(start)})
-		runs = append(runs, offline{test: t, req: req, d: d})
+		run := offline{test: t, req: req, d: d}
+		if asDryRun && !req.DryRun && req.Options != nil {
+			dreq := *req
+			options, _, err := kadmission.RequestOptions(admissionv1.Operation(req.Operation), t.Options, true)
+			if err != nil {
+				return nil, nil, fmt.Errorf("%w: %s: tests[%d] (%s): %w", ErrInput, s.file, i, t.Name, err)
+			}
+			dreq.DryRun, dreq.Options = true, options
+			if run.dry, err = Evaluate(ctx, e, &dreq); err != nil {
+				return nil, nil, fmt.Errorf("%s: tests[%d] (%s): as a dry run: %w", s.file, i, t.Name, err)
+			}
+			run.dryReq = &dreq
+		}
+		runs = append(runs, run)
 	}
 	return out, runs, nil
 }
