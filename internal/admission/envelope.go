@@ -123,7 +123,7 @@ func (d *envDecoder) decode(body []byte) (*decoded, bool) {
 		case "request":
 			return d.request(vs, ix)
 		}
-		return d.unknown(key, vs, 1, "apiVersion", "kind", "request", "response")
+		return d.unknown(key, vs, 1, reviewFields...)
 	})
 	if end < 0 || jsonedit.SkipSpace(body, end) != len(body) {
 		return nil, false
@@ -235,8 +235,23 @@ func (d *envDecoder) request(vs int, ix *jsonedit.Index) int {
 	})
 }
 
-var requestFields = []string{"uid", "kind", "resource", "subResource", "requestKind", "requestResource",
-	"requestSubResource", "name", "namespace", "operation", "userInfo", "object", "oldObject", "dryRun", "options"}
+// The JSON field names of each type the decoder reads by hand
+// (k8s.io/api admission/v1 AdmissionReview and AdmissionRequest,
+// apimachinery's GroupVersionKind and GroupVersionResource,
+// authentication/v1 UserInfo). A key that case-folds to one of them but is
+// not handled exactly falls back to encoding/json; any other key is
+// skipped, as encoding/json skips a field its type does not have. So a
+// field a k8s.io/api release adds must be listed (and handled) here, or the
+// fast path would drop it where encoding/json keeps it:
+// TestDecoderKnowsEveryField walks the types by reflection and fails then.
+var (
+	reviewFields  = []string{"apiVersion", "kind", "request", "response"}
+	requestFields = []string{"uid", "kind", "resource", "subResource", "requestKind", "requestResource",
+		"requestSubResource", "name", "namespace", "operation", "userInfo", "object", "oldObject", "dryRun", "options"}
+	gvkFields      = []string{"group", "version", "kind"}
+	gvrFields      = []string{"group", "version", "resource"}
+	userInfoFields = []string{"username", "uid", "groups", "extra"}
+)
 
 // raw records the value d.b[vs:ve] of a RawExtension field in *dst unless
 // it is null (RawExtension.UnmarshalJSON keeps the previous value then).
@@ -263,7 +278,7 @@ func (d *envDecoder) gvk(vs, depth int, v *metav1.GroupVersionKind) int {
 		case "kind":
 			return d.str(vs, &v.Kind)
 		}
-		return d.unknown(key, vs, depth+1, "group", "version", "kind")
+		return d.unknown(key, vs, depth+1, gvkFields...)
 	})
 }
 
@@ -283,7 +298,7 @@ func (d *envDecoder) gvr(vs, depth int, v *metav1.GroupVersionResource) int {
 		case "resource":
 			return d.str(vs, &v.Resource)
 		}
-		return d.unknown(key, vs, depth+1, "group", "version", "resource")
+		return d.unknown(key, vs, depth+1, gvrFields...)
 	})
 }
 
@@ -334,7 +349,7 @@ func (d *envDecoder) userInfo(vs int, u *authenticationv1.UserInfo) int {
 			seen |= seenExtra
 			return d.extraMap(vs)
 		}
-		return d.unknown(key, vs, 3, "username", "uid", "groups", "extra")
+		return d.unknown(key, vs, 3, userInfoFields...)
 	})
 }
 
