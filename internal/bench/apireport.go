@@ -4,7 +4,9 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"maps"
 	"math"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -53,7 +55,7 @@ func (r *APIServerReport) WriteText(w io.Writer) error {
 		fmt.Fprintf(&b, "  late        0 (every create sent on schedule)\n")
 	}
 	fmt.Fprintf(&b, "  errors      %d%s\n", r.ErrorCount(), errorList(r.Errors))
-	for _, k := range sortedKeys(r.ErrorSamples) {
+	for _, k := range slices.Sorted(maps.Keys(r.ErrorSamples)) {
 		fmt.Fprintf(&b, "    %-20s e.g. %s\n", k, r.ErrorSamples[k])
 	}
 	if r.Created > 0 {
@@ -157,22 +159,13 @@ func errorList(m map[string]int64) string {
 	if len(m) == 0 {
 		return ""
 	}
-	keys := sortedKeys(m)
+	keys := slices.Sorted(maps.Keys(m))
 	sort.SliceStable(keys, func(i, j int) bool { return m[keys[i]] > m[keys[j]] })
 	parts := make([]string, len(keys))
 	for i, k := range keys {
 		parts[i] = fmt.Sprintf("%s %d", k, m[k])
 	}
 	return ": " + strings.Join(parts, ", ")
-}
-
-func sortedKeys[V any](m map[string]V) []string {
-	keys := make([]string, 0, len(m))
-	for k := range m {
-		keys = append(keys, k)
-	}
-	sort.Strings(keys)
-	return keys
 }
 
 // APIServerJSON is the -o json shape of an APIServerReport. Durations are in

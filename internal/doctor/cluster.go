@@ -3,6 +3,8 @@ package doctor
 import (
 	"context"
 	"fmt"
+	"maps"
+	"slices"
 	"sort"
 	"strings"
 
@@ -493,7 +495,7 @@ func (b *Backend) resolveOwner(p *corev1.Pod) (WorkloadRef, Inference) {
 		return WorkloadRef{Kind: "Deployment", Name: name}, Inference{How: how + " (no Deployment " + name + " selecting the pod was read)"}
 	}
 	var match []string
-	for _, n := range sortedKeysOf(b.Deployments) {
+	for _, n := range slices.Sorted(maps.Keys(b.Deployments)) {
 		if deploymentSelects(b.Deployments[n], p.Labels) {
 			match = append(match, n)
 		}
@@ -533,7 +535,7 @@ func (b *Backend) ownerKnown(pod string) bool {
 // these are exactly the pods that can never be created.
 func (b *Backend) addTemplates(selector map[string]string, live map[WorkloadRef]bool) {
 	sel := labels.SelectorFromSet(selector)
-	names := sortedKeysOf(b.Deployments)
+	names := slices.Sorted(maps.Keys(b.Deployments))
 	for _, n := range names {
 		d := b.Deployments[n]
 		ref := WorkloadRef{Kind: "Deployment", Name: d.Name}
@@ -542,7 +544,7 @@ func (b *Backend) addTemplates(selector map[string]string, live map[WorkloadRef]
 			live[ref] = true
 		}
 	}
-	for _, n := range sortedKeysOf(b.ReplicaSets) {
+	for _, n := range slices.Sorted(maps.Keys(b.ReplicaSets)) {
 		rs := b.ReplicaSets[n]
 		ref := WorkloadRef{Kind: "ReplicaSet", Name: rs.Name}
 		if d := metav1.GetControllerOfNoCopy(rs); d != nil && d.Kind == "Deployment" {
@@ -603,7 +605,7 @@ func (b *Backend) objects() []Object {
 			if d := b.Deployments[ref.Name]; d != nil {
 				out = append(out, mk("apps", "deployments", "Deployment", "UPDATE", d.Name, d.Labels, anyUser, "Deployment "+b.Namespace+"/"+d.Name))
 			}
-			for _, n := range sortedKeysOf(b.ReplicaSets) {
+			for _, n := range slices.Sorted(maps.Keys(b.ReplicaSets)) {
 				rs := b.ReplicaSets[n]
 				if c := metav1.GetControllerOfNoCopy(rs); c != nil && c.Kind == "Deployment" && c.Name == ref.Name && !seenRS[rs.Name] {
 					seenRS[rs.Name] = true
@@ -660,13 +662,4 @@ func podBody(spec corev1.PodSpec) map[string]any {
 		return nil
 	}
 	return map[string]any{"spec": m}
-}
-
-func sortedKeysOf[V any](m map[string]V) []string {
-	keys := make([]string, 0, len(m))
-	for k := range m {
-		keys = append(keys, k)
-	}
-	sort.Strings(keys)
-	return keys
 }

@@ -4,7 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"maps"
-	"sort"
+	"slices"
 	"strings"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -53,7 +53,7 @@ func NamespaceExclusion(sel *metav1.LabelSelector, ns string, nsLabels, hints ma
 	}
 	current := namespaceLabels(ns, nsLabels)
 	var candidates []labelChange
-	keys := sortedKeys(sel.MatchLabels)
+	keys := slices.Sorted(maps.Keys(sel.MatchLabels))
 	for _, k := range keys {
 		candidates = append(candidates, labelChange{Key: k, Remove: true})
 	}
@@ -119,13 +119,4 @@ func shellQuote(s string) string {
 		return s
 	}
 	return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'"
-}
-
-func sortedKeys(m map[string]string) []string {
-	keys := make([]string, 0, len(m))
-	for k := range m {
-		keys = append(keys, k)
-	}
-	sort.Strings(keys)
-	return keys
 }

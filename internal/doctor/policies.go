@@ -3,6 +3,8 @@ package doctor
 import (
 	"context"
 	"fmt"
+	"maps"
+	"slices"
 	"sort"
 	"strings"
 
@@ -159,7 +161,7 @@ func loadPolicies(ctx context.Context, cs kubernetes.Interface) (*PolicySet, err
 	}
 
 	pols := p.policies()
-	for _, k := range sortedKeysOf(pols) {
+	for _, k := range slices.Sorted(maps.Keys(pols)) {
 		pk := pols[k].paramKind
 		if pk == nil {
 			continue
@@ -297,7 +299,7 @@ func checkPolicies(p *PolicySet) []PolicyReport {
 		}
 		byKey[k].Findings = append(byKey[k].Findings, f)
 	}
-	for _, k := range sortedKeysOf(pols) {
+	for _, k := range slices.Sorted(maps.Keys(pols)) {
 		pol := pols[k]
 		if pol.paramKind != nil && pol.failurePolicy == admissionregistrationv1.Fail {
 			info, known := p.ParamKinds[paramKindKey(pol.paramKind)]

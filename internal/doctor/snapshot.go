@@ -3,6 +3,8 @@ package doctor
 import (
 	"context"
 	"fmt"
+	"maps"
+	"slices"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -38,7 +40,7 @@ type Snapshot struct {
 // AllGaps lists every gap of the snapshot, cluster-wide ones first.
 func (s *Snapshot) AllGaps() []AccessGap {
 	out := append([]AccessGap(nil), s.Gaps...)
-	for _, k := range sortedKeysOf(s.Backends) {
+	for _, k := range slices.Sorted(maps.Keys(s.Backends)) {
 		out = append(out, s.Backends[k].Gaps...)
 	}
 	if s.Policies != nil {

@@ -7,7 +7,9 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"net/url"
+	"slices"
 	"sort"
 	"sync"
 	"sync/atomic"
@@ -342,7 +344,7 @@ func (r *Registrar) Ready() error {
 			bundles = map[string][]byte{"the certificate source": b}
 		}
 	}
-	for _, where := range sortedKeys(bundles) {
+	for _, where := range slices.Sorted(maps.Keys(bundles)) {
 		if err := certs.VerifyServed(r.o.Holder, where, bundles[where], r.o.ServerName, now); err != nil {
 			return err
 		}
@@ -728,15 +730,6 @@ func (r *Registrar) staleBundles(want []byte) []string {
 		if !bytes.Equal(b, want) {
 			out = append(out, name)
 		}
-	}
-	sort.Strings(out)
-	return out
-}
-
-func sortedKeys(m map[string][]byte) []string {
-	out := make([]string, 0, len(m))
-	for k := range m {
-		out = append(out, k)
 	}
 	sort.Strings(out)
 	return out

@@ -18,8 +18,8 @@ package jobqueue
 import (
 	"errors"
 	"fmt"
+	"maps"
 	"slices"
-	"sort"
 	"strings"
 
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
@@ -169,10 +169,10 @@ func (c Config) Validate() error {
 	}
 	for i, f := range c.Frameworks {
 		if _, ok := FrameworkOwners[f]; !ok {
-			return fmt.Errorf("frameworks[%d]: unknown Kueue integration %q (known: %s)", i, f, strings.Join(sortedKeys(FrameworkOwners), ", "))
+			return fmt.Errorf("frameworks[%d]: unknown Kueue integration %q (known: %s)", i, f, strings.Join(slices.Sorted(maps.Keys(FrameworkOwners)), ", "))
 		}
 	}
-	for _, ns := range sortedKeys(c.DefaultQueues) {
+	for _, ns := range slices.Sorted(maps.Keys(c.DefaultQueues)) {
 		if errs := validation.IsDNS1123Label(ns); len(errs) > 0 {
 			return fmt.Errorf("defaultQueues[%s]: namespace: %s", ns, errs[0])
 		}
@@ -195,7 +195,7 @@ func (c Config) Validate() error {
 			return fmt.Errorf("queues[%d]: duplicate queue %q in namespace %q", i, q.Name, q.Namespace)
 		}
 		seen[key] = true
-		for _, r := range sortedKeys(q.Quota) {
+		for _, r := range slices.Sorted(maps.Keys(q.Quota)) {
 			if v := q.Quota[r]; v.Sign() < 0 {
 				return fmt.Errorf("queues[%d].quota.%s: must be >= 0, got %s", i, r, v.String())
 			}
@@ -306,13 +306,4 @@ func (p *Policy) Hooks() []admission.Hook {
 		{Policy: Name, Path: ValidatePath, Type: admission.Validating, Rules: rule(admissionregistrationv1.Create, admissionregistrationv1.Update),
 			FailurePolicy: fp, Validator: admission.ValidatorFunc(p.Validate)},
 	}
-}
-
-func sortedKeys[K ~string, V any](m map[K]V) []K {
-	keys := make([]K, 0, len(m))
-	for k := range m {
-		keys = append(keys, k)
-	}
-	sort.Slice(keys, func(i, j int) bool { return strings.Compare(string(keys[i]), string(keys[j])) < 0 })
-	return slices.Clip(keys)
 }

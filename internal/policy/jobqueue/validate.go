@@ -3,6 +3,8 @@ package jobqueue
 import (
 	"context"
 	"fmt"
+	"maps"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -265,7 +267,7 @@ func (p *Policy) validateQueue(req *admission.Request, job, old *jobView) admiss
 	pods := max(job.podsCount(), 0)
 	perPod := podrequest.Effective(spec)
 	total := podrequest.Scale(perPod, int64(pods))
-	for _, r := range sortedKeys(total) {
+	for _, r := range slices.Sorted(maps.Keys(total)) {
 		want := total[r]
 		if want.IsZero() {
 			continue

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"maps"
+	"slices"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
@@ -53,7 +54,7 @@ func parseRawValues(s string) (rawQuantities, error) {
 		if field == "capacity" {
 			m, dst = v.Capacity, out.capacity
 		}
-		for _, name := range sortedKeys(m) {
+		for _, name := range slices.Sorted(maps.Keys(m)) {
 			parsed, err := quantity.Parse(m[name])
 			if err != nil {
 				return rawQuantities{}, fmt.Errorf("decode %s: %w", AnnotationRaw, &quantity.FieldError{Field: field + "." + string(name), Err: err})
@@ -324,7 +325,7 @@ func appendRawValues(r rawQuantities) (string, bool) {
 			b = append(b, '{')
 		}
 		b = append(append(append(b, '"'), f.name...), `":{`...)
-		for j, name := range sortedKeys(f.m) {
+		for j, name := range slices.Sorted(maps.Keys(f.m)) {
 			q := f.m[name]
 			v := q.String()
 			if !plainJSON(string(name)) || !plainJSON(v) {

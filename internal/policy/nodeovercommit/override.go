@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"slices"
 
 	"gopkg.in/inf.v0"
@@ -95,7 +96,7 @@ func (p *Policy) Validate(_ context.Context, req *admission.Request) admission.V
 		return admission.Invalid("annotation %s: %v", AnnotationRatio, err)
 	}
 	warnings := qwarn
-	for _, name := range sortedKeys(override) {
+	for _, name := range slices.Sorted(maps.Keys(override)) {
 		if _, ok := p.ratios[name]; !ok {
 			warnings = append(warnings, fmt.Sprintf("annotation %s: %q is not an overcommitted resource; ignored", AnnotationRatio, name))
 		}
@@ -151,13 +152,4 @@ func (n *nodeAnnotations) quantityError() error {
 		}
 	}
 	return nil
-}
-
-func sortedKeys[V any](m map[corev1.ResourceName]V) []corev1.ResourceName {
-	keys := make([]corev1.ResourceName, 0, len(m))
-	for k := range m {
-		keys = append(keys, k)
-	}
-	slices.Sort(keys)
-	return keys
 }

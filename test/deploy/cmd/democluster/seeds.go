@@ -3,7 +3,8 @@ package main
 import (
 	"context"
 	"fmt"
-	"sort"
+	"maps"
+	"slices"
 	"strings"
 	"time"
 
@@ -211,7 +212,7 @@ func (d *demo) selectorCollision(ctx context.Context) error {
 	}
 	d.say("  %d dry-run pod creates in %s over %d rounds of fresh connections (%s): %d failed with x509, %d other errors",
 		calls, ns001Apps, rounds, time.Since(began).Round(100*time.Millisecond), failed, sum(other))
-	for _, m := range sortedKeys(other) {
+	for _, m := range slices.Sorted(maps.Keys(other)) {
 		d.say("    %dx %s", other[m], m)
 	}
 	if x509msg == "" {
@@ -274,13 +275,4 @@ func sum(m map[string]int) int {
 		n += v
 	}
 	return n
-}
-
-func sortedKeys(m map[string]int) []string {
-	keys := make([]string, 0, len(m))
-	for k := range m {
-		keys = append(keys, k)
-	}
-	sort.Strings(keys)
-	return keys
 }
