@@ -10,10 +10,14 @@
 FROM --platform=$BUILDPLATFORM golang:1.26 AS build
 WORKDIR /src
 # Modules first: this layer is reused while only sources change.
+# pkg/webhookcerts is a module of its own that kadmit requires through a
+# replace: its go.mod is needed before the download.
 COPY go.mod go.sum ./
+COPY pkg/webhookcerts/go.mod ./pkg/webhookcerts/
 RUN go mod download
 COPY cmd ./cmd
 COPY internal ./internal
+COPY pkg ./pkg
 ARG TARGETOS=linux
 ARG TARGETARCH=amd64
 ARG VERSION=dev

@@ -65,6 +65,7 @@ require (
 	github.com/grpc-ecosystem/grpc-gateway/v2 v2.32.0 // indirect
 	github.com/inconshreveable/mousetrap v1.1.0 // indirect
 	github.com/json-iterator/go v1.1.12 // indirect
+	github.com/kadmit/kadmit/pkg/webhookcerts v0.0.0-00010101000000-000000000000
 	github.com/klauspost/compress v1.20.3 // indirect
 	github.com/kylelemons/godebug v1.1.0 // indirect
 	github.com/leodido/go-urn v1.2.1 // indirect
@@ -147,3 +148,5 @@ replace (
 	k8s.io/sample-apiserver => k8s.io/sample-apiserver v0.37.1
 	k8s.io/streaming => k8s.io/streaming v0.37.1
 )
+
+replace github.com/kadmit/kadmit/pkg/webhookcerts => ./pkg/webhookcerts

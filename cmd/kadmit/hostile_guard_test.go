@@ -12,6 +12,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/kadmit/kadmit/pkg/webhookcerts"
+
 	"github.com/kadmit/kadmit/internal/certs"
 )
 
@@ -42,7 +44,7 @@ func writePair(t *testing.T, dir string) *x509.Certificate {
 			t.Fatal(err)
 		}
 	}
-	leaf, err := certs.ParseCertificates(b.ServerCert)
+	leaf, err := webhookcerts.ParseCertificates(b.ServerCert)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -2,16 +2,17 @@ package main
 
 import (
 	"errors"
-	"github.com/kadmit/kadmit/internal/cmdexit"
 	"log/slog"
 	"os"
 	"time"
+
+	"github.com/kadmit/kadmit/internal/cmdexit"
+	"github.com/kadmit/kadmit/pkg/webhookcerts"
 
 	"github.com/spf13/cobra"
 
 	"github.com/kadmit/kadmit/internal/admission"
 	"github.com/kadmit/kadmit/internal/celpolicy"
-	"github.com/kadmit/kadmit/internal/certs"
 	"github.com/kadmit/kadmit/internal/daemon"
 	"github.com/kadmit/kadmit/internal/logging"
 	"github.com/kadmit/kadmit/internal/registration"
@@ -103,7 +104,7 @@ whatever the --tls mode.`,
 	f.StringVar(&o.ServiceName, "service-name", "kadmit", "kadmit's Service, called by the API server as <svc>.<ns>.svc")
 	f.Int32Var(&o.ServicePort, "service-port", 443, "port of kadmit's Service")
 	f.StringVar(&o.ClusterDomain, "cluster-domain", "cluster.local", "cluster DNS domain for the <svc>.<ns>.svc.<domain> SAN")
-	f.StringVar(&o.KeyType, "key-type", string(certs.ECDSAP256), "key type: ecdsa-p256, ecdsa-p384, rsa-2048, rsa-3072 or rsa-4096")
+	f.StringVar(&o.KeyType, "key-type", string(webhookcerts.ECDSAP256), "key type: ecdsa-p256, ecdsa-p384, rsa-2048, rsa-3072 or rsa-4096")
 	f.DurationVar(&o.ServingValidity, "serving-validity", 90*24*time.Hour, "serving certificate lifetime; renewed at 2/3 of it")
 	f.DurationVar(&o.CAValidity, "ca-validity", 5*365*24*time.Hour, "CA lifetime; rotated at 2/3 of it without an unknown-authority window")
 	f.StringVar(&o.LeaseName, "lease-name", "kadmit-leader", "coordination.k8s.io Lease electing the replica that writes the Secret and caBundle")

@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"net"
 	"net/url"
+
+	"github.com/kadmit/kadmit/pkg/webhookcerts"
 )
 
 // Names says how the API server reaches kadmit, which fixes the name it
@@ -65,7 +67,7 @@ func (n Names) ServiceSANs() (dnsNames []string, ips []net.IP, err error) {
 }
 
 // DevSANs are the SANs of a development (self-signed) certificate: Extra
-// and the WebhookURL host, without Service names. Returns ErrNoSANs when
+// and the WebhookURL host, without Service names. Returns webhookcerts.ErrNoSANs when
 // that is nothing.
 func (n Names) DevSANs() (dnsNames []string, ips []net.IP, err error) {
 	sans := append([]string(nil), n.Extra...)
@@ -73,7 +75,7 @@ func (n Names) DevSANs() (dnsNames []string, ips []net.IP, err error) {
 		sans = append(sans, u.Hostname())
 	}
 	if len(sans) == 0 {
-		return nil, nil, ErrNoSANs
+		return nil, nil, webhookcerts.ErrNoSANs
 	}
 	dnsNames, ips = SplitSANs(sans)
 	return dnsNames, ips, nil

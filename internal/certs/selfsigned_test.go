@@ -1,6 +1,7 @@
 package certs
 
 import (
+	"crypto"
 	"crypto/tls"
 	"crypto/x509"
 	"encoding/pem"
@@ -9,6 +10,8 @@ import (
 	"slices"
 	"testing"
 	"time"
+
+	"github.com/kadmit/kadmit/pkg/webhookcerts"
 )
 
 func parseCert(t *testing.T, pemBytes []byte) *x509.Certificate {
@@ -65,11 +68,11 @@ func TestNewSelfSignedVerifies(t *testing.T) {
 	if err != nil || tc.Leaf == nil || !tc.Leaf.Equal(leaf) {
 		t.Fatalf("TLSCertificate: %v %v", err, tc)
 	}
-	key, err := ParseKey(b.CAKey)
+	key, err := webhookcerts.ParseKey(b.CAKey)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !publicKeysEqual(key.Public(), ca.PublicKey) {
+	if pub, ok := key.Public().(interface{ Equal(crypto.PublicKey) bool }); !ok || !pub.Equal(ca.PublicKey) {
 		t.Fatal("CA key does not match the CA certificate")
 	}
 }
@@ -102,8 +105,8 @@ func TestNewSelfSignedValidity(t *testing.T) {
 }
 
 func TestNewSelfSignedNoSANs(t *testing.T) {
-	if _, err := NewSelfSigned(SelfSignedOptions{}); !errors.Is(err, ErrNoSANs) {
-		t.Fatalf("err = %v, want ErrNoSANs", err)
+	if _, err := NewSelfSigned(SelfSignedOptions{}); !errors.Is(err, webhookcerts.ErrNoSANs) {
+		t.Fatalf("err = %v, want webhookcerts.ErrNoSANs", err)
 	}
 }
 
@@ -114,7 +117,7 @@ func TestSelfSignedHandshake(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var h Holder
+	var h webhookcerts.Holder
 	tc, err := b.TLSCertificate()
 	if err != nil {
 		t.Fatal(err)

@@ -10,6 +10,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/kadmit/kadmit/pkg/webhookcerts"
 )
 
 func issue(t *testing.T, now time.Time) *tls.Certificate {
@@ -26,11 +28,11 @@ func issue(t *testing.T, now time.Time) *tls.Certificate {
 }
 
 func TestHolderEmpty(t *testing.T) {
-	var h Holder
-	if c, err := h.GetCertificate(&tls.ClientHelloInfo{}); c != nil || !errors.Is(err, ErrNoCertificate) {
+	var h webhookcerts.Holder
+	if c, err := h.GetCertificate(&tls.ClientHelloInfo{}); c != nil || !errors.Is(err, webhookcerts.ErrNoCertificate) {
 		t.Fatalf("GetCertificate = %v, %v", c, err)
 	}
-	if err := h.Check(time.Now()); !errors.Is(err, ErrNoCertificate) {
+	if err := h.Check(time.Now()); !errors.Is(err, webhookcerts.ErrNoCertificate) {
 		t.Fatalf("Check = %v", err)
 	}
 	if h.Current() != nil {
@@ -38,14 +40,14 @@ func TestHolderEmpty(t *testing.T) {
 	}
 	// A certificate without Leaf cannot be checked.
 	h.Set(&tls.Certificate{})
-	if err := h.Check(time.Now()); !errors.Is(err, ErrNoCertificate) {
+	if err := h.Check(time.Now()); !errors.Is(err, webhookcerts.ErrNoCertificate) {
 		t.Fatalf("Check without Leaf = %v", err)
 	}
 }
 
 func TestHolderCheck(t *testing.T) {
 	now := time.Now()
-	var h Holder
+	var h webhookcerts.Holder
 
 	h.Set(issue(t, now))
 	if err := h.Check(now); err != nil {
@@ -74,7 +76,7 @@ func TestHolderCheck(t *testing.T) {
 }
 
 func TestHolderSwap(t *testing.T) {
-	var h Holder
+	var h webhookcerts.Holder
 	a, b := issue(t, time.Now()), issue(t, time.Now())
 	h.Set(a)
 	if got, err := h.GetCertificate(nil); err != nil || got != a {
@@ -140,7 +142,7 @@ func TestLoadDir(t *testing.T) {
 	if c.Leaf == nil || c.Leaf.DNSNames[0] != "kadmit.ns.svc" {
 		t.Fatalf("leaf %+v", c.Leaf)
 	}
-	var h Holder
+	var h webhookcerts.Holder
 	h.Set(c)
 	if err := h.Check(time.Now()); err != nil {
 		t.Fatal(err)

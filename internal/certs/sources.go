@@ -9,6 +9,8 @@ import (
 	"log/slog"
 	"os"
 	"time"
+
+	"github.com/kadmit/kadmit/pkg/webhookcerts"
 )
 
 // Source is where the serving certificate comes from: one implementation
@@ -18,7 +20,7 @@ import (
 type Source interface {
 	// Holder serves the current certificate; its GetCertificate goes into
 	// the HTTPS listener's tls.Config.
-	Holder() *Holder
+	Holder() *webhookcerts.Holder
 	// CABundle is the PEM bundle of CAs the API server must trust to verify
 	// the served certificate, as the source knows it now, newest first; nil
 	// when the source has none (files without a bundle file).
@@ -37,7 +39,7 @@ type Source interface {
 // Fresh returns nil when h holds a certificate valid at now and not within
 // the last tenth of its lifetime (a source that stopped renewing must show
 // before the API server starts failing calls); else why not.
-func Fresh(h *Holder, now time.Time) error {
+func Fresh(h *webhookcerts.Holder, now time.Time) error {
 	if err := h.Check(now); err != nil {
 		return err
 	}
@@ -51,18 +53,18 @@ func Fresh(h *Holder, now time.Time) error {
 // VerifyServed checks that the certificate h serves verifies for serverName
 // against bundle at now, as the API server would with that caBundle; where
 // names the bundle in the error.
-func VerifyServed(h *Holder, where string, bundle []byte, serverName string, now time.Time) error {
+func VerifyServed(h *webhookcerts.Holder, where string, bundle []byte, serverName string, now time.Time) error {
 	cur := h.Current()
 	if cur == nil || cur.Leaf == nil {
-		return ErrNoCertificate
+		return webhookcerts.ErrNoCertificate
 	}
-	if err := Verify(cur.Leaf, bundle, serverName, now); err != nil {
+	if err := webhookcerts.Verify(cur.Leaf, bundle, serverName, now); err != nil {
 		return fmt.Errorf("served certificate does not verify against the caBundle of %s for %s: %w", where, serverName, err)
 	}
 	return nil
 }
 
-func leafSANs(h *Holder) []string {
+func leafSANs(h *webhookcerts.Holder) []string {
 	if cur := h.Current(); cur != nil {
 		return LeafSANs(cur.Leaf)
 	}
@@ -74,7 +76,7 @@ func leafSANs(h *Holder) []string {
 // BundleFile's content, followed the same way.
 type FilesSource struct {
 	w DirWatcher
-	h Holder
+	h webhookcerts.Holder
 }
 
 // FilesOptions configure NewFilesSource.
@@ -99,13 +101,13 @@ func NewFilesSource(opts FilesOptions) (*FilesSource, error) {
 	s := &FilesSource{}
 	s.w = DirWatcher{Dir: opts.Dir, BundleFile: opts.BundleFile, Holder: &s.h, Logger: opts.Logger, OnError: opts.OnError}
 	if opts.OnReload != nil {
-		s.w.OnReload = func(h *Holder) { opts.OnReload(h.Current()) }
+		s.w.OnReload = func(h *webhookcerts.Holder) { opts.OnReload(h.Current()) }
 	}
 	return s, nil
 }
 
 // Holder implements Source.
-func (s *FilesSource) Holder() *Holder { return &s.h }
+func (s *FilesSource) Holder() *webhookcerts.Holder { return &s.h }
 
 // CABundle implements Source: BundleFile's newest valid content.
 func (s *FilesSource) CABundle() []byte { return s.w.Bundle() }
@@ -130,11 +132,11 @@ func (s *FilesSource) SANs() []string { return leafSANs(&s.h) }
 // start: --tls=self-signed, for development.
 type SelfSignedSource struct {
 	b *Bundle
-	h Holder
+	h webhookcerts.Holder
 }
 
 // NewSelfSignedSource issues the CA and certificate for opts; it returns
-// ErrNoSANs without SANs.
+// webhookcerts.ErrNoSANs without SANs.
 func NewSelfSignedSource(opts SelfSignedOptions) (*SelfSignedSource, error) {
 	b, err := NewSelfSigned(opts)
 	if err != nil {
@@ -150,7 +152,7 @@ func NewSelfSignedSource(opts SelfSignedOptions) (*SelfSignedSource, error) {
 }
 
 // Holder implements Source.
-func (s *SelfSignedSource) Holder() *Holder { return &s.h }
+func (s *SelfSignedSource) Holder() *webhookcerts.Holder { return &s.h }
 
 // CABundle implements Source: the in-memory CA.
 func (s *SelfSignedSource) CABundle() []byte { return s.b.CACert }

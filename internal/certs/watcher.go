@@ -11,17 +11,19 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/kadmit/kadmit/pkg/webhookcerts"
+
 	"github.com/fsnotify/fsnotify"
 )
 
-// DirWatcher keeps a Holder loaded from tls.crt and tls.key in a directory
+// DirWatcher keeps a webhookcerts.Holder loaded from tls.crt and tls.key in a directory
 // (cert-manager, a mounted Secret). It watches the directory, not the files:
 // projected volumes swap a "..data" symlink atomically, which replaces the
 // files without a write event on them. A poll catches what events miss
 // (network filesystems, a watch that could not be set up).
 type DirWatcher struct {
 	Dir    string
-	Holder *Holder
+	Holder *webhookcerts.Holder
 	// BundleFile, when set, is a PEM CA bundle (the caBundle to register,
 	// e.g. cert-manager's ca.crt) followed like the pair: Bundle returns its
 	// newest content. Its directory is watched too.
@@ -29,7 +31,7 @@ type DirWatcher struct {
 	// Poll is the fallback interval; default 10s.
 	Poll time.Duration
 	// OnReload, when set, is called after each successful swap.
-	OnReload func(*Holder)
+	OnReload func(*webhookcerts.Holder)
 	// OnError, when set, is called when the files exist but do not load.
 	OnError func(error)
 	Logger  *slog.Logger
@@ -57,7 +59,7 @@ func (w *DirWatcher) loadBundle() error {
 	if err != nil {
 		return fmt.Errorf("read CA bundle: %w", err)
 	}
-	if _, err := ParseCertificates(b); err != nil {
+	if _, err := webhookcerts.ParseCertificates(b); err != nil {
 		return fmt.Errorf("CA bundle %s: %w", w.BundleFile, err)
 	}
 	if !bytes.Equal(b, w.Bundle()) {
@@ -84,7 +86,7 @@ func (w *DirWatcher) loadPair() error {
 	if bytes.Equal(certPEM, w.lastCert) && bytes.Equal(keyPEM, w.lastKey) {
 		return nil
 	}
-	c, err := ParseKeyPair(certPEM, keyPEM)
+	c, err := webhookcerts.ParseKeyPair(certPEM, keyPEM)
 	if err != nil {
 		// A writer that replaces the two files one by one leaves a
 		// mismatched pair for a moment; the next event or poll retries.

@@ -11,21 +11,23 @@ import (
 	"path/filepath"
 	"testing"
 	"time"
+
+	"github.com/kadmit/kadmit/pkg/webhookcerts"
 )
 
 // pair issues a serving pair for 127.0.0.1 and its CA, in PEM.
 func pair(t *testing.T) (certPEM, keyPEM, caPEM []byte) {
 	t.Helper()
 	now := time.Now()
-	ca, caKey, err := NewCA(now, 24*time.Hour, ECDSAP256)
+	ca, caKey, err := webhookcerts.NewCA(now, 24*time.Hour, webhookcerts.ECDSAP256)
 	if err != nil {
 		t.Fatal(err)
 	}
-	certPEM, keyPEM, err = IssueServing(ca, caKey, nil, []net.IP{net.ParseIP("127.0.0.1")}, now, time.Hour, ECDSAP256)
+	certPEM, keyPEM, err = webhookcerts.IssueServing(ca, caKey, nil, []net.IP{net.ParseIP("127.0.0.1")}, now, time.Hour, webhookcerts.ECDSAP256)
 	if err != nil {
 		t.Fatal(err)
 	}
-	return certPEM, keyPEM, EncodeCertificates(ca)
+	return certPEM, keyPEM, webhookcerts.EncodeCertificates(ca)
 }
 
 // writeAtomic replaces path by a rename, as cert-manager's and kubelet's
@@ -43,7 +45,7 @@ func writeAtomic(t *testing.T, path string, data []byte) {
 
 // servedLeaf serves holder on loopback and returns the certificate a new
 // TLS handshake receives.
-func servedLeaf(t *testing.T, h *Holder) func() *x509.Certificate {
+func servedLeaf(t *testing.T, h *webhookcerts.Holder) func() *x509.Certificate {
 	t.Helper()
 	ln, err := tls.Listen("tcp", "127.0.0.1:0", &tls.Config{GetCertificate: h.GetCertificate, MinVersion: tls.VersionTLS12})
 	if err != nil {
@@ -108,7 +110,7 @@ func TestFilesSourceReloadsOnEvent(t *testing.T) {
 	}
 	leaf := servedLeaf(t, s.Holder())
 	first := leaf()
-	if want, _ := ParseCertificates(c1); !first.Equal(want[0]) {
+	if want, _ := webhookcerts.ParseCertificates(c1); !first.Equal(want[0]) {
 		t.Fatal("not serving tls.crt at start")
 	}
 	// Let the watch start before rotating (Run adds the watch in its own
@@ -121,7 +123,7 @@ func TestFilesSourceReloadsOnEvent(t *testing.T) {
 	writeAtomic(t, filepath.Join(dir, "tls.key"), k2)
 	writeAtomic(t, filepath.Join(dir, "tls.crt"), c2)
 	writeAtomic(t, filepath.Join(dir, "ca.crt"), ca2)
-	want, _ := ParseCertificates(c2)
+	want, _ := webhookcerts.ParseCertificates(c2)
 	waitFor(t, 5*time.Second, "rotated tls.crt served in a new handshake", func() bool { return leaf().Equal(want[0]) })
 	waitFor(t, 5*time.Second, "rotated ca.crt returned as the bundle", func() bool { return string(s.CABundle()) == string(ca2) })
 	if len(reloads) < 2 {
@@ -146,7 +148,7 @@ func TestDirWatcherReloadsOnPoll(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	var h Holder
+	var h webhookcerts.Holder
 	w := &DirWatcher{Dir: dir, Holder: &h, Poll: 50 * time.Millisecond, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))}
 	if err := w.Load(); err != nil {
 		t.Fatal(err)
@@ -165,6 +167,6 @@ func TestDirWatcherReloadsOnPoll(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(data, "tls.crt"), c2, 0o600); err != nil {
 		t.Fatal(err)
 	}
-	want, _ := ParseCertificates(c2)
+	want, _ := webhookcerts.ParseCertificates(c2)
 	waitFor(t, 5*time.Second, "certificate changed behind a symlink served after a poll", func() bool { return leaf().Equal(want[0]) })
 }

@@ -7,6 +7,8 @@ import (
 	"os"
 	"time"
 
+	"github.com/kadmit/kadmit/pkg/webhookcerts"
+
 	"github.com/kadmit/kadmit/internal/certs"
 	"github.com/kadmit/kadmit/internal/lifecycle"
 )
@@ -25,7 +27,7 @@ func (d *daemon) newSource(ctx context.Context) error {
 
 func (d *daemon) selfSignedSource() error {
 	dns, ips, err := d.names.DevSANs()
-	if errors.Is(err, certs.ErrNoSANs) {
+	if errors.Is(err, webhookcerts.ErrNoSANs) {
 		return usage("--tls=self-signed needs --dns-name or --webhook-url")
 	}
 	if err != nil {
@@ -64,21 +66,21 @@ func (d *daemon) filesSource() error {
 
 // selfManagedSpec checks the self-managed flags and derives the serving
 // certificate's spec; SANs come from certs.Names.ServiceSANs.
-func (d *daemon) selfManagedSpec() (certs.Spec, error) {
+func (d *daemon) selfManagedSpec() (webhookcerts.Spec, error) {
 	o := d.opts
-	kt, err := certs.ParseKeyType(o.KeyType)
+	kt, err := webhookcerts.ParseKeyType(o.KeyType)
 	if err != nil {
-		return certs.Spec{}, usage("--key-type: %v", err)
+		return webhookcerts.Spec{}, usage("--key-type: %v", err)
 	}
 	if o.Namespace == "" || o.SecretName == "" {
-		return certs.Spec{}, usage("--tls=self-managed needs --namespace and --secret-name")
+		return webhookcerts.Spec{}, usage("--tls=self-managed needs --namespace and --secret-name")
 	}
 	if o.ServingValidity < time.Minute || o.CAValidity < o.ServingValidity {
-		return certs.Spec{}, usage("validities must be >= 1m with --ca-validity >= --serving-validity")
+		return webhookcerts.Spec{}, usage("validities must be >= 1m with --ca-validity >= --serving-validity")
 	}
-	spec := certs.Spec{KeyType: kt, ServingValidity: o.ServingValidity, CAValidity: o.CAValidity}
+	spec := webhookcerts.Spec{KeyType: kt, ServingValidity: o.ServingValidity, CAValidity: o.CAValidity}
 	if spec.DNSNames, spec.IPs, err = d.names.ServiceSANs(); err != nil {
-		return certs.Spec{}, usage("--tls=self-managed needs --service-name or --webhook-url with a host: %v", err)
+		return webhookcerts.Spec{}, usage("--tls=self-managed needs --service-name or --webhook-url with a host: %v", err)
 	}
 	return spec, nil
 }

@@ -8,6 +8,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/kadmit/kadmit/pkg/webhookcerts"
+
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -20,8 +22,6 @@ import (
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/client-go/kubernetes/fake"
 	k8stesting "k8s.io/client-go/testing"
-
-	"github.com/kadmit/kadmit/internal/certs"
 )
 
 // cluster objects for the LeaderWorkerSet/Kueue namespace of issue 15.
@@ -79,11 +79,11 @@ func slice(service string, pods ...*corev1.Pod) *discoveryv1.EndpointSlice {
 
 // testBundle is a valid CA, so that no caBundle finding mixes in.
 var testBundle = func() []byte {
-	ca, _, err := certs.NewCA(time.Now(), 24*time.Hour, certs.ECDSAP256)
+	ca, _, err := webhookcerts.NewCA(time.Now(), 24*time.Hour, webhookcerts.ECDSAP256)
 	if err != nil {
 		panic(err)
 	}
-	return certs.EncodeCertificates(ca)
+	return webhookcerts.EncodeCertificates(ca)
 }()
 
 func ptrTo[T any](v T) *T { return &v }

@@ -11,7 +11,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/kadmit/kadmit/internal/certs"
+	"github.com/kadmit/kadmit/pkg/webhookcerts"
 )
 
 // certIssue is a certificate problem before the caller adds the fix, which
@@ -42,7 +42,7 @@ func analyzeBundle(bundle []byte, service bool, now time.Time) []certIssue {
 			"clientConfig.caBundle is empty: the API server verifies the URL's certificate against its system roots.",
 			"This works only for certificates from a public CA the API server's host trusts."}}
 	}
-	cas, err := certs.ParseCertificates(bundle)
+	cas, err := webhookcerts.ParseCertificates(bundle)
 	if err != nil {
 		return []certIssue{{IDCABundleUnparsable, SeverityError,
 			fmt.Sprintf("clientConfig.caBundle does not parse as PEM certificates: %v.", err),
@@ -189,7 +189,7 @@ func signedByBundle(chain []*x509.Certificate, bundle []byte) error {
 	if len(strings.TrimSpace(string(bundle))) == 0 {
 		return nil
 	}
-	cas, err := certs.ParseCertificates(bundle)
+	cas, err := webhookcerts.ParseCertificates(bundle)
 	if err != nil {
 		return x509.UnknownAuthorityError{Cert: chain[0]}
 	}
@@ -221,7 +221,7 @@ func certNames(c *x509.Certificate) []string {
 }
 
 func bundleSubjects(bundle []byte) string {
-	cas, err := certs.ParseCertificates(bundle)
+	cas, err := webhookcerts.ParseCertificates(bundle)
 	if err != nil || len(cas) == 0 {
 		return "no usable CA"
 	}

@@ -10,7 +10,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/kadmit/kadmit/internal/certs"
+	"github.com/kadmit/kadmit/pkg/webhookcerts"
 )
 
 // issue makes a CA and a serving certificate for names, valid from
@@ -18,19 +18,19 @@ import (
 // CA PEM and the parsed leaf.
 func issue(t *testing.T, names []string, now time.Time, validity time.Duration) ([]byte, *x509.Certificate) {
 	t.Helper()
-	ca, key, err := certs.NewCA(now, 10*validity, certs.ECDSAP256)
+	ca, key, err := webhookcerts.NewCA(now, 10*validity, webhookcerts.ECDSAP256)
 	if err != nil {
 		t.Fatal(err)
 	}
-	certPEM, _, err := certs.IssueServing(ca, key, names, nil, now, validity, certs.ECDSAP256)
+	certPEM, _, err := webhookcerts.IssueServing(ca, key, names, nil, now, validity, webhookcerts.ECDSAP256)
 	if err != nil {
 		t.Fatal(err)
 	}
-	leafs, err := certs.ParseCertificates(certPEM)
+	leafs, err := webhookcerts.ParseCertificates(certPEM)
 	if err != nil {
 		t.Fatal(err)
 	}
-	return certs.EncodeCertificates(ca), leafs[0]
+	return webhookcerts.EncodeCertificates(ca), leafs[0]
 }
 
 func ids(issues []certIssue) string {
@@ -117,7 +117,7 @@ func TestAnalyzeServingWeakRSA(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	got := analyzeServing([]*x509.Certificate{c}, certs.EncodeCertificates(c), "weak.ns.svc", now, DefaultExpiryWarning)
+	got := analyzeServing([]*x509.Certificate{c}, webhookcerts.EncodeCertificates(c), "weak.ns.svc", now, DefaultExpiryWarning)
 	if ids(got) != IDWeakKey+":warning" || !strings.Contains(got[0].What, "RSA 1024 bits") {
 		t.Errorf("RSA 1024: %s %+v", ids(got), got)
 	}

@@ -13,6 +13,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/kadmit/kadmit/pkg/webhookcerts"
+
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
@@ -21,8 +23,6 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	webhookerrors "k8s.io/apiserver/pkg/admission/plugin/webhook/errors"
 	"k8s.io/client-go/kubernetes/fake"
-
-	"github.com/kadmit/kadmit/internal/certs"
 )
 
 // errCallingWebhook is k8s.io/apiserver v0.37.1 pkg/util/webhook.ErrCallingWebhook's
@@ -63,15 +63,15 @@ func mustAddr(s string) net.Addr {
 
 func leaf(t *testing.T, names ...string) *x509.Certificate {
 	t.Helper()
-	ca, key, err := certs.NewCA(time.Now(), 24*time.Hour, certs.ECDSAP256)
+	ca, key, err := webhookcerts.NewCA(time.Now(), 24*time.Hour, webhookcerts.ECDSAP256)
 	if err != nil {
 		t.Fatal(err)
 	}
-	p, _, err := certs.IssueServing(ca, key, names, nil, time.Now(), time.Hour, certs.ECDSAP256)
+	p, _, err := webhookcerts.IssueServing(ca, key, names, nil, time.Now(), time.Hour, webhookcerts.ECDSAP256)
 	if err != nil {
 		t.Fatal(err)
 	}
-	cs, err := certs.ParseCertificates(p)
+	cs, err := webhookcerts.ParseCertificates(p)
 	if err != nil {
 		t.Fatal(err)
 	}

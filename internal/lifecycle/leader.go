@@ -7,13 +7,14 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/kadmit/kadmit/pkg/webhookcerts"
+
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/tools/leaderelection"
 	"k8s.io/client-go/tools/leaderelection/resourcelock"
 
-	"github.com/kadmit/kadmit/internal/certs"
 	"github.com/kadmit/kadmit/internal/registration"
 )
 
@@ -99,17 +100,17 @@ func (m *Manager) reconcile(ctx context.Context) (time.Duration, error) {
 	if err != nil {
 		return 0, fmt.Errorf("get Secret: %w", err)
 	}
-	mat, perr := certs.ParseSecretData(s.Data)
+	mat, perr := webhookcerts.ParseSecretData(s.Data)
 	if perr != nil {
 		m.log.Warn("certificate Secret is unusable; restoring it", "error", perr)
 		return m.restore(ctx, s)
 	}
 
-	var next *certs.Material
+	var next *webhookcerts.Material
 	due := mat.Check(m.o.Spec, now)
 	forced := s.Annotations[RotateAnnotation]
 	switch {
-	case due == certs.DueReissueFromNewCA:
+	case due == webhookcerts.DueReissueFromNewCA:
 		// The API server must trust the new CA before anything serves from it.
 		if ok, wait := m.bundleSettled(ctx, mat); !ok {
 			_, err := m.inject(ctx, mat)
@@ -117,16 +118,16 @@ func (m *Manager) reconcile(ctx context.Context) (time.Duration, error) {
 		}
 		next, err = mat.WithServing(m.o.Spec, now)
 		m.count("serving")
-	case due == certs.DueDropOldCAs:
+	case due == webhookcerts.DueDropOldCAs:
 		if ok, wait, err := m.allServeFrom(ctx, mat.Bundle[0]); err != nil || !ok {
 			_, ierr := m.inject(ctx, mat)
 			return wait, errors.Join(err, ierr)
 		}
 		next = mat.WithoutOldCAs()
-	case due == certs.DueCA || forced == "ca":
+	case due == webhookcerts.DueCA || forced == "ca":
 		next, err = mat.WithNewCA(m.o.Spec, now)
 		m.count("ca")
-	case due == certs.DueServing || forced == "serving":
+	case due == webhookcerts.DueServing || forced == "serving":
 		next, err = mat.WithServing(m.o.Spec, now)
 		m.count("serving")
 	}
@@ -137,7 +138,7 @@ func (m *Manager) reconcile(ctx context.Context) (time.Duration, error) {
 		m.log.Info("updating certificate Secret", "step", stepName(due, forced), "bundleCAs", len(next.Bundle))
 		upd := s.DeepCopy()
 		upd.Data = next.SecretData()
-		if forced != "" && (due == certs.DueNothing || due == certs.DueCA || due == certs.DueServing) {
+		if forced != "" && (due == webhookcerts.DueNothing || due == webhookcerts.DueCA || due == webhookcerts.DueServing) {
 			delete(upd.Annotations, RotateAnnotation)
 		}
 		if _, err := secrets.Update(ctx, upd, metav1.UpdateOptions{FieldManager: registration.FieldManager}); err != nil {
@@ -155,15 +156,15 @@ func (m *Manager) reconcile(ctx context.Context) (time.Duration, error) {
 		// not watched): look again soon rather than at the next renewal.
 		return time.Second, nil
 	}
-	wait := time.Until(certs.RenewAt(mat.Serving.Leaf))
-	if caWait := time.Until(certs.RenewAt(mat.Bundle[0])); caWait < wait {
+	wait := time.Until(webhookcerts.RenewAt(mat.Serving.Leaf))
+	if caWait := time.Until(webhookcerts.RenewAt(mat.Bundle[0])); caWait < wait {
 		wait = caWait
 	}
 	return min(max(wait, time.Second), 30*time.Second), nil
 }
 
-func stepName(due certs.Due, forced string) string {
-	if due == certs.DueNothing {
+func stepName(due webhookcerts.Due, forced string) string {
+	if due == webhookcerts.DueNothing {
 		return "forced " + forced
 	}
 	return string(due)
@@ -178,7 +179,7 @@ func (m *Manager) restore(ctx context.Context, existing *corev1.Secret) (time.Du
 	m.mu.Unlock()
 	if mat == nil {
 		var err error
-		if mat, err = certs.NewMaterial(m.o.Spec, m.o.Now()); err != nil {
+		if mat, err = webhookcerts.NewMaterial(m.o.Spec, m.o.Now()); err != nil {
 			return 0, err
 		}
 		m.count("ca")
@@ -205,7 +206,7 @@ func (m *Manager) restore(ctx context.Context, existing *corev1.Secret) (time.Du
 // inject has the registrar write the webhook configurations with the
 // Secret's bundle as caBundle (see registration.Registrar.Inject for when it
 // holds back). Without --register there is nothing to write.
-func (m *Manager) inject(ctx context.Context, mat *certs.Material) (held bool, err error) {
+func (m *Manager) inject(ctx context.Context, mat *webhookcerts.Material) (held bool, err error) {
 	if m.registrar == nil {
 		return false, nil
 	}
@@ -214,7 +215,7 @@ func (m *Manager) inject(ctx context.Context, mat *certs.Material) (held bool, e
 
 // bundleSettled reports whether every kadmit webhook configuration, as the API
 // server returns it, has trusted the signing CA for at least SettleDelay.
-func (m *Manager) bundleSettled(ctx context.Context, mat *certs.Material) (bool, time.Duration) {
+func (m *Manager) bundleSettled(ctx context.Context, mat *webhookcerts.Material) (bool, time.Duration) {
 	if m.registrar == nil {
 		return true, 0
 	}

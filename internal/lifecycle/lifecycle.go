@@ -16,6 +16,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/kadmit/kadmit/pkg/webhookcerts"
+
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -42,7 +44,7 @@ type Options struct {
 	SecretName string
 	// Spec is what the serving certificate must look like; its SANs come
 	// from certs.Names.ServiceSANs.
-	Spec certs.Spec
+	Spec webhookcerts.Spec
 	// Probe, when set, returns the certificates served by the ready
 	// endpoints of kadmit's Service (registration.EndpointProber.Probe): an
 	// old CA leaves the bundle only once all of them come from the new one.
@@ -69,7 +71,7 @@ type Options struct {
 type Manager struct {
 	o       Options
 	log     *slog.Logger
-	holder  certs.Holder
+	holder  webhookcerts.Holder
 	secrets listerscorev1.SecretLister
 	kick    chan struct{}
 	leading atomic.Bool
@@ -77,7 +79,7 @@ type Manager struct {
 	registrar *registration.Registrar
 
 	mu       sync.Mutex
-	last     *certs.Material // newest valid material seen, to restore a deleted Secret
+	last     *webhookcerts.Material // newest valid material seen, to restore a deleted Secret
 	bundleAt map[string]time.Time
 	movedAt  time.Time
 	synced   atomic.Bool
@@ -91,7 +93,7 @@ func New(opts Options) (*Manager, error) {
 		return nil, errors.New("lifecycle: client, namespace and secret name are required")
 	}
 	if len(opts.Spec.DNSNames) == 0 && len(opts.Spec.IPs) == 0 {
-		return nil, fmt.Errorf("lifecycle: %w", certs.ErrNoSANs)
+		return nil, fmt.Errorf("lifecycle: %w", webhookcerts.ErrNoSANs)
 	}
 	if opts.Now == nil {
 		opts.Now = time.Now
@@ -181,7 +183,7 @@ func (m *Manager) bootstrap(ctx context.Context) error {
 	secrets := m.o.Client.CoreV1().Secrets(m.o.Namespace)
 	s, err := secrets.Get(ctx, m.o.SecretName, metav1.GetOptions{})
 	if err == nil {
-		if _, perr := certs.ParseSecretData(s.Data); perr != nil {
+		if _, perr := webhookcerts.ParseSecretData(s.Data); perr != nil {
 			m.log.Warn("certificate Secret is unusable; waiting for the leader to repair it", "secret", m.o.SecretName, "error", perr)
 		}
 		return nil
@@ -189,7 +191,7 @@ func (m *Manager) bootstrap(ctx context.Context) error {
 	if !apierrors.IsNotFound(err) {
 		return fmt.Errorf("lifecycle: get Secret %s/%s: %w", m.o.Namespace, m.o.SecretName, err)
 	}
-	mat, err := certs.NewMaterial(m.o.Spec, m.o.Now())
+	mat, err := webhookcerts.NewMaterial(m.o.Spec, m.o.Now())
 	if err != nil {
 		return fmt.Errorf("lifecycle: %w", err)
 	}
@@ -207,7 +209,7 @@ func (m *Manager) bootstrap(ctx context.Context) error {
 	return nil
 }
 
-func (m *Manager) newSecret(mat *certs.Material) *corev1.Secret {
+func (m *Manager) newSecret(mat *webhookcerts.Material) *corev1.Secret {
 	return &corev1.Secret{
 		ObjectMeta: metav1.ObjectMeta{Name: m.o.SecretName, Namespace: m.o.Namespace,
 			Labels: map[string]string{"app.kubernetes.io/managed-by": "kadmit"}},
@@ -239,7 +241,7 @@ func (m *Manager) load() {
 	if err != nil {
 		return
 	}
-	mat, err := certs.ParseSecretData(s.Data)
+	mat, err := webhookcerts.ParseSecretData(s.Data)
 	if err != nil {
 		m.log.Error("certificate Secret is unusable; keeping the current certificate", "error", err)
 		m.o.Metrics.ReloadError()
@@ -255,11 +257,11 @@ func (m *Manager) load() {
 	m.holder.Set(mat.Serving)
 	m.o.Metrics.Loaded(mat.Serving.Leaf, mat.Bundle[0])
 	m.log.Info("serving certificate loaded", "serial", mat.Serving.Leaf.SerialNumber.Text(16),
-		"issuer", mat.Serving.Leaf.Issuer.CommonName, "notAfter", mat.Serving.Leaf.NotAfter, "renewAt", certs.RenewAt(mat.Serving.Leaf))
+		"issuer", mat.Serving.Leaf.Issuer.CommonName, "notAfter", mat.Serving.Leaf.NotAfter, "renewAt", webhookcerts.RenewAt(mat.Serving.Leaf))
 }
 
 // Holder implements certs.Source: the Secret's serving certificate.
-func (m *Manager) Holder() *certs.Holder { return &m.holder }
+func (m *Manager) Holder() *webhookcerts.Holder { return &m.holder }
 
 // CABundle implements certs.Source: the ca.crt of the newest valid Secret
 // seen (every CA the API server must trust, newest first), or nil.
@@ -299,7 +301,7 @@ func (m *Manager) count(kind string) { m.o.Metrics.Rotated(kind) }
 
 // containsCert reports whether bundlePEM holds ca.
 func containsCert(bundlePEM []byte, ca *x509.Certificate) bool {
-	cs, err := certs.ParseCertificates(bundlePEM)
+	cs, err := webhookcerts.ParseCertificates(bundlePEM)
 	if err != nil {
 		return false
 	}

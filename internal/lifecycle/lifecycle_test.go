@@ -11,6 +11,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/kadmit/kadmit/pkg/webhookcerts"
+
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -20,7 +22,6 @@ import (
 	k8stesting "k8s.io/client-go/testing"
 
 	"github.com/kadmit/kadmit/internal/admission"
-	"github.com/kadmit/kadmit/internal/certs"
 	"github.com/kadmit/kadmit/internal/registration"
 )
 
@@ -49,8 +50,8 @@ func (c *clock) Add(d time.Duration) {
 	c.now = c.now.Add(d)
 }
 
-func spec() certs.Spec {
-	return certs.Spec{IPs: []net.IP{net.ParseIP("127.0.0.1")}, KeyType: certs.ECDSAP256, ServingValidity: 3 * time.Hour, CAValidity: 30 * time.Hour}
+func spec() webhookcerts.Spec {
+	return webhookcerts.Spec{IPs: []net.IP{net.ParseIP("127.0.0.1")}, KeyType: webhookcerts.ECDSAP256, ServingValidity: 3 * time.Hour, CAValidity: 30 * time.Hour}
 }
 
 func newManager(t *testing.T, cs *fake.Clientset, clk *clock, mutate func(*Options)) *Manager {
@@ -72,13 +73,13 @@ func ctxFor(t *testing.T) context.Context {
 	return ctx
 }
 
-func secret(t *testing.T, cs *fake.Clientset) (*corev1.Secret, *certs.Material) {
+func secret(t *testing.T, cs *fake.Clientset) (*corev1.Secret, *webhookcerts.Material) {
 	t.Helper()
 	s, err := cs.CoreV1().Secrets(ns).Get(context.Background(), secretName, metav1.GetOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	mat, err := certs.ParseSecretData(s.Data)
+	mat, err := webhookcerts.ParseSecretData(s.Data)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -175,7 +176,7 @@ func TestRenewalAtTwoThirds(t *testing.T) {
 		t.Fatal(err)
 	}
 	_, first := secret(t, cs)
-	renewAt := certs.RenewAt(first.Serving.Leaf)
+	renewAt := webhookcerts.RenewAt(first.Serving.Leaf)
 	clk.Add(renewAt.Sub(clk.Now()) - time.Minute)
 	next, err := m.reconcile(ctx)
 	if err != nil {
@@ -271,9 +272,9 @@ func TestRepairCorruptSecret(t *testing.T) {
 	}
 	s, before := secret(t, cs)
 	for _, corrupt := range []func(*corev1.Secret){
-		func(s *corev1.Secret) { delete(s.Data, certs.SecretCAPrivateKey) },
+		func(s *corev1.Secret) { delete(s.Data, webhookcerts.SecretCAPrivateKey) },
 		func(s *corev1.Secret) {
-			s.Data[certs.SecretCertKey] = []byte("-----BEGIN CERTIFICATE-----\nnot base64\n-----END CERTIFICATE-----\n")
+			s.Data[webhookcerts.SecretCertKey] = []byte("-----BEGIN CERTIFICATE-----\nnot base64\n-----END CERTIFICATE-----\n")
 		},
 		func(s *corev1.Secret) { s.Type = corev1.SecretTypeOpaque; s.Data = map[string][]byte{} },
 	} {
@@ -293,7 +294,7 @@ func TestRepairCorruptSecret(t *testing.T) {
 		if _, err := m.reconcile(ctx); err != nil {
 			t.Fatal(err)
 		}
-		var after *certs.Material
+		var after *webhookcerts.Material
 		s, after = secret(t, cs)
 		if !after.Equal(before) || s.Type != corev1.SecretTypeTLS {
 			t.Fatal("corrupt Secret not repaired from the material in use")
@@ -476,7 +477,7 @@ func TestLeaderElection(t *testing.T) {
 }
 
 func TestNewRejectsIncompleteOptions(t *testing.T) {
-	if _, err := New(Options{Client: fake.NewClientset(), Namespace: ns, SecretName: secretName}); !errors.Is(err, certs.ErrNoSANs) {
+	if _, err := New(Options{Client: fake.NewClientset(), Namespace: ns, SecretName: secretName}); !errors.Is(err, webhookcerts.ErrNoSANs) {
 		t.Fatalf("no SANs: %v", err)
 	}
 	if _, err := New(Options{Namespace: ns, SecretName: secretName, Spec: spec()}); err == nil {

@@ -15,6 +15,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/kadmit/kadmit/pkg/webhookcerts"
+
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	apiequality "k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -78,7 +80,7 @@ type RegistrarOptions struct {
 	// for (certs.Names.ServerName).
 	ServerName string
 	// Holder is this replica's served certificate.
-	Holder *certs.Holder
+	Holder *webhookcerts.Holder
 	// Bundle returns the certificate source's current caBundle: what Run
 	// injects, and what readiness verifies against before any configuration
 	// exists (certs.Source.CABundle).
@@ -665,7 +667,7 @@ func (r *Registrar) servable(ctx context.Context, bundle []byte, registered bool
 		return false, "no serving certificate loaded"
 	}
 	now := r.o.Now()
-	if err := certs.Verify(cur.Leaf, bundle, r.o.ServerName, now); err != nil {
+	if err := webhookcerts.Verify(cur.Leaf, bundle, r.o.ServerName, now); err != nil {
 		return false, "own certificate does not verify against the bundle: " + err.Error()
 	}
 	if r.o.Probe == nil || registered {
@@ -676,7 +678,7 @@ func (r *Registrar) servable(ctx context.Context, bundle []byte, registered bool
 		return false, err.Error()
 	}
 	for _, l := range leaves {
-		if certs.Verify(l, bundle, r.o.ServerName, now) == nil {
+		if webhookcerts.Verify(l, bundle, r.o.ServerName, now) == nil {
 			// Seen after the probe returned: the later time, so a slow
 			// probe never shortens the settle.
 			verified = true

@@ -17,6 +17,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/kadmit/kadmit/pkg/webhookcerts"
+
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
@@ -54,7 +56,7 @@ func newPKI(t *testing.T) pki {
 
 type harness struct {
 	cs     *fake.Clientset
-	holder *certs.Holder
+	holder *webhookcerts.Holder
 	bundle atomic.Pointer[[]byte]
 	reg    *Registrar
 	ctx    context.Context
@@ -62,7 +64,7 @@ type harness struct {
 
 func newHarness(t *testing.T, cs *fake.Clientset, name string, p pki, mutate func(*RegistrarOptions)) *harness {
 	t.Helper()
-	h := &harness{cs: cs, holder: &certs.Holder{}}
+	h := &harness{cs: cs, holder: &webhookcerts.Holder{}}
 	h.holder.Set(p.cert)
 	h.setBundle(p.ca)
 	ctx, cancel := context.WithCancel(context.Background())

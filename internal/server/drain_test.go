@@ -8,8 +8,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/kadmit/kadmit/pkg/webhookcerts"
+
 	"github.com/kadmit/kadmit/internal/admission"
-	"github.com/kadmit/kadmit/internal/certs"
 )
 
 // TestShutdownDrain: for Options.Drain after shutdown starts, the server
@@ -81,7 +82,7 @@ func TestShutdownDrain(t *testing.T) {
 // TestDrainBounds: a drain must be shorter than the grace it counts against.
 func TestDrainBounds(t *testing.T) {
 	for _, d := range []time.Duration{-time.Second, 30 * time.Second, time.Minute} {
-		_, err := New(Options{Certs: &certs.Holder{}, ShutdownGrace: 30 * time.Second, Drain: d})
+		_, err := New(Options{Certs: &webhookcerts.Holder{}, ShutdownGrace: 30 * time.Second, Drain: d})
 		if err == nil || !strings.Contains(err.Error(), "drain") {
 			t.Errorf("Drain %s with a 30s grace: %v, want the drain refused", d, err)
 		}
@@ -90,7 +91,7 @@ func TestDrainBounds(t *testing.T) {
 
 // TestDrainAllowed: a drain shorter than the grace builds a server.
 func TestDrainAllowed(t *testing.T) {
-	if _, err := New(Options{Certs: &certs.Holder{}, ShutdownGrace: 30 * time.Second, Drain: 12 * time.Second}); err != nil {
+	if _, err := New(Options{Certs: &webhookcerts.Holder{}, ShutdownGrace: 30 * time.Second, Drain: 12 * time.Second}); err != nil {
 		t.Fatal(err)
 	}
 }

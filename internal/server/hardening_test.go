@@ -20,8 +20,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/kadmit/kadmit/pkg/webhookcerts"
+
 	"github.com/kadmit/kadmit/internal/admission"
-	"github.com/kadmit/kadmit/internal/certs"
 )
 
 // dialTLS completes a handshake with the test server, or returns why not.
@@ -159,7 +160,7 @@ type testCA struct {
 
 func newTestCA(t *testing.T) *testCA {
 	t.Helper()
-	cert, key, err := certs.NewCA(time.Now(), time.Hour, certs.ECDSAP256)
+	cert, key, err := webhookcerts.NewCA(time.Now(), time.Hour, webhookcerts.ECDSAP256)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -168,7 +169,7 @@ func newTestCA(t *testing.T) *testCA {
 
 func (ca *testCA) client(t *testing.T, cn string) *tls.Certificate {
 	t.Helper()
-	key, err := certs.GenerateKey(certs.ECDSAP256)
+	key, err := webhookcerts.GenerateKey(webhookcerts.ECDSAP256)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -235,10 +236,10 @@ func TestClientCertificates(t *testing.T) {
 		c.Close()
 	}
 
-	if _, err := New(Options{Certs: &certs.Holder{}, ClientCAFile: filepath.Join(t.TempDir(), "missing")}); err == nil {
+	if _, err := New(Options{Certs: &webhookcerts.Holder{}, ClientCAFile: filepath.Join(t.TempDir(), "missing")}); err == nil {
 		t.Fatal("New with a missing client CA file succeeded")
 	}
-	if _, err := New(Options{Certs: &certs.Holder{}, ClientAllowedNames: []string{"x"}}); err == nil {
+	if _, err := New(Options{Certs: &webhookcerts.Holder{}, ClientAllowedNames: []string{"x"}}); err == nil {
 		t.Fatal("New with allowed names and no client CA succeeded")
 	}
 }

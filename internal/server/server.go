@@ -16,6 +16,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/kadmit/kadmit/pkg/webhookcerts"
+
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
@@ -98,7 +100,7 @@ type Options struct {
 	// Webhooks are served on their paths.
 	Webhooks []*admission.Webhook
 	// Certs holds the serving certificate; required.
-	Certs *certs.Holder
+	Certs *webhookcerts.Holder
 	// ClientCAFile, when set, makes the admission listener require a
 	// client certificate signed by a CA in this PEM file (re-read when it
 	// changes): mutual TLS with the API server.

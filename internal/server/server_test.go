@@ -18,6 +18,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/kadmit/kadmit/pkg/webhookcerts"
+
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 
 	"github.com/kadmit/kadmit/internal/admission"
@@ -45,7 +47,7 @@ func allowAll(context.Context, *admission.Request) admission.Verdict { return ad
 
 type testServer struct {
 	*Server
-	holder   *certs.Holder
+	holder   *webhookcerts.Holder
 	cert     *tls.Certificate
 	caPEM    []byte       // the test CA
 	client   *http.Client // HTTPS, trusts the test CA
@@ -67,7 +69,7 @@ func start(t *testing.T, opts Options, loadCert bool) *testServer {
 	if err != nil {
 		t.Fatal(err)
 	}
-	holder := &certs.Holder{}
+	holder := &webhookcerts.Holder{}
 	if loadCert {
 		holder.Set(cert)
 	}
@@ -267,7 +269,7 @@ func TestReadyzWithoutCertificate(t *testing.T) {
 	// Options.Ready is the whole condition, as the daemon composes it: here
 	// the certificate check plus one more.
 	var extra atomic.Pointer[error]
-	var holder atomic.Pointer[certs.Holder]
+	var holder atomic.Pointer[webhookcerts.Holder]
 	ts := start(t, Options{
 		Webhooks: []*admission.Webhook{webhook(t, "test", "/validate", allowAll)},
 		Ready: func() error {
@@ -283,7 +285,7 @@ func TestReadyzWithoutCertificate(t *testing.T) {
 	holder.Store(ts.holder)
 	plain := &http.Client{Timeout: wait}
 	code, body := get(t, plain, ts.plainURL+"/readyz")
-	if code != http.StatusServiceUnavailable || !strings.Contains(body, certs.ErrNoCertificate.Error()) {
+	if code != http.StatusServiceUnavailable || !strings.Contains(body, webhookcerts.ErrNoCertificate.Error()) {
 		t.Fatalf("readyz without certificate: %d %q", code, body)
 	}
 	if code, _ := get(t, plain, ts.plainURL+"/healthz"); code != 200 {
@@ -479,7 +481,7 @@ func TestNewAndListenErrors(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer busy.Close()
-	s, err := New(Options{Addr: busy.Addr().String(), MetricsAddr: "0", Certs: &certs.Holder{}, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	s, err := New(Options{Addr: busy.Addr().String(), MetricsAddr: "0", Certs: &webhookcerts.Holder{}, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -491,7 +493,7 @@ func TestNewAndListenErrors(t *testing.T) {
 		t.Fatal("Serve on a busy port succeeded")
 	}
 	// A busy metrics port fails Listen and releases the admission port.
-	s, err = New(Options{Addr: "127.0.0.1:0", MetricsAddr: busy.Addr().String(), Certs: &certs.Holder{}})
+	s, err = New(Options{Addr: "127.0.0.1:0", MetricsAddr: busy.Addr().String(), Certs: &webhookcerts.Holder{}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -503,7 +505,7 @@ func TestNewAndListenErrors(t *testing.T) {
 	if ts.MetricsAddr() != nil || ts.plainURL != "" {
 		t.Fatalf("metrics listener not disabled: %v", ts.MetricsAddr())
 	}
-	if _, err := New(Options{Certs: &certs.Holder{}, Registry: ts.opts.Registry}); err == nil {
+	if _, err := New(Options{Certs: &webhookcerts.Holder{}, Registry: ts.opts.Registry}); err == nil {
 		t.Fatal("second server on one registry succeeded")
 	}
 }

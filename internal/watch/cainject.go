@@ -8,13 +8,14 @@ import (
 	"sort"
 	"strings"
 
+	"github.com/kadmit/kadmit/pkg/webhookcerts"
+
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 
-	"github.com/kadmit/kadmit/internal/certs"
 	"github.com/kadmit/kadmit/internal/doctor"
 )
 
@@ -152,7 +153,7 @@ func (in *injector) read(ctx context.Context, ref string, byCert bool) *injectSo
 	case err != nil:
 		src.gap = &doctor.AccessGap{Verb: "get", Resource: "secrets", Namespace: ns, Reason: "failed: " + err.Error(), Lost: "whether caBundle holds the CA of Secret " + ns + "/" + src.secret}
 	default:
-		cas, perr := certs.ParseCertificates(s.Data[secretCAKey])
+		cas, perr := webhookcerts.ParseCertificates(s.Data[secretCAKey])
 		if perr != nil || len(cas) == 0 {
 			src.missing = "Secret " + ns + "/" + src.secret + " holds no parsable " + secretCAKey
 		}
@@ -182,7 +183,7 @@ func gapFor(verb, resource, ns string, err error, lost string) *doctor.AccessGap
 
 // bundleHolds reports whether every CA is in the PEM bundle.
 func bundleHolds(bundle []byte, cas []*x509.Certificate) bool {
-	have, err := certs.ParseCertificates(bundle)
+	have, err := webhookcerts.ParseCertificates(bundle)
 	if err != nil {
 		return false
 	}

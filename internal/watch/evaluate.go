@@ -7,9 +7,10 @@ import (
 	"sort"
 	"time"
 
+	"github.com/kadmit/kadmit/pkg/webhookcerts"
+
 	"k8s.io/apimachinery/pkg/types"
 
-	"github.com/kadmit/kadmit/internal/certs"
 	"github.com/kadmit/kadmit/internal/doctor"
 )
 
@@ -110,7 +111,7 @@ func (c *Controller) evaluate(ctx context.Context) (states []*webhookState, reev
 			st.service = *w.ClientConfig.URL
 		}
 		st.ready, st.readyKnown = doctor.ReadyEndpoints(w, v.snap.Backends[w.ServiceKey()])
-		if cas, err := certs.ParseCertificates(w.ClientConfig.CABundle); err == nil {
+		if cas, err := webhookcerts.ParseCertificates(w.ClientConfig.CABundle); err == nil {
 			for _, ca := range cas {
 				if st.caExpiry.IsZero() || ca.NotAfter.Before(st.caExpiry) {
 					st.caExpiry = ca.NotAfter

@@ -8,9 +8,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/kadmit/kadmit/pkg/webhookcerts"
+
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
-	"github.com/kadmit/kadmit/internal/certs"
 	"github.com/kadmit/kadmit/internal/doctor"
 )
 
@@ -137,7 +138,7 @@ func TestNoFalseAlarmsThroughRotationsAndRollingRestart(t *testing.T) {
 	waitFor(t, 10*time.Second, "KD202 for the endpoint that keeps refusing", func() bool {
 		return has(r.states()[key], doctor.IDEndpointRefused, doctor.SeverityError)
 	})
-	setBundle(certs.EncodeCertificates(newTestCA(t).cert))
+	setBundle(webhookcerts.EncodeCertificates(newTestCA(t).cert))
 	waitFor(t, 10*time.Second, "KD404 for a caBundle from another CA", func() bool {
 		return has(r.states()[key], doctor.IDUnknownAuthority, doctor.SeverityError)
 	})

@@ -12,6 +12,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/kadmit/kadmit/pkg/webhookcerts"
+
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	authorizationv1 "k8s.io/api/authorization/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -24,7 +26,6 @@ import (
 	k8stesting "k8s.io/client-go/testing"
 	"k8s.io/client-go/tools/record"
 
-	"github.com/kadmit/kadmit/internal/certs"
 	"github.com/kadmit/kadmit/internal/doctor"
 )
 
@@ -49,22 +50,22 @@ type testCA struct {
 
 func newTestCA(t *testing.T) *testCA {
 	t.Helper()
-	c, k, err := certs.NewCA(time.Now(), 24*time.Hour, certs.ECDSAP256)
+	c, k, err := webhookcerts.NewCA(time.Now(), 24*time.Hour, webhookcerts.ECDSAP256)
 	if err != nil {
 		t.Fatal(err)
 	}
 	return &testCA{c, k}
 }
 
-func (c *testCA) pem() []byte { return certs.EncodeCertificates(c.cert) }
+func (c *testCA) pem() []byte { return webhookcerts.EncodeCertificates(c.cert) }
 
 func (c *testCA) serving(t *testing.T, names ...string) *tls.Certificate {
 	t.Helper()
-	cp, kp, err := certs.IssueServing(c.cert, c.key, names, nil, time.Now(), time.Hour, certs.ECDSAP256)
+	cp, kp, err := webhookcerts.IssueServing(c.cert, c.key, names, nil, time.Now(), time.Hour, webhookcerts.ECDSAP256)
 	if err != nil {
 		t.Fatal(err)
 	}
-	kpair, err := certs.ParseKeyPair(cp, kp)
+	kpair, err := webhookcerts.ParseKeyPair(cp, kp)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -11,12 +11,13 @@ import (
 	"strings"
 	"time"
 
+	"github.com/kadmit/kadmit/pkg/webhookcerts"
+
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
 
-	"github.com/kadmit/kadmit/internal/certs"
 	"github.com/kadmit/kadmit/internal/lifecycle"
 	"github.com/kadmit/kadmit/test/poll"
 	"github.com/kadmit/kadmit/test/seed"
@@ -37,14 +38,14 @@ func showCertificates(ctx context.Context, say func(string, ...any), cs kubernet
 	if err != nil {
 		return fmt.Errorf("read the certificate Secret: %w", err)
 	}
-	m, err := certs.ParseSecretData(s.Data)
+	m, err := webhookcerts.ParseSecretData(s.Data)
 	if err != nil {
 		return err
 	}
 	ca, leaf := m.Bundle[0], m.Serving.Leaf
 	say("  kadmit created Secret %s/%s (type %s): CA %q valid until %s,", kadmitNamespace, secretName, s.Type, ca.Subject.CommonName, ca.NotAfter.UTC().Format(time.DateOnly))
 	say("    serving certificate for %s valid until %s, renewed at 2/3 of its life (%s)",
-		sans(leaf), leaf.NotAfter.UTC().Format(time.DateOnly), certs.RenewAt(leaf).UTC().Format(time.DateOnly))
+		sans(leaf), leaf.NotAfter.UTC().Format(time.DateOnly), webhookcerts.RenewAt(leaf).UTC().Format(time.DateOnly))
 	if l, err := cs.CoordinationV1().Leases(kadmitNamespace).Get(ctx, leaseName, metav1.GetOptions{}); err == nil && l.Spec.HolderIdentity != nil {
 		say("  replica %q holds Lease %s/%s: it alone writes the Secret and the caBundle", *l.Spec.HolderIdentity, kadmitNamespace, leaseName)
 	}
@@ -67,7 +68,7 @@ func showCertificates(ctx context.Context, say func(string, ...any), cs kubernet
 			return fmt.Errorf("webhook %s: caBundle is not the Secret's ca.crt", name)
 		}
 		host, _, _ := net.SplitHostPort(addr)
-		if err := certs.Verify(served, bundle, host, time.Now()); err != nil {
+		if err := webhookcerts.Verify(served, bundle, host, time.Now()); err != nil {
 			return fmt.Errorf("webhook %s: the served certificate does not verify against its caBundle: %w", name, err)
 		}
 		return nil

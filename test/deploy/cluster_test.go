@@ -15,6 +15,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/kadmit/kadmit/pkg/webhookcerts"
+
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -33,7 +35,6 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 	"sigs.k8s.io/yaml"
 
-	"github.com/kadmit/kadmit/internal/certs"
 	"github.com/kadmit/kadmit/test/controlplane"
 	"github.com/kadmit/kadmit/test/controlplane/kadmitproc"
 	"github.com/kadmit/kadmit/test/deploy/chart"
@@ -205,7 +206,7 @@ func containerEnv(t *testing.T, c corev1.Container, pod *corev1.Pod) []string {
 
 func secretPEM(t *testing.T, s *corev1.Secret, key string) []*x509.Certificate {
 	t.Helper()
-	out, err := certs.ParseCertificates(s.Data[key])
+	out, err := webhookcerts.ParseCertificates(s.Data[key])
 	if err != nil {
 		t.Fatalf("secret %s: %v", key, err)
 	}

@@ -15,12 +15,13 @@ import (
 	"testing"
 	"time"
 
+	"github.com/kadmit/kadmit/pkg/webhookcerts"
+
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
-	"github.com/kadmit/kadmit/internal/certs"
 	"github.com/kadmit/kadmit/test/controlplane/kadmitproc"
 	"github.com/kadmit/kadmit/test/e2e/e2eenv"
 	"github.com/kadmit/kadmit/test/poll"
@@ -350,7 +351,7 @@ func caPool(t *testing.T, file string) *x509.CertPool {
 	if err != nil {
 		t.Fatalf("read the CA kadmit wrote: %v", err)
 	}
-	cas, err := certs.ParseCertificates(data)
+	cas, err := webhookcerts.ParseCertificates(data)
 	if err != nil {
 		t.Fatalf("%s: %v", file, err)
 	}

@@ -16,6 +16,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/kadmit/kadmit/pkg/webhookcerts"
+
 	admissionv1 "k8s.io/api/admission/v1"
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	appsv1 "k8s.io/api/apps/v1"
@@ -25,7 +27,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
 
-	"github.com/kadmit/kadmit/internal/certs"
 	"github.com/kadmit/kadmit/internal/doctor"
 	"github.com/kadmit/kadmit/test/e2e/e2eenv"
 	"github.com/kadmit/kadmit/test/netns"
@@ -296,23 +297,23 @@ type ca struct {
 
 func newCA(t *testing.T) *ca {
 	t.Helper()
-	c, k, err := certs.NewCA(time.Now(), 24*time.Hour, certs.ECDSAP256)
+	c, k, err := webhookcerts.NewCA(time.Now(), 24*time.Hour, webhookcerts.ECDSAP256)
 	if err != nil {
 		t.Fatal(err)
 	}
 	return &ca{c, k}
 }
 
-func (c *ca) pem() []byte { return certs.EncodeCertificates(c.cert) }
+func (c *ca) pem() []byte { return webhookcerts.EncodeCertificates(c.cert) }
 
 // serving issues a certificate for names valid from notBefore for validity.
 func (c *ca) serving(t *testing.T, names []string, notBefore time.Time, validity time.Duration) tls.Certificate {
 	t.Helper()
-	certPEM, keyPEM, err := certs.IssueServing(c.cert, c.key, names, nil, notBefore, validity, certs.ECDSAP256)
+	certPEM, keyPEM, err := webhookcerts.IssueServing(c.cert, c.key, names, nil, notBefore, validity, webhookcerts.ECDSAP256)
 	if err != nil {
 		t.Fatal(err)
 	}
-	kp, err := certs.ParseKeyPair(certPEM, keyPEM)
+	kp, err := webhookcerts.ParseKeyPair(certPEM, keyPEM)
 	if err != nil {
 		t.Fatal(err)
 	}

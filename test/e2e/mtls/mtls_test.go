@@ -31,12 +31,13 @@ import (
 	"testing"
 	"time"
 
+	"github.com/kadmit/kadmit/pkg/webhookcerts"
+
 	authenticationv1 "k8s.io/api/authentication/v1"
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
-	"github.com/kadmit/kadmit/internal/certs"
 	"github.com/kadmit/kadmit/test/controlplane"
 	"github.com/kadmit/kadmit/test/controlplane/kadmitproc"
 )
@@ -56,7 +57,7 @@ func skipOrFail(t *testing.T, err error) {
 // and its key as PEM files under dir/name.{crt,key}.
 func issue(t *testing.T, dir, name, cn string, ca *x509.Certificate, caKey crypto.Signer, usage x509.ExtKeyUsage) (certFile, keyFile string) {
 	t.Helper()
-	key, err := certs.GenerateKey(certs.ECDSAP256)
+	key, err := webhookcerts.GenerateKey(webhookcerts.ECDSAP256)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -72,7 +73,7 @@ func issue(t *testing.T, dir, name, cn string, ca *x509.Certificate, caKey crypt
 	if err != nil {
 		t.Fatal(err)
 	}
-	keyPEM, err := certs.EncodeKey(key)
+	keyPEM, err := webhookcerts.EncodeKey(key)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -136,7 +137,7 @@ func TestMutualTLSAndSecureMetrics(t *testing.T) {
 	built := make(chan error, 1)
 	go func() { built <- kadmitproc.Build(ctx, root, bin) }()
 
-	clientCA, clientCAKey, err := certs.NewCA(time.Now(), time.Hour, certs.ECDSAP256)
+	clientCA, clientCAKey, err := webhookcerts.NewCA(time.Now(), time.Hour, webhookcerts.ECDSAP256)
 	if err != nil {
 		t.Fatal(err)
 	}

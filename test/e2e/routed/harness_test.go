@@ -19,6 +19,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/kadmit/kadmit/pkg/webhookcerts"
+
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -26,7 +28,6 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/utils/ptr"
 
-	"github.com/kadmit/kadmit/internal/certs"
 	"github.com/kadmit/kadmit/test/controlplane/kadmitproc"
 	"github.com/kadmit/kadmit/test/netns"
 	"github.com/kadmit/kadmit/test/poll"
@@ -680,10 +681,10 @@ func (e *env) secretMaterial(ctx context.Context) (cas []*x509.Certificate, leaf
 	if err != nil {
 		return nil, nil, nil, err
 	}
-	if cas, err = certs.ParseCertificates(s.Data["ca.crt"]); err != nil {
+	if cas, err = webhookcerts.ParseCertificates(s.Data["ca.crt"]); err != nil {
 		return nil, nil, s, fmt.Errorf("ca.crt: %w", err)
 	}
-	ls, err := certs.ParseCertificates(s.Data["tls.crt"])
+	ls, err := webhookcerts.ParseCertificates(s.Data["tls.crt"])
 	if err != nil {
 		return nil, nil, s, fmt.Errorf("tls.crt: %w", err)
 	}

@@ -12,6 +12,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/kadmit/kadmit/pkg/webhookcerts"
+
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
@@ -20,7 +22,6 @@ import (
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/utils/ptr"
 
-	"github.com/kadmit/kadmit/internal/certs"
 	"github.com/kadmit/kadmit/test/e2e/e2eenv"
 	"github.com/kadmit/kadmit/test/poll"
 )
@@ -277,7 +278,7 @@ func (e *env) checkConfigs(t *testing.T, cas []*x509.Certificate) {
 	}
 	var bundle []byte
 	for _, ca := range cas {
-		bundle = append(bundle, certs.EncodeCertificates(ca)...)
+		bundle = append(bundle, webhookcerts.EncodeCertificates(ca)...)
 	}
 	for _, w := range all {
 		where := w.kind + "WebhookConfiguration/" + w.name
@@ -360,7 +361,7 @@ func excludes(sel *metav1.LabelSelector, key string, values ...string) bool {
 func (e *env) bundlesAre(ctx context.Context, cas []*x509.Certificate) error {
 	var want []byte
 	for _, ca := range cas {
-		want = append(want, certs.EncodeCertificates(ca)...)
+		want = append(want, webhookcerts.EncodeCertificates(ca)...)
 	}
 	ar := e.Client.AdmissionregistrationV1()
 	mwc, err := ar.MutatingWebhookConfigurations().Get(ctx, configName, metav1.GetOptions{})

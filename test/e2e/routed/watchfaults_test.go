@@ -28,6 +28,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/kadmit/kadmit/pkg/webhookcerts"
+
 	admissionv1 "k8s.io/api/admission/v1"
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	appsv1 "k8s.io/api/apps/v1"
@@ -39,7 +41,6 @@ import (
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/utils/ptr"
 
-	"github.com/kadmit/kadmit/internal/certs"
 	"github.com/kadmit/kadmit/test/e2e/e2eenv"
 	"github.com/kadmit/kadmit/test/netns"
 )
@@ -68,11 +69,11 @@ type testCA struct {
 
 func newTestCA(t *testing.T) *testCA {
 	t.Helper()
-	c, k, err := certs.NewCA(time.Now(), 365*24*time.Hour, certs.ECDSAP256)
+	c, k, err := webhookcerts.NewCA(time.Now(), 365*24*time.Hour, webhookcerts.ECDSAP256)
 	if err != nil {
 		t.Fatal(err)
 	}
-	return &testCA{cert: c, key: k, pem: certs.EncodeCertificates(c)}
+	return &testCA{cert: c, key: k, pem: webhookcerts.EncodeCertificates(c)}
 }
 
 // issue signs a serving certificate for dnsName valid from notBefore for
@@ -80,11 +81,11 @@ func newTestCA(t *testing.T) *testCA {
 func (ca *testCA) issue(t *testing.T, dnsName string, notBefore time.Time, validity time.Duration) *tls.Certificate {
 	t.Helper()
 	// IssueServing backdates NotBefore by min(5m, validity/10).
-	certPEM, keyPEM, err := certs.IssueServing(ca.cert, ca.key, []string{dnsName}, nil, notBefore, validity, certs.ECDSAP256)
+	certPEM, keyPEM, err := webhookcerts.IssueServing(ca.cert, ca.key, []string{dnsName}, nil, notBefore, validity, webhookcerts.ECDSAP256)
 	if err != nil {
 		t.Fatal(err)
 	}
-	c, err := certs.ParseKeyPair(certPEM, keyPEM)
+	c, err := webhookcerts.ParseKeyPair(certPEM, keyPEM)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -17,6 +17,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/kadmit/kadmit/pkg/webhookcerts"
+
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
@@ -25,7 +27,6 @@ import (
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/util/intstr"
 
-	"github.com/kadmit/kadmit/internal/certs"
 	"github.com/kadmit/kadmit/test/controlplane/kadmitproc"
 	"github.com/kadmit/kadmit/test/e2e/e2eenv"
 	"github.com/kadmit/kadmit/test/netns"
@@ -200,14 +201,14 @@ func TestNoEndpointsFoundAndResolved(t *testing.T) {
 	}}, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	caCert, caKey, err := certs.NewCA(time.Now(), 24*time.Hour, certs.ECDSAP256)
+	caCert, caKey, err := webhookcerts.NewCA(time.Now(), 24*time.Hour, webhookcerts.ECDSAP256)
 	if err != nil {
 		t.Fatal(err)
 	}
 	fail, none := admissionregistrationv1.Fail, admissionregistrationv1.SideEffectClassNone
 	cfg := &admissionregistrationv1.ValidatingWebhookConfiguration{ObjectMeta: metav1.ObjectMeta{Name: config}, Webhooks: []admissionregistrationv1.ValidatingWebhook{{
 		Name: hook,
-		ClientConfig: admissionregistrationv1.WebhookClientConfig{CABundle: certs.EncodeCertificates(caCert),
+		ClientConfig: admissionregistrationv1.WebhookClientConfig{CABundle: webhookcerts.EncodeCertificates(caCert),
 			Service: &admissionregistrationv1.ServiceReference{Namespace: ns, Name: svc, Path: ptr("/validate"), Port: ptr(int32(443))}},
 		Rules: []admissionregistrationv1.RuleWithOperations{{Operations: []admissionregistrationv1.OperationType{admissionregistrationv1.Create},
 			Rule: admissionregistrationv1.Rule{APIGroups: []string{""}, APIVersions: []string{"v1"}, Resources: []string{"configmaps"}}}},
@@ -245,11 +246,11 @@ func TestNoEndpointsFoundAndResolved(t *testing.T) {
 	if err := netns.AddLoopbackAddr(webhookIP); err != nil {
 		t.Fatal(err)
 	}
-	certPEM, keyPEM, err := certs.IssueServing(caCert, caKey, []string{svc + "." + ns + ".svc"}, nil, time.Now(), time.Hour, certs.ECDSAP256)
+	certPEM, keyPEM, err := webhookcerts.IssueServing(caCert, caKey, []string{svc + "." + ns + ".svc"}, nil, time.Now(), time.Hour, webhookcerts.ECDSAP256)
 	if err != nil {
 		t.Fatal(err)
 	}
-	kp, err := certs.ParseKeyPair(certPEM, keyPEM)
+	kp, err := webhookcerts.ParseKeyPair(certPEM, keyPEM)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -320,7 +321,7 @@ func TestNoEndpointsFoundAndResolved(t *testing.T) {
 
 	// 4. A caBundle from another CA (handshake-driven: the chain the
 	// endpoint serves no longer verifies): KD404, then resolved.
-	otherCA, _, err := certs.NewCA(time.Now(), 24*time.Hour, certs.ECDSAP256)
+	otherCA, _, err := webhookcerts.NewCA(time.Now(), 24*time.Hour, webhookcerts.ECDSAP256)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -337,7 +338,7 @@ func TestNoEndpointsFoundAndResolved(t *testing.T) {
 	}
 	kd404 := map[string]string{"configuration": config, "webhook": hook, "check": "KD404", "severity": "error"}
 	t2 := time.Now()
-	setBundle(certs.EncodeCertificates(otherCA))
+	setBundle(webhookcerts.EncodeCertificates(otherCA))
 	toMetric, toEvent = both(t, ctx, 30*time.Second, t2,
 		func(ctx context.Context) (bool, error) {
 			body, err := w.scrape(ctx)
@@ -353,7 +354,7 @@ func TestNoEndpointsFoundAndResolved(t *testing.T) {
 		t.Errorf("KD404 took %s to the metric and %s to the Event; want both under %s", toMetric, toEvent, informerDriven)
 	}
 	t3 := time.Now()
-	setBundle(certs.EncodeCertificates(caCert))
+	setBundle(webhookcerts.EncodeCertificates(caCert))
 	toClear, toResolved = both(t, ctx, 30*time.Second, t3,
 		func(ctx context.Context) (bool, error) {
 			body, err := w.scrape(ctx)

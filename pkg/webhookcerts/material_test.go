@@ -1,4 +1,4 @@
-package certs
+package webhookcerts
 
 import (
 	"errors"
@@ -122,5 +122,71 @@ func TestCARotationSteps(t *testing.T) {
 	}
 	if _, err := ParseSecretData(m1.SecretData()); err != nil {
 		t.Fatalf("mid-rotation Secret does not parse: %v", err)
+	}
+}
+
+// TestCrossSignedChainVerifiesAgainstEitherBundle is the property every step
+// of a CA rotation relies on: the new leaf, served with the cross-signed new
+// CA, verifies against the old bundle alone, the new one alone and both;
+// the old leaf against the old CA and both, never against the new alone.
+func TestCrossSignedChainVerifiesAgainstEitherBundle(t *testing.T) {
+	now := time.Now()
+	s := spec
+	s.CAName, s.CAOrganization = "kueue-ca", "kueue"
+	m0, err := NewMaterial(s, now)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m1, err := m0.WithNewCA(s, now)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if m1.Cross == nil || m1.Cross.CheckSignatureFrom(m0.Bundle[0]) != nil {
+		t.Fatal("WithNewCA did not cross-sign the new CA with the old one")
+	}
+	if m1.Bundle[0].Subject.String() == m0.Bundle[0].Subject.String() {
+		t.Fatalf("two CAs share the subject %q", m1.Bundle[0].Subject)
+	}
+	if got := m1.Bundle[0].Subject.Organization; len(got) != 1 || got[0] != "kueue" {
+		t.Fatalf("CA organization = %v", got)
+	}
+	m2, err := m1.WithServing(s, now)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(m2.Serving.Certificate) != 2 {
+		t.Fatalf("served chain has %d certificates, want leaf + cross", len(m2.Serving.Certificate))
+	}
+	back, err := ParseSecretData(m2.SecretData())
+	if err != nil || back.Cross == nil || !back.Equal(m2) {
+		t.Fatalf("Secret round trip lost the cross-signed CA: %v", err)
+	}
+	oldOnly, newOnly, both := EncodeCertificates(m0.Bundle[0]), EncodeCertificates(m1.Bundle[0]), m1.BundlePEM()
+	for name, roots := range map[string][]byte{"old bundle": oldOnly, "new bundle": newOnly, "both": both} {
+		if err := VerifyChain(m2.Serving, roots, "kadmit.ns.svc", now); err != nil {
+			t.Errorf("new chain against the %s: %v", name, err)
+		}
+	}
+	if err := VerifyChain(m0.Serving, newOnly, "kadmit.ns.svc", now); err == nil {
+		t.Error("old leaf verified against the new CA alone")
+	}
+	if err := Verify(m2.Serving.Leaf, oldOnly, "kadmit.ns.svc", now); err == nil {
+		t.Error("new leaf without its intermediate verified against the old CA")
+	}
+	m3 := m2.WithoutOldCAs()
+	if m3.Cross != nil {
+		t.Fatal("WithoutOldCAs kept the cross-signed CA in the Secret")
+	}
+	if _, ok := m3.SecretData()[SecretCrossKey]; ok {
+		t.Fatal("Secret data still holds ca-cross.crt")
+	}
+	if err := VerifyChain(m3.Serving, m3.BundlePEM(), "kadmit.ns.svc", now); err != nil {
+		t.Fatalf("chain after the old CA left: %v", err)
+	}
+	// A cross certificate that does not fit the bundle is dropped, not fatal.
+	d := m0.SecretData()
+	d[SecretCrossKey] = EncodeCertificates(m1.Cross)
+	if got, err := ParseSecretData(d); err != nil || got.Cross != nil {
+		t.Fatalf("stray ca-cross.crt: err=%v cross=%v", err, got.Cross != nil)
 	}
 }

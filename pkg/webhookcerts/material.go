@@ -1,4 +1,4 @@
-package certs
+package webhookcerts
 
 import (
 	"bytes"
@@ -12,7 +12,8 @@ import (
 	"time"
 )
 
-// Keys of kadmit's certificate Secret (type kubernetes.io/tls).
+// Keys of the certificate Secret (type kubernetes.io/tls). The first four
+// are cert-controller's layout too, so its Secret is adopted as it is.
 const (
 	// SecretCertKey and SecretKeyKey hold the serving certificate and key.
 	SecretCertKey = "tls.crt"
@@ -23,6 +24,9 @@ const (
 	SecretCAKey = "ca.crt"
 	// SecretCAPrivateKey holds the key of the signing CA (the newest).
 	SecretCAPrivateKey = "ca.key"
+	// SecretCrossKey holds, during a CA rotation, the newest CA
+	// cross-signed by the previous one (CrossSign); optional.
+	SecretCrossKey = "ca-cross.crt"
 )
 
 // Spec is what the serving certificate must look like.
@@ -36,6 +40,9 @@ type Spec struct {
 	// at 2/3 of it. CAValidity likewise for the CA.
 	ServingValidity time.Duration
 	CAValidity      time.Duration
+	// CAName and CAOrganization name new CAs (NewNamedCA): CommonName
+	// "<CAName>@<unix>.<hex>", default DefaultCAName.
+	CAName, CAOrganization string
 }
 
 // Material is the parsed content of kadmit's certificate Secret.
@@ -44,8 +51,12 @@ type Material struct {
 	Bundle  []*x509.Certificate
 	CAKey   crypto.Signer
 	Serving *tls.Certificate // Leaf set
+	// Cross is Bundle[0] cross-signed by Bundle[1] while a CA rotation is
+	// under way (WithNewCA), else nil; WithServing serves it as the
+	// intermediate, so the new leaf verifies against either bundle.
+	Cross *x509.Certificate
 
-	bundlePEM, caKeyPEM, certPEM, keyPEM []byte
+	bundlePEM, caKeyPEM, certPEM, keyPEM, crossPEM []byte
 }
 
 // ErrIncomplete is wrapped when Secret data lacks a key or does not parse.
@@ -74,17 +85,41 @@ func ParseSecretData(data map[string][]byte) (*Material, error) {
 	if m.Serving, err = ParseKeyPair(m.certPEM, m.keyPEM); err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrIncomplete, err)
 	}
+	// An optional key: one that does not fit (a stale rotation's, a
+	// hand edit) is dropped rather than failing the whole Secret, since
+	// without it only the overlap's extra safety is lost.
+	if cs, err := ParseCertificates(data[SecretCrossKey]); err == nil && len(m.Bundle) > 1 && validCross(cs[0], m.Bundle) {
+		m.Cross, m.crossPEM = cs[0], data[SecretCrossKey]
+	}
 	return m, nil
+}
+
+// validCross reports whether cross is bundle[0] re-issued by a CA further
+// down the bundle.
+func validCross(cross *x509.Certificate, bundle []*x509.Certificate) bool {
+	if !bytes.Equal(cross.RawSubject, bundle[0].RawSubject) || !publicKeysEqual(cross.PublicKey, bundle[0].PublicKey) {
+		return false
+	}
+	for _, ca := range bundle[1:] {
+		if cross.CheckSignatureFrom(ca) == nil {
+			return true
+		}
+	}
+	return false
 }
 
 // SecretData renders the material as Secret data.
 func (m *Material) SecretData() map[string][]byte {
-	return map[string][]byte{
+	d := map[string][]byte{
 		SecretCertKey:      m.certPEM,
 		SecretKeyKey:       m.keyPEM,
 		SecretCAKey:        m.bundlePEM,
 		SecretCAPrivateKey: m.caKeyPEM,
 	}
+	if m.Cross != nil {
+		d[SecretCrossKey] = m.crossPEM
+	}
+	return d
 }
 
 // BundlePEM is the caBundle to inject: every trusted CA, newest first.
@@ -92,7 +127,7 @@ func (m *Material) BundlePEM() []byte { return m.bundlePEM }
 
 // NewMaterial creates a CA and a serving certificate for spec at now.
 func NewMaterial(spec Spec, now time.Time) (*Material, error) {
-	ca, key, err := NewCA(now, spec.CAValidity, spec.KeyType)
+	ca, key, err := NewNamedCA(now, spec.CAValidity, spec.KeyType, spec.CAName, spec.CAOrganization)
 	if err != nil {
 		return nil, err
 	}
@@ -105,11 +140,15 @@ func NewMaterial(spec Spec, now time.Time) (*Material, error) {
 }
 
 // WithServing returns a copy of m with a fresh serving certificate signed by
-// the newest CA (Bundle[0]).
+// the newest CA (Bundle[0]); while m.Cross is set, the served chain is the
+// leaf and Cross.
 func (m *Material) WithServing(spec Spec, now time.Time) (*Material, error) {
 	certPEM, keyPEM, err := IssueServing(m.Bundle[0], m.CAKey, spec.DNSNames, spec.IPs, now, spec.ServingValidity, spec.KeyType)
 	if err != nil {
 		return nil, err
+	}
+	if m.Cross != nil {
+		certPEM = append(certPEM, m.crossPEM...)
 	}
 	out := *m
 	out.certPEM, out.keyPEM = certPEM, keyPEM
@@ -120,10 +159,11 @@ func (m *Material) WithServing(spec Spec, now time.Time) (*Material, error) {
 }
 
 // WithNewCA returns a copy of m that starts a CA rotation: a new CA becomes
-// the signer and is put first in the bundle, the old CAs stay trusted, and the
-// serving certificate is unchanged (still from the old CA) until WithServing.
+// the signer and is put first in the bundle, the old CAs stay trusted, the
+// new CA is cross-signed by the old signing CA (Cross), and the serving
+// certificate is unchanged (still from the old CA) until WithServing.
 func (m *Material) WithNewCA(spec Spec, now time.Time) (*Material, error) {
-	ca, key, err := NewCA(now, spec.CAValidity, spec.KeyType)
+	ca, key, err := NewNamedCA(now, spec.CAValidity, spec.KeyType, spec.CAName, spec.CAOrganization)
 	if err != nil {
 		return nil, err
 	}
@@ -131,10 +171,15 @@ func (m *Material) WithNewCA(spec Spec, now time.Time) (*Material, error) {
 	if err != nil {
 		return nil, err
 	}
+	cross, err := CrossSign(ca, m.Bundle[0], m.CAKey)
+	if err != nil {
+		return nil, err
+	}
 	out := *m
 	out.Bundle = append([]*x509.Certificate{ca}, m.Bundle...)
 	out.CAKey, out.caKeyPEM = key, keyPEM
 	out.bundlePEM = EncodeCertificates(out.Bundle...)
+	out.Cross, out.crossPEM = cross, EncodeCertificates(cross)
 	return &out, nil
 }
 
@@ -144,6 +189,10 @@ func (m *Material) WithoutOldCAs() *Material {
 	out := *m
 	out.Bundle = m.Bundle[:1:1]
 	out.bundlePEM = EncodeCertificates(out.Bundle[0])
+	// The served chain keeps the cross-signed copy until the next
+	// renewal: a verifier holding only the new CA finds the new root
+	// directly and ignores it.
+	out.Cross, out.crossPEM = nil, nil
 	return &out
 }
 
@@ -156,7 +205,7 @@ func (m *Material) ServedBySigningCA() bool {
 // Equal reports whether two materials have the same Secret content.
 func (m *Material) Equal(o *Material) bool {
 	return o != nil && bytes.Equal(m.certPEM, o.certPEM) && bytes.Equal(m.keyPEM, o.keyPEM) &&
-		bytes.Equal(m.bundlePEM, o.bundlePEM) && bytes.Equal(m.caKeyPEM, o.caKeyPEM)
+		bytes.Equal(m.bundlePEM, o.bundlePEM) && bytes.Equal(m.caKeyPEM, o.caKeyPEM) && bytes.Equal(m.crossPEM, o.crossPEM)
 }
 
 // Due says what the material needs at now, in the order a writer acts on it.
@@ -240,12 +289,42 @@ func publicKeysEqual(a, b crypto.PublicKey) bool {
 }
 
 // Verify checks that leaf chains to one of the PEM roots for serverName at
-// now, as the API server checks a webhook's certificate.
+// now, as the API server checks a webhook's certificate. See VerifyChain
+// for a served chain with intermediates.
 func Verify(leaf *x509.Certificate, rootsPEM []byte, serverName string, now time.Time) error {
+	return verify(leaf, nil, rootsPEM, serverName, now)
+}
+
+// VerifyChain checks a served certificate (Leaf set; Certificate[1:] are the
+// intermediates it sends, such as Material.Cross) against the PEM roots for
+// serverName at now, exactly as the API server's TLS client does.
+func VerifyChain(cert *tls.Certificate, rootsPEM []byte, serverName string, now time.Time) error {
+	if cert == nil || cert.Leaf == nil {
+		return ErrNoCertificate
+	}
+	var inter []*x509.Certificate
+	for _, der := range cert.Certificate[1:] {
+		c, err := x509.ParseCertificate(der)
+		if err != nil {
+			return fmt.Errorf("served chain: %w", err)
+		}
+		inter = append(inter, c)
+	}
+	return verify(cert.Leaf, inter, rootsPEM, serverName, now)
+}
+
+func verify(leaf *x509.Certificate, inter []*x509.Certificate, rootsPEM []byte, serverName string, now time.Time) error {
 	pool := x509.NewCertPool()
 	if !pool.AppendCertsFromPEM(rootsPEM) {
 		return errors.New("caBundle holds no PEM certificate")
 	}
-	_, err := leaf.Verify(x509.VerifyOptions{Roots: pool, DNSName: serverName, CurrentTime: now, KeyUsages: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}})
+	var ipool *x509.CertPool
+	if len(inter) > 0 {
+		ipool = x509.NewCertPool()
+		for _, c := range inter {
+			ipool.AddCert(c)
+		}
+	}
+	_, err := leaf.Verify(x509.VerifyOptions{Roots: pool, Intermediates: ipool, DNSName: serverName, CurrentTime: now, KeyUsages: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}})
 	return err
 }

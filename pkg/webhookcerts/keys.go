@@ -1,4 +1,4 @@
-package certs
+package webhookcerts
 
 import (
 	"crypto"
