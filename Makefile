@@ -192,3 +192,12 @@ BENCH_APISERVER_WORK ?= $(BIN)/bench-apiserver
 bench-apiserver: build controlplane ## webhook latency as the API server measures it, kadmit and controller-runtime; BENCH_APISERVER_RATE/DURATION
 	cd bench/reference && $(GO) build -o $(abspath $(BIN))/bench-reference .
 	cd test && KADMIT_CONTROLPLANE_DIR=$(CONTROLPLANE_DIR) $(GO) run ./cmd/benchapi -kadmit $(abspath $(BIN))/kadmit -reference $(abspath $(BIN))/bench-reference -rate $(BENCH_APISERVER_RATE) -duration $(BENCH_APISERVER_DURATION) -work $(abspath $(BENCH_APISERVER_WORK))
+
+# make kueue: Kueue v0.17.0's controller manager twice, as upstream wires it
+# (open-policy-agent/cert-controller) and with pkg/webhookcerts (test/kueue),
+# plus Kueue's Helm chart, from the module proxy into ~/.cache/kadmit/kueue/
+# v0.17.0 (KADMIT_KUEUE_DIR), for the cluster comparison. Cold: ~430 CPU-s
+# for the first binary, ~85 more for the second; not part of test.
+.PHONY: kueue
+kueue: ## build Kueue's manager upstream and with pkg/webhookcerts, and copy its chart (skips what is built)
+	bash hack/kueue.sh

@@ -10,7 +10,8 @@
 // replace directives. hack/kueue.sh checks that every module both builds
 // list hold is at the same version. Do not run `go mod tidy` here: it would
 // drop the copied requirements this module does not import (they change no
-// version, but they document the pin); `go build -mod=mod` adds go.sum lines.
+// version, but they document the pin); when go.sum lacks a line (after a
+// change to pkg/webhookcerts/go.mod), run `go build -mod=mod .` once.
 module github.com/kadmit/kadmit/test/kueue
 
 go 1.25.0
