@@ -344,24 +344,22 @@ func rotatorOptions(cfg *configapi.Configuration) webhookcerts.Options {
 }
 
 // setupProbes registers /healthz and /readyz (upstream 526-553). Upstream's
-// /readyz waits for certsReady, then dials the webhook server. Here it asks
-// the rotator whether the API server would trust what is served (the served
-// chain verifies against the live caBundle of every configuration and CRD
-// above, for the Service's name), and still dials the webhook server, so
-// that a replica is ready only once it listens, as upstream's.
+// /readyz waits for certsReady, then dials the webhook server. Here
+// crmanager.ReadyzCheck asks the rotator whether the API server would trust
+// what is served (the served chain verifies against the live caBundle of
+// every configuration and CRD above, for the Service's name), then dials the
+// webhook server as upstream does, so a replica is ready only once both hold.
 func setupProbes(mgr ctrl.Manager, rotator *webhookcerts.Rotator) error {
 	if err := mgr.AddHealthzCheck("healthz", healthz.Ping); err != nil {
 		return fmt.Errorf("unable to set up health check: %w", err)
 	}
 	ready := func(req *http.Request) error {
-		if rotator != nil {
-			if err := rotator.ReadyzCheck(req); err != nil {
-				return err
-			}
-		}
 		// Called late, as upstream does: GetWebhookServer adds the server
 		// to the manager on first use.
 		return mgr.GetWebhookServer().StartedChecker()(req)
+	}
+	if rotator != nil {
+		ready = crmanager.ReadyzCheck(mgr, rotator)
 	}
 	if err := mgr.AddReadyzCheck("readyz", ready); err != nil {
 		return fmt.Errorf("unable to set up ready check: %w", err)

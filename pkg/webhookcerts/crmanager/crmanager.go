@@ -14,7 +14,9 @@ package crmanager
 import (
 	"errors"
 	"fmt"
+	"net/http"
 
+	"sigs.k8s.io/controller-runtime/pkg/healthz"
 	"sigs.k8s.io/controller-runtime/pkg/manager"
 	"sigs.k8s.io/controller-runtime/pkg/webhook"
 
@@ -75,4 +77,26 @@ func Attach(mgr manager.Manager, r *webhookcerts.Rotator) error {
 		return fmt.Errorf("crmanager: add the rotator to the manager: %w", err)
 	}
 	return nil
+}
+
+// ReadyzCheck is the readiness check to register in place of
+// controller-runtime's webhook StartedChecker (mgr.AddReadyzCheck("readyz",
+// crmanager.ReadyzCheck(mgr, r))): ready when r's served chain verifies
+// against the live caBundle of every configuration and CRD r owns, for the
+// Service's name (Rotator.ReadyzCheck), and the manager's webhook server
+// accepts TLS connections on its port (StartedChecker). Either alone is not
+// enough: a listening server with a chain the API server does not trust
+// fails every call, and a trusted chain on a server not yet listening is
+// refused. The webhook server is looked up at each call, as Kueue does, so
+// the check can be registered before the server is built.
+func ReadyzCheck(mgr manager.Manager, r *webhookcerts.Rotator) healthz.Checker {
+	return func(req *http.Request) error {
+		if err := r.ReadyzCheck(req); err != nil {
+			return err
+		}
+		if err := mgr.GetWebhookServer().StartedChecker()(req); err != nil {
+			return fmt.Errorf("webhook server: %w", err)
+		}
+		return nil
+	}
 }

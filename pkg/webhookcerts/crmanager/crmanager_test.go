@@ -72,3 +72,17 @@ func TestAdd(t *testing.T) {
 }
 
 type otherServer struct{ webhook.Server }
+
+// ReadyzCheck fails while the Rotator has not started (nothing verified
+// against a live caBundle yet), whatever the webhook server says.
+func TestReadyzCheckNeedsTheRotator(t *testing.T) {
+	mgr := newManager(t, nil)
+	r, err := Add(mgr, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = ReadyzCheck(mgr, r)(nil)
+	if !errors.Is(err, webhookcerts.ErrNotStarted) {
+		t.Fatalf("ReadyzCheck before Start = %v, want ErrNotStarted", err)
+	}
+}
