@@ -193,6 +193,14 @@ func run() error {
 		}
 	}
 
+	if rotator != nil && options.WebhookServer != nil {
+		// A replica being stopped (rollout, eviction, a deleted leader) goes
+		// on answering for crmanager.DefaultDrain after SIGTERM, each answer
+		// with Connection: close, so the API server's pooled connections
+		// and kube-proxy leave it before it closes its listener; the
+		// chart's terminationGracePeriodSeconds (10) covers it.
+		options.WebhookServer = crmanager.Drain(options.WebhookServer, crmanager.DefaultDrain)
+	}
 	mgr, err := ctrl.NewManager(kubeConfig, options)
 	if err != nil {
 		return fmt.Errorf("unable to create the manager: %w", err)

@@ -62,13 +62,17 @@ func Add(mgr manager.Manager, opts webhookcerts.Options) (*webhookcerts.Rotator,
 // works before the manager's caches sync); call it before mgr.Start.
 //
 // It returns an error when mgr or r is nil, the webhook server is not a
-// *webhook.DefaultServer (then set its TLS options to r.TLSOpt yourself and
+// *webhook.DefaultServer (or a DrainingServer wrapping one) (then set its TLS options to r.TLSOpt yourself and
 // call mgr.Add(r)), or mgr.Add fails.
 func Attach(mgr manager.Manager, r *webhookcerts.Rotator) error {
 	if mgr == nil || r == nil {
 		return errors.New("crmanager: nil manager or rotator")
 	}
-	srv, ok := mgr.GetWebhookServer().(*webhook.DefaultServer)
+	ws := mgr.GetWebhookServer()
+	if d, ok := ws.(*DrainingServer); ok {
+		ws = d.Unwrap()
+	}
+	srv, ok := ws.(*webhook.DefaultServer)
 	if !ok {
 		return fmt.Errorf("crmanager: the manager's webhook server is a %T, not a *webhook.DefaultServer: set its TLS options to Rotator.TLSOpt yourself and call mgr.Add", mgr.GetWebhookServer())
 	}
@@ -94,7 +98,11 @@ func ReadyzCheck(mgr manager.Manager, r *webhookcerts.Rotator) healthz.Checker {
 		if err := r.ReadyzCheck(req); err != nil {
 			return err
 		}
-		if err := mgr.GetWebhookServer().StartedChecker()(req); err != nil {
+		ws := mgr.GetWebhookServer()
+		if d, ok := ws.(*DrainingServer); ok && d.Draining() {
+			return errors.New("webhook server: draining before shutdown")
+		}
+		if err := ws.StartedChecker()(req); err != nil {
 			return fmt.Errorf("webhook server: %w", err)
 		}
 		return nil

@@ -54,9 +54,6 @@ const (
 // bound. The markdown table is logged and written to $KADMIT_KUEUE_REPORT
 // when set.
 func TestKueueCertificatesUnderLoad(t *testing.T) {
-	if os.Getenv(EnvCompare) != "1" {
-		t.Skipf("%s is not 1 (make kueue-compare sets it): not part of make test", EnvCompare)
-	}
 	dir := Dir()
 	results := Results{}
 	began := time.Now()
@@ -79,6 +76,7 @@ func TestKueueCertificatesUnderLoad(t *testing.T) {
 	header := fmt.Sprintf("Kueue %s, chart charts/kueue with 2 replicas and internal certificate management, on a fresh two-node cluster per variant; "+
 		"load: %d Job creations/s (server-side dry run, label %s=%s in namespace %s), windows relative to each scenario's start (the fresh install: `helm install`; the others: the disruption), by the time the failed call was sent. Run took %s.",
 		Version, loadRate, QueueNameLabel, LocalQueue, LoadNamespace, time.Since(began).Round(time.Second))
+	header += fmt.Sprintf(" The library variant runs with the RBAC its change adds to the chart's (docs/library.md): patch on webhook configurations and CRDs, get on Services and list on EndpointSlices in %s.", Namespace)
 	table := Table(results, header)
 	t.Log("\n" + table)
 	if p := os.Getenv(EnvReport); p != "" {
@@ -107,6 +105,12 @@ func runVariant(t *testing.T, dir string, v Variant, results Results) {
 	defer c.Stop()
 	if err := EnsureNamespaces(ctx, c); err != nil {
 		t.Fatal(err)
+	}
+	if v.Library {
+		t.Logf("granting the manager the library's RBAC beyond the chart's: patch on webhook configurations and CRDs, get Services and list EndpointSlices in %s (%s)", Namespace, LibraryRBACName)
+		if err := GrantLibraryRBAC(ctx, c); err != nil {
+			t.Fatal(err)
+		}
 	}
 	tl := realcluster.StartTimeline(ctx, c, Namespace, Selector, ServiceName)
 	stopObserve := Observe(ctx, c, tl)
@@ -226,7 +230,7 @@ func (r *variantRun) fresh(ctx context.Context, dir string) bool {
 		r.results.Set(r.v.Name, FreshBefore, Cell{Summary: Summarize(calls, start, start, time.Time{}), Note: note + "; never Available", Err: err})
 		r.results.Set(r.v.Name, FreshAfter, Cell{Err: errors.New("the Deployment never turned Available")})
 		t.Errorf("%s: %v", FreshBefore, err)
-		r.explain(ctx, FreshBefore, start, calls)
+		r.explain(ctx, FreshBefore, start, calls, r.v.Library)
 		return false
 	}
 	note += fmt.Sprintf("; Available at %s", Seconds(available.Sub(start)))
@@ -240,7 +244,7 @@ func (r *variantRun) fresh(ctx context.Context, dir string) bool {
 		t.Errorf("%s: %v", FreshAfter, err)
 	}
 	if before.Failed > 0 || after.Failed > 0 {
-		r.explain(ctx, "fresh install", start, calls)
+		r.explain(ctx, "fresh install", start, calls, r.v.Library && after.Failed > 0)
 	}
 	if r.v.Library && after.Failed > 0 {
 		t.Errorf("%s: %d failed admissions after the Deployment turned Available (target 0)", FreshAfter, after.Failed)
@@ -282,10 +286,10 @@ func (r *variantRun) disrupt(ctx context.Context, name string, bound time.Durati
 		}
 	}
 	calls := load.Stop()
-	if note != "" {
-		note += "; "
-	}
 	if err == nil {
+		if note != "" {
+			note += "; "
+		}
 		note += fmt.Sprintf("completed at %s, load until %s after", Seconds(completed), settle)
 	}
 	s := Summarize(calls, start, time.Time{}, time.Time{})
@@ -294,8 +298,8 @@ func (r *variantRun) disrupt(ctx context.Context, name string, bound time.Durati
 	if err != nil {
 		t.Errorf("%s did not complete: %v", name, err)
 	}
-	if s.Failed > 0 {
-		r.explain(ctx, name, start, calls)
+	if s.Failed > 0 || err != nil {
+		r.explain(ctx, name, start, calls, r.v.Library)
 	}
 	if r.v.Library && s.Failed > 0 {
 		t.Errorf("%s: %d failed admissions (target 0)", name, s.Failed)
@@ -307,7 +311,7 @@ func (r *variantRun) disrupt(ctx context.Context, name string, bound time.Durati
 // endpoints, webhook configurations, the Secret) from the scenario's start
 // to its last failure, the API server's log lines about Kueue's webhooks,
 // and, for the library variant, the managers' logs.
-func (r *variantRun) explain(ctx context.Context, name string, start time.Time, calls []Call) {
+func (r *variantRun) explain(ctx context.Context, name string, start time.Time, calls []Call, managerLogs bool) {
 	t, c := r.t, r.c
 	var first, last time.Time
 	for _, call := range calls {
@@ -319,24 +323,89 @@ func (r *variantRun) explain(ctx context.Context, name string, start time.Time, 
 		}
 		last = call.Sent.Add(call.Took)
 	}
+	if last.IsZero() { // no failure: explaining a scenario that did not complete
+		first, last = start, time.Now()
+	}
 	var b strings.Builder
-	fmt.Fprintf(&b, "%s (%s), timeline from its start (%s) to its last failure:\n", name, r.v.Name, start.UTC().Format("15:04:05.000"))
+	fmt.Fprintf(&b, "%s (%s), timeline from its start (%s) to its last failure (or its end):\n", name, r.v.Name, start.UTC().Format("15:04:05.000"))
 	for _, e := range r.tl.Events() {
 		if e.At.Before(start.Add(-baseline)) || e.At.After(last.Add(5*time.Second)) {
 			continue
 		}
 		fmt.Fprintf(&b, "  %+6.1f s %s\n", e.At.Sub(start).Seconds(), e.What)
 	}
-	if lines, err := realcluster.LogLines(c.APIServerLog(), "Failed calling webhook", first.Add(-time.Second), last.Add(time.Second), 10); err == nil && len(lines) > 0 {
+	lines, err := realcluster.LogLines(c.APIServerLog(), "Failed calling webhook", first.Add(-time.Second), last.Add(time.Second), 10)
+	if err != nil {
+		fmt.Fprintf(&b, "kube-apiserver log: %v\n", err)
+	}
+	if len(lines) > 0 {
 		fmt.Fprintf(&b, "kube-apiserver log (first lines about failed webhook calls):\n  %s\n", strings.Join(lines, "\n  "))
 	}
 	t.Log(b.String())
-	if r.v.Library {
-		lctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-		defer cancel()
-		out, _ := c.Kubectl(lctx, "-n", Namespace, "logs", "-l", Selector, "--all-containers", "--prefix", "--tail=200", "--max-log-requests=4")
-		t.Logf("manager logs (current pods):\n%s", out)
+	if managerLogs {
+		r.managerLogs()
 	}
+}
+
+// managerLogs logs, for each manager pod, its state (restarts, why the
+// last container ended) and the lines of its current and previous
+// container's logs about certificates, errors and shutdowns.
+func (r *variantRun) managerLogs() {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	pods, err := r.c.Client.CoreV1().Pods(Namespace).List(ctx, metav1.ListOptions{LabelSelector: Selector})
+	if err != nil {
+		r.t.Logf("manager logs: %v", err)
+		return
+	}
+	var b strings.Builder
+	for _, p := range pods.Items {
+		fmt.Fprintf(&b, "pod %s on %s, phase %s", p.Name, p.Spec.NodeName, p.Status.Phase)
+		for _, cs := range p.Status.ContainerStatuses {
+			fmt.Fprintf(&b, "; container %s ready=%v restarts=%d", cs.Name, cs.Ready, cs.RestartCount)
+			if w := cs.State.Waiting; w != nil {
+				fmt.Fprintf(&b, " waiting (%s)", w.Reason)
+			}
+			if l := cs.LastTerminationState.Terminated; l != nil {
+				fmt.Fprintf(&b, ", last ended %s exit %d at %s", l.Reason, l.ExitCode, l.FinishedAt.UTC().Format("15:04:05"))
+			}
+		}
+		b.WriteString("\n")
+		seen := ""
+		for _, prev := range []bool{true, false} {
+			args := []string{"-n", Namespace, "logs", p.Name, "--all-containers", "--tail=-1"}
+			which := "current container"
+			if prev {
+				args = append(args, "--previous")
+				which = "previous container"
+			}
+			out, err := r.c.Kubectl(ctx, args...)
+			if err != nil {
+				if !prev {
+					fmt.Fprintf(&b, "  %s: %v: %s\n", which, err, lastLines(out, 3))
+				}
+				continue
+			}
+			if out == seen { // a container waiting to restart shows its previous one's log
+				continue
+			}
+			seen = out
+			fmt.Fprintf(&b, "  %s (certificates, errors, shutdowns; the last 12 such lines):\n%s\n", which, indent(certLines(out, 12), "    "))
+		}
+	}
+	r.t.Logf("manager pods and logs:\n%s", b.String())
+}
+
+func lastLines(s string, n int) string {
+	l := strings.Split(strings.TrimSpace(s), "\n")
+	return strings.Join(l[max(0, len(l)-n):], " / ")
+}
+
+func indent(s, prefix string) string {
+	if s == "" {
+		return prefix + "(none)"
+	}
+	return prefix + strings.ReplaceAll(s, "\n", "\n"+prefix)
 }
 
 // logPods logs where the manager's pods run and which holds the lease.
@@ -351,4 +420,26 @@ func (r *variantRun) logPods(ctx context.Context) {
 	}
 	leader, _ := Leader(ctx, r.c)
 	r.t.Logf("manager pods: %s; leader %s", strings.Join(s, ", "), leader)
+}
+
+// certLines keeps the lines of managers' logs about certificates
+// (webhookcerts' logger, cert-controller's), errors, and shutdowns: at most
+// max, the last ones.
+func certLines(logs string, max int) string {
+	var out []string
+	for _, l := range strings.Split(logs, "\n") {
+		for _, k := range []string{`"logger":"webhookcerts`, `cert-rotator`, `"level":"error"`, "hutdown", "Stopping and waiting", "signal"} {
+			if strings.Contains(l, k) {
+				if len(l) > 700 {
+					l = l[:700] + "…"
+				}
+				out = append(out, l)
+				break
+			}
+		}
+	}
+	if len(out) > max {
+		out = out[len(out)-max:]
+	}
+	return strings.Join(out, "\n")
 }

@@ -29,6 +29,7 @@ import (
 	"helm.sh/helm/v4/pkg/kube"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
@@ -61,6 +62,7 @@ const (
 	ReleaseName    = "kueue"
 	Namespace      = "kueue-system"
 	DeploymentName = "kueue-controller-manager"
+	ServiceAccount = "kueue-controller-manager"
 	ServiceName    = "kueue-webhook-service"
 	SecretName     = "kueue-webhook-server-cert"
 	MutatingName   = "kueue-mutating-webhook-configuration"
@@ -371,4 +373,62 @@ func CreateQueues(ctx context.Context, c *cluster.Cluster) error {
 		}
 	}
 	return nil
+}
+
+// LibraryRBACName names the ClusterRole, Role and their bindings
+// GrantLibraryRBAC makes.
+const LibraryRBACName = "kueue-webhookcerts"
+
+// GrantLibraryRBAC grants the manager's ServiceAccount what the library
+// needs beyond the chart's RBAC, which is cert-controller's (get, list,
+// watch and update on the webhook configurations and CRDs, nothing on
+// Services or EndpointSlices): patch (server-side apply of caBundle) on
+// MutatingWebhookConfigurations, ValidatingWebhookConfigurations and
+// CustomResourceDefinitions, and in Namespace get on Services and list on
+// EndpointSlices (the gate before an old CA leaves). It is the RBAC part
+// of the change docs/library.md describes for Kueue, applied beside the
+// chart for the library variant only.
+func GrantLibraryRBAC(ctx context.Context, c *cluster.Cluster) error {
+	subjects := []rbacv1.Subject{{Kind: "ServiceAccount", Namespace: Namespace, Name: ServiceAccount}}
+	rbac := c.Client.RbacV1()
+	create := func(err error) error {
+		if err != nil && !apierrors.IsAlreadyExists(err) {
+			return fmt.Errorf("kueuecluster: the library's RBAC: %w", err)
+		}
+		return nil
+	}
+	_, err := rbac.ClusterRoles().Create(ctx, &rbacv1.ClusterRole{
+		ObjectMeta: metav1.ObjectMeta{Name: LibraryRBACName},
+		Rules: []rbacv1.PolicyRule{
+			{APIGroups: []string{"admissionregistration.k8s.io"}, Resources: []string{"mutatingwebhookconfigurations", "validatingwebhookconfigurations"}, Verbs: []string{"patch"}},
+			{APIGroups: []string{"apiextensions.k8s.io"}, Resources: []string{"customresourcedefinitions"}, Verbs: []string{"patch"}},
+		},
+	}, metav1.CreateOptions{})
+	if err := create(err); err != nil {
+		return err
+	}
+	_, err = rbac.ClusterRoleBindings().Create(ctx, &rbacv1.ClusterRoleBinding{
+		ObjectMeta: metav1.ObjectMeta{Name: LibraryRBACName},
+		RoleRef:    rbacv1.RoleRef{APIGroup: "rbac.authorization.k8s.io", Kind: "ClusterRole", Name: LibraryRBACName},
+		Subjects:   subjects,
+	}, metav1.CreateOptions{})
+	if err := create(err); err != nil {
+		return err
+	}
+	_, err = rbac.Roles(Namespace).Create(ctx, &rbacv1.Role{
+		ObjectMeta: metav1.ObjectMeta{Name: LibraryRBACName, Namespace: Namespace},
+		Rules: []rbacv1.PolicyRule{
+			{APIGroups: []string{""}, Resources: []string{"services"}, Verbs: []string{"get"}},
+			{APIGroups: []string{"discovery.k8s.io"}, Resources: []string{"endpointslices"}, Verbs: []string{"list"}},
+		},
+	}, metav1.CreateOptions{})
+	if err := create(err); err != nil {
+		return err
+	}
+	_, err = rbac.RoleBindings(Namespace).Create(ctx, &rbacv1.RoleBinding{
+		ObjectMeta: metav1.ObjectMeta{Name: LibraryRBACName, Namespace: Namespace},
+		RoleRef:    rbacv1.RoleRef{APIGroup: "rbac.authorization.k8s.io", Kind: "Role", Name: LibraryRBACName},
+		Subjects:   subjects,
+	}, metav1.CreateOptions{})
+	return create(err)
 }
