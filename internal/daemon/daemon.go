@@ -159,7 +159,7 @@ type daemon struct {
 // Run serves until ctx is cancelled and returns nil after a clean drain.
 // Errors wrapping ErrUsage are about opts themselves.
 func Run(ctx context.Context, opts Options, log *slog.Logger) error {
-	// client-go (leader election, informers) logs through klog: keep one
+	// client-go (informers) logs through klog: keep one
 	// log stream in one format.
 	klog.SetSlogLogger(log)
 	d := &daemon{opts: opts, log: log}
