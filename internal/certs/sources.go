@@ -15,8 +15,9 @@ import (
 
 // Source is where the serving certificate comes from: one implementation
 // per `kadmit serve --tls` mode (FilesSource, SelfSignedSource, and
-// lifecycle.Manager for self-managed). The daemon serves Holder, registers
-// CABundle and composes Ready into /readyz; nothing else differs by mode.
+// daemon's rotatorSource, a webhookcerts.Rotator, for self-managed). The
+// daemon serves Holder, registers CABundle and composes Ready into /readyz;
+// nothing else differs by mode.
 type Source interface {
 	// Holder serves the current certificate; its GetCertificate goes into
 	// the HTTPS listener's tls.Config.

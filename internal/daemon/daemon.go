@@ -25,7 +25,6 @@ import (
 	"github.com/kadmit/kadmit/internal/celpolicy"
 	"github.com/kadmit/kadmit/internal/certs"
 	"github.com/kadmit/kadmit/internal/kubeconfig"
-	"github.com/kadmit/kadmit/internal/lifecycle"
 	"github.com/kadmit/kadmit/internal/metrics"
 	"github.com/kadmit/kadmit/internal/policy/builtin"
 	"github.com/kadmit/kadmit/internal/readiness"
@@ -108,11 +107,6 @@ type Options struct {
 	ClusterDomain               string
 	KeyType                     string
 	ServingValidity, CAValidity time.Duration
-	LeaseName, Identity         string
-	LeaseDuration               time.Duration
-	RenewDeadline               time.Duration
-	RetryPeriod                 time.Duration
-	SettleDelay                 time.Duration
 
 	// Register writes kadmit's webhook configurations once a replica is
 	// ready, and repairs them whenever they change.
@@ -122,7 +116,7 @@ type Options struct {
 	WebhookConfigName string
 	// WebhookURL is the base URL the API server calls in dev mode.
 	WebhookURL string
-	// Namespace is kadmit's own namespace (Secret, Lease, Service); it is
+	// Namespace is kadmit's own namespace (Secret, Service); it is
 	// always excluded from kadmit's webhooks.
 	Namespace    string
 	ServiceName  string
@@ -157,7 +151,7 @@ type daemon struct {
 	names      certs.Names
 	serverName string
 	source     certs.Source
-	manager    *lifecycle.Manager      // the source in self-managed mode
+	rotator    *rotatorSource          // the source in self-managed mode
 	registrar  *registration.Registrar // nil without --register
 	srv        *server.Server
 }
@@ -165,12 +159,12 @@ type daemon struct {
 // Run serves until ctx is cancelled and returns nil after a clean drain.
 // Errors wrapping ErrUsage are about opts themselves.
 func Run(ctx context.Context, opts Options, log *slog.Logger) error {
-	// client-go (leader election, informers) logs through klog: keep one
+	// client-go (informers) logs through klog: keep one
 	// log stream in one format.
 	klog.SetSlogLogger(log)
 	d := &daemon{opts: opts, log: log}
 	for _, step := range []func(context.Context) error{
-		d.validate, d.connect, d.loadPolicies, d.newMetrics, d.newSource, d.newRegistrar, d.newServer,
+		d.validate, d.connect, d.loadPolicies, d.newMetrics, d.newSource, d.newRegistrar, d.newRotator, d.newServer,
 	} {
 		if err := step(ctx); err != nil {
 			return err
@@ -291,7 +285,7 @@ func (d *daemon) newRegistrar(context.Context) error {
 	}
 	reg, err := registration.NewRegistrar(registration.RegistrarOptions{
 		Client: d.client, Registration: d.registrationOptions(), Hooks: d.hooks,
-		ServerName: d.serverName, Holder: d.source.Holder(), Bundle: d.source.CABundle,
+		ServerName: d.serverName, Holder: d.source.Holder(), Bundle: d.bundle,
 		Listening: func() error { return d.srv.Serving() }, Probe: d.probe(), Logger: d.log,
 	})
 	if err != nil {
@@ -302,10 +296,17 @@ func (d *daemon) newRegistrar(context.Context) error {
 		return nil
 	}
 	d.reloads.register = reg.SetHooks
-	if d.manager != nil {
-		d.manager.SetRegistrar(reg)
-	}
 	return nil
+}
+
+// bundle is the registrar's Bundle: the source's caBundle, with the
+// generation of the certificate Secret it comes from in self-managed mode
+// (so a replica whose Secret lags never reverts a newer one).
+func (d *daemon) bundle() ([]byte, int64) {
+	if d.rotator != nil {
+		return d.rotator.bundle()
+	}
+	return d.source.CABundle(), 0
 }
 
 func (d *daemon) registrationOptions() registration.Options {
@@ -418,9 +419,10 @@ func (d *daemon) start(ctx context.Context) error {
 		return err
 	}
 	d.log.Info("serving certificate source started", "tls", d.opts.TLSMode, "sans", d.source.SANs(), "serverName", d.serverName)
-	if d.opts.Register && d.opts.TLSMode != TLSSelfManaged {
-		// Self-managed writes are the elected replica's (lifecycle);
-		// here every replica keeps its configurations written.
+	if d.opts.Register {
+		// Every replica keeps the configurations written; in self-managed
+		// mode with the bundle of its Secret, whose generation keeps a
+		// replica that lags from reverting a newer one.
 		if err := waitServing(ctx, d.srv, 10*time.Second); err != nil {
 			return err
 		}

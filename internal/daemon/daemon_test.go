@@ -5,50 +5,68 @@ import (
 	"errors"
 	"io"
 	"log/slog"
-	"net"
 	"slices"
 	"testing"
 	"time"
+
+	"k8s.io/client-go/kubernetes/fake"
+
+	"github.com/kadmit/kadmit/pkg/webhookcerts"
+
+	"github.com/kadmit/kadmit/internal/registration"
 )
 
-func TestSelfManagedSpecServiceMode(t *testing.T) {
-	d := &daemon{opts: Options{TLSMode: TLSSelfManaged,
-		Namespace: "kadmit-system", SecretName: "kadmit-tls", ServiceName: "kadmit", ClusterDomain: "cluster.local",
-		ServingValidity: time.Hour, CAValidity: 10 * time.Hour, SANs: []string{"extra.example", "198.18.0.2", "kadmit"},
-	}}
+// selfManaged runs the self-managed steps that need no cluster: validate,
+// the source's options, the Rotator (on a fake client, not started).
+func selfManaged(t *testing.T, o Options) *daemon {
+	t.Helper()
+	d := &daemon{opts: o, client: fake.NewClientset(), log: slog.New(slog.NewTextHandler(io.Discard, nil))}
 	if err := d.validate(context.Background()); err != nil {
 		t.Fatal(err)
 	}
-	spec, err := d.selfManagedSpec()
-	if err != nil {
+	if err := d.selfManagedSource(); err != nil {
 		t.Fatal(err)
 	}
+	if err := d.newRotator(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	return d
+}
+
+func TestSelfManagedServiceMode(t *testing.T) {
+	d := selfManaged(t, Options{TLSMode: TLSSelfManaged,
+		Namespace: "kadmit-system", SecretName: "kadmit-tls", ServiceName: "kadmit", ServicePort: 8443, ClusterDomain: "cluster.local",
+		ServingValidity: time.Hour, CAValidity: 10 * time.Hour, SANs: []string{"extra.example", "198.18.0.2", "kadmit"},
+	})
 	if d.serverName != "kadmit.kadmit-system.svc" {
 		t.Fatalf("server name %q", d.serverName)
 	}
-	want := []string{"extra.example", "kadmit", "kadmit.kadmit-system", "kadmit.kadmit-system.svc", "kadmit.kadmit-system.svc.cluster.local"}
-	if !slices.Equal(spec.DNSNames, want) {
-		t.Fatalf("DNS SANs %v, want %v (no repeats)", spec.DNSNames, want)
+	o := d.rotator.opts
+	if o.Service == nil || *o.Service != (webhookcerts.ServiceRef{Namespace: "kadmit-system", Name: "kadmit", Port: 8443}) || o.DNSName != "" {
+		t.Fatalf("Service %+v, DNSName %q", o.Service, o.DNSName)
 	}
-	if len(spec.IPs) != 1 || !spec.IPs[0].Equal(net.ParseIP("198.18.0.2")) {
-		t.Fatalf("IP SANs %v", spec.IPs)
+	if o.RotateAnnotation != "kadmit.io/rotate" || o.FieldManager != registration.FieldManager || o.Injector != nil {
+		t.Fatalf("annotation %q, field manager %q, injector %v", o.RotateAnnotation, o.FieldManager, o.Injector)
+	}
+	want := []string{"kadmit", "kadmit.kadmit-system", "kadmit.kadmit-system.svc", "kadmit.kadmit-system.svc.cluster.local", "extra.example", "198.18.0.2"}
+	if got := d.source.SANs(); !slices.Equal(got, want) {
+		t.Fatalf("SANs %v, want %v (no repeats)", got, want)
+	}
+	if d.rotator.r.Holder() != d.source.Holder() {
+		t.Fatal("the Rotator serves into a Holder the server does not read")
 	}
 }
 
-func TestSelfManagedSpecURLMode(t *testing.T) {
-	d := &daemon{opts: Options{TLSMode: TLSSelfManaged,
+func TestSelfManagedURLMode(t *testing.T) {
+	d := selfManaged(t, Options{TLSMode: TLSSelfManaged,
 		Namespace: "kadmit-system", SecretName: "kadmit-tls", WebhookURL: "https://127.0.0.1:9443", ServiceName: "kadmit",
 		ServingValidity: time.Hour, CAValidity: time.Hour,
-	}}
-	if err := d.validate(context.Background()); err != nil {
-		t.Fatal(err)
+	})
+	if d.serverName != "127.0.0.1" || d.rotator.opts.Service != nil || d.rotator.opts.DNSName != "127.0.0.1" {
+		t.Fatalf("name %q, options %+v", d.serverName, d.rotator.opts)
 	}
-	spec, err := d.selfManagedSpec()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if d.serverName != "127.0.0.1" || len(spec.IPs) != 1 || len(spec.DNSNames) != 0 {
-		t.Fatalf("name %q spec %+v", d.serverName, spec)
+	if got := d.source.SANs(); !slices.Equal(got, []string{"127.0.0.1"}) {
+		t.Fatalf("SANs %v", got)
 	}
 	if d.probe() != nil {
 		t.Fatal("URL mode probes Service endpoints")
@@ -59,7 +77,7 @@ func TestUsageErrors(t *testing.T) {
 	base := Options{TLSMode: TLSSelfManaged, Namespace: "ns", SecretName: "s", ServiceName: "svc", ServingValidity: time.Hour, CAValidity: time.Hour}
 	for name, mutate := range map[string]func(*Options){
 		"key type":           func(o *Options) { o.KeyType = "dsa-1024" },
-		"short validity":     func(o *Options) { o.ServingValidity = time.Second },
+		"short validity":     func(o *Options) { o.ServingValidity = 2 * time.Minute },
 		"CA shorter":         func(o *Options) { o.CAValidity = time.Minute },
 		"no service, no url": func(o *Options) { o.ServiceName = "" },
 		"url without a host": func(o *Options) { o.WebhookURL = "https://:9443" },
@@ -70,7 +88,7 @@ func TestUsageErrors(t *testing.T) {
 		d := &daemon{opts: o}
 		err := d.validate(context.Background())
 		if err == nil {
-			_, err = d.selfManagedSpec()
+			_, err = d.selfManagedOptions()
 		}
 		if !errors.Is(err, ErrUsage) {
 			t.Errorf("%s: err = %v, want ErrUsage", name, err)

@@ -67,7 +67,7 @@ func TestReloadReleasesOldEngine(t *testing.T) {
 	t.Cleanup(func() { newEngine = build })
 
 	// The daemon assembled as Run assembles it (validate, loadPolicies,
-	// newMetrics, newSource, newRegistrar, newServer), with the test
+	// newMetrics, newSource, newRegistrar, newRotator, newServer), with the test
 	// reloader's static cluster caches and a fake client for the
 	// registrar, which is built but not started.
 	r, declared := testReloader(t)
@@ -87,7 +87,7 @@ func TestReloadReleasesOldEngine(t *testing.T) {
 		t.Fatal(err)
 	}
 	started := d.hooks
-	for _, step := range []func(context.Context) error{d.newMetrics, d.newSource, d.newRegistrar, d.newServer} {
+	for _, step := range []func(context.Context) error{d.newMetrics, d.newSource, d.newRegistrar, d.newRotator, d.newServer} {
 		if err := step(r.ctx); err != nil {
 			t.Fatal(err)
 		}

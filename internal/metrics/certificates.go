@@ -19,7 +19,7 @@ type Certificates struct {
 //   - kadmit_certificate_expiry_timestamp_seconds{certificate="serving"|"ca"}:
 //     NotAfter of the served certificate and of the signing CA, Unix seconds.
 //   - kadmit_certificate_rotations_total{kind="serving"|"ca"}: certificates
-//     this replica issued as leader.
+//     this replica issued and wrote into the certificate Secret.
 //   - kadmit_certificate_reloads_total: serving certificates swapped in.
 //   - kadmit_certificate_reload_errors_total: unusable certificate sources seen.
 func NewCertificates(reg prometheus.Registerer) (*Certificates, error) {
@@ -30,7 +30,7 @@ func NewCertificates(reg prometheus.Registerer) (*Certificates, error) {
 		}, []string{"certificate"}),
 		rotations: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "kadmit_certificate_rotations_total",
-			Help: "Certificates issued by this replica while leader, by kind.",
+			Help: "Certificates this replica issued and wrote into the certificate Secret, by kind.",
 		}, []string{"kind"}),
 		reloads: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "kadmit_certificate_reloads_total",

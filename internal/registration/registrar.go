@@ -11,6 +11,7 @@ import (
 	"net/url"
 	"slices"
 	"sort"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -81,10 +82,11 @@ type RegistrarOptions struct {
 	ServerName string
 	// Holder is this replica's served certificate.
 	Holder *webhookcerts.Holder
-	// Bundle returns the certificate source's current caBundle: what Run
-	// injects, and what readiness verifies against before any configuration
-	// exists (certs.Source.CABundle).
-	Bundle func() []byte
+	// Bundle returns the certificate source's current caBundle and its
+	// generation (the certificate Secret's webhookcerts.GenerationAnnotation;
+	// 0 for sources without one): what Run injects, and what readiness
+	// verifies against before any configuration exists.
+	Bundle func() (bundle []byte, generation int64)
 	// Listening reports whether this replica's HTTPS listener serves
 	// (server.Server.Serving); nothing is written before it does.
 	Listening func() error
@@ -113,12 +115,15 @@ type RegistrarOptions struct {
 // (Calls) and answers readiness: does the served
 // certificate verify against every registered caBundle?
 //
-// Every TLS mode uses it. With files and self-signed certificates Run
-// drives it; with self-managed ones the elected replica's lifecycle calls
-// Inject at each step of a rotation, so writes stay leader-only.
+// Every TLS mode uses it, and Run drives it. With self-managed
+// certificates it is also the webhookcerts.Rotator's Injector: the Rotator
+// hands it each Secret's bundle (Inject) and reads the caBundles back
+// (Bundles) to gate a CA rotation.
 type Registrar struct {
 	o   RegistrarOptions
 	log *slog.Logger
+	// writeMu serializes writes: Run and the Rotator's Inject both write.
+	writeMu sync.Mutex
 
 	mutating   listersadmissionv1.MutatingWebhookConfigurationLister
 	validating listersadmissionv1.ValidatingWebhookConfigurationLister
@@ -128,8 +133,12 @@ type Registrar struct {
 	mu       sync.Mutex
 	hooks    []admission.Hook
 	onChange []func()
-	heldFor  string    // why the last Inject held back, logged once per reason
-	foreign  types.UID // the last configuration deleteOwn left alone, logged once
+	heldFor  string // why the last write held back, logged once per reason
+	// offered and offeredGen are the newest bundle Inject was given: Run
+	// writes it while the source's Bundle lags behind it.
+	offered    []byte
+	offeredGen int64
+	foreign    types.UID // the last configuration deleteOwn left alone, logged once
 	// verifiedSince is when the probe first found a ready endpoint that
 	// verifies, in the current run of probes that all found one (zero:
 	// none); a first registration waits until ProxySettle after it.
@@ -165,7 +174,7 @@ func NewRegistrar(opts RegistrarOptions) (*Registrar, error) {
 		opts.ProxySettle = DefaultProxySettle
 	}
 	if opts.Bundle == nil {
-		opts.Bundle = func() []byte { return nil }
+		opts.Bundle = func() ([]byte, int64) { return nil, 0 }
 	}
 	hooks := opts.Hooks
 	// r.hooks holds them (SetHooks replaces them on a reload): a copy in
@@ -340,9 +349,9 @@ func (r *Registrar) Ready() error {
 		return errors.New("webhook configuration informers not synced")
 	}
 	now := r.o.Now()
-	bundles := r.Bundles()
+	bundles, _ := r.cachedBundles()
 	if len(bundles) == 0 {
-		if b := r.o.Bundle(); len(b) > 0 {
+		if b, _ := r.o.Bundle(); len(b) > 0 {
 			bundles = map[string][]byte{"the certificate source": b}
 		}
 	}
@@ -354,55 +363,108 @@ func (r *Registrar) Ready() error {
 	return nil
 }
 
-// Bundles returns each registered webhook's caBundle from the informer
-// cache, keyed by "<Kind>/<webhook>"; empty before Start or when neither
-// configuration exists.
-func (r *Registrar) Bundles() map[string][]byte {
-	out := map[string][]byte{}
+// cachedBundles returns each registered webhook's caBundle from the
+// informer cache, keyed by "<Kind>/<webhook>", and the highest
+// webhookcerts.GenerationAnnotation of the two configurations; empty before
+// Start or when neither configuration exists.
+func (r *Registrar) cachedBundles() (map[string][]byte, int64) {
+	out, gen := map[string][]byte{}, int64(0)
 	if r.mutating == nil {
-		return out
+		return out, 0
 	}
 	if mwc, err := r.mutating.Get(r.Name()); err == nil {
+		gen = max(gen, generationOf(mwc.ObjectMeta))
 		for _, w := range mwc.Webhooks {
 			out["MutatingWebhookConfiguration/"+w.Name] = w.ClientConfig.CABundle
 		}
 	}
 	if vwc, err := r.validating.Get(r.Name()); err == nil {
+		gen = max(gen, generationOf(vwc.ObjectMeta))
 		for _, w := range vwc.Webhooks {
 			out["ValidatingWebhookConfiguration/"+w.Name] = w.ClientConfig.CABundle
 		}
 	}
-	return out
+	return out, gen
 }
 
-// ServerBundles GETs both configurations from the API server (not the
-// cache) and returns every webhook's caBundle: what the API server itself
-// uses, for steps that must not act on a stale cache (CA rotation).
-func (r *Registrar) ServerBundles(ctx context.Context) ([][]byte, error) {
-	var out [][]byte
+// Bundles implements webhookcerts.Injector: every webhook's caBundle keyed
+// "<Kind>/<webhook>" and the highest generation recorded on the two
+// configurations, from the informer cache, or with live from the API
+// server (GETs: what the API server itself uses, for the steps of a CA
+// rotation that must not act on a stale cache). A missing configuration
+// contributes nothing.
+func (r *Registrar) Bundles(ctx context.Context, live bool) (map[string][]byte, int64, error) {
+	if !live {
+		out, gen := r.cachedBundles()
+		return out, gen, nil
+	}
+	out, gen := map[string][]byte{}, int64(0)
 	ar := r.o.Client.AdmissionregistrationV1()
 	mwc, err := ar.MutatingWebhookConfigurations().Get(ctx, r.Name(), metav1.GetOptions{})
 	switch {
 	case err == nil:
+		gen = max(gen, generationOf(mwc.ObjectMeta))
 		for _, w := range mwc.Webhooks {
-			out = append(out, w.ClientConfig.CABundle)
+			out["MutatingWebhookConfiguration/"+w.Name] = w.ClientConfig.CABundle
 		}
 	case !apierrors.IsNotFound(err):
-		return nil, fmt.Errorf("get MutatingWebhookConfiguration %s: %w", r.Name(), err)
+		return nil, 0, fmt.Errorf("get MutatingWebhookConfiguration %s: %w", r.Name(), err)
 	}
 	vwc, err := ar.ValidatingWebhookConfigurations().Get(ctx, r.Name(), metav1.GetOptions{})
 	switch {
 	case err == nil:
+		gen = max(gen, generationOf(vwc.ObjectMeta))
 		for _, w := range vwc.Webhooks {
-			out = append(out, w.ClientConfig.CABundle)
+			out["ValidatingWebhookConfiguration/"+w.Name] = w.ClientConfig.CABundle
 		}
 	case !apierrors.IsNotFound(err):
-		return nil, fmt.Errorf("get ValidatingWebhookConfiguration %s: %w", r.Name(), err)
+		return nil, 0, fmt.Errorf("get ValidatingWebhookConfiguration %s: %w", r.Name(), err)
 	}
-	return out, nil
+	return out, gen, nil
 }
 
-// Inject writes both configurations with bundle as every webhook's
+// generationOf is a configuration's webhookcerts.GenerationAnnotation, 0
+// when absent or not a non-negative integer.
+func generationOf(m metav1.ObjectMeta) int64 {
+	g, err := strconv.ParseInt(m.Annotations[webhookcerts.GenerationAnnotation], 10, 64)
+	if err != nil || g < 0 {
+		return 0
+	}
+	return g
+}
+
+// Inject implements webhookcerts.Injector: it writes both configurations
+// with bundle, the certificate Secret's of generation (see write), and
+// remembers it so Run keeps writing it until the source's Bundle catches
+// up. A write held back (a first registration waiting for a ready
+// endpoint) returns nil: Run retries it within RetryInterval.
+func (r *Registrar) Inject(ctx context.Context, bundle []byte, generation int64) error {
+	r.mu.Lock()
+	if generation > r.offeredGen {
+		r.offered, r.offeredGen = bytes.Clone(bundle), generation
+	}
+	r.mu.Unlock()
+	held, err := r.write(ctx, bundle, generation)
+	if held {
+		r.Kick()
+	}
+	return err
+}
+
+// current is what Run writes: the source's bundle, or the one Inject was
+// last given when its generation is higher (the Rotator injects a Secret
+// it just wrote before its own informer serves it).
+func (r *Registrar) current() ([]byte, int64) {
+	b, g := r.o.Bundle()
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.offeredGen > g {
+		return r.offered, r.offeredGen
+	}
+	return b, g
+}
+
+// write writes both configurations with bundle as every webhook's
 // caBundle, unless the cache shows them exactly so already, and deletes
 // either one when no hook of its type is left (deleteEmpty), first and
 // unconditionally: a webhook left calling a path no longer served would
@@ -418,7 +480,16 @@ func (r *Registrar) ServerBundles(ctx context.Context) ([][]byte, error) {
 // needs only the first two, and no settle: readiness depends on the very
 // caBundle being repaired, so after a blanked one no endpoint is ready and
 // waiting for one would make the outage permanent. held reports such a wait; the caller retries within RetryInterval.
-func (r *Registrar) Inject(ctx context.Context, bundle []byte) (held bool, err error) {
+//
+// A generation above 0 is stamped on both configurations
+// (webhookcerts.GenerationAnnotation), and a configuration the cache shows
+// with a higher one is not written: a replica whose certificate Secret
+// lags (its informer, or a Secret it has not seen) never reverts the
+// bundle another replica wrote from a newer Secret, the same rule as the
+// Rotator's own injector.
+func (r *Registrar) write(ctx context.Context, bundle []byte, generation int64) (held bool, err error) {
+	r.writeMu.Lock()
+	defer r.writeMu.Unlock()
 	mwc, vwc, err := r.build(bundle)
 	if err != nil {
 		return false, fmt.Errorf("registrar: %w", err)
@@ -434,7 +505,21 @@ func (r *Registrar) Inject(ctx context.Context, bundle []byte) (held bool, err e
 	if len(bundle) == 0 {
 		return true, errors.New("registrar: the certificate source has no caBundle to register")
 	}
+	if generation > 0 {
+		ann := map[string]string{webhookcerts.GenerationAnnotation: strconv.FormatInt(generation, 10)}
+		if mwc != nil {
+			mwc.Annotations = ann
+		}
+		if vwc != nil {
+			vwc.Annotations = maps.Clone(ann)
+		}
+	}
 	mUp, vUp := r.upToDate(mwc, vwc)
+	if mNewer, vNewer := r.newerThan(generation); mNewer || vNewer {
+		r.log.Debug("not writing: a configuration carries a bundle from a newer certificate Secret",
+			"mutating", mNewer, "validating", vNewer, "generation", generation)
+		mUp, vUp = mUp || mNewer, vUp || vNewer
+	}
 	if mUp && vUp {
 		r.hold("")
 		return false, nil
@@ -581,9 +666,9 @@ func (r *Registrar) Run(ctx context.Context) {
 	pending, applied, lastErr := true, []byte(nil), ""
 	for {
 		settled.Stop()
-		bundle := r.o.Bundle()
+		bundle, generation := r.current()
 		if pending || !bytes.Equal(bundle, applied) {
-			held, err := r.Inject(ctx, bundle)
+			held, err := r.write(ctx, bundle, generation)
 			switch {
 			case err != nil && ctx.Err() == nil:
 				if err.Error() != lastErr {
@@ -625,6 +710,22 @@ func (r *Registrar) upToDate(mwc *admissionregistrationv1.MutatingWebhookConfigu
 	if vwc != nil {
 		live, err := r.validating.Get(vwc.Name)
 		validating = err == nil && apiequality.Semantic.DeepEqual(live.Webhooks, vwc.Webhooks)
+	}
+	return mutating, validating
+}
+
+// newerThan reports, per configuration, whether the cache holds it with a
+// generation above generation (never when generation is 0: a source
+// without generations).
+func (r *Registrar) newerThan(generation int64) (mutating, validating bool) {
+	if generation <= 0 || r.mutating == nil {
+		return false, false
+	}
+	if live, err := r.mutating.Get(r.Name()); err == nil {
+		mutating = generationOf(live.ObjectMeta) > generation
+	}
+	if live, err := r.validating.Get(r.Name()); err == nil {
+		validating = generationOf(live.ObjectMeta) > generation
 	}
 	return mutating, validating
 }
@@ -723,7 +824,7 @@ func (r *Registrar) settleLeft() time.Duration {
 // staleBundles names the webhooks whose cached caBundle differs from want,
 // or "all" when no configuration exists yet; for the log.
 func (r *Registrar) staleBundles(want []byte) []string {
-	live := r.Bundles()
+	live, _ := r.cachedBundles()
 	if len(live) == 0 {
 		return []string{"all"}
 	}

@@ -1,6 +1,7 @@
 package registration
 
 import (
+	"bytes"
 	"context"
 	"crypto/tls"
 	"crypto/x509"
@@ -72,7 +73,7 @@ func newHarness(t *testing.T, cs *fake.Clientset, name string, p pki, mutate fun
 	h.ctx = ctx
 	o := RegistrarOptions{
 		Client: cs, Registration: Options{Name: name, URL: "https://127.0.0.1:9443"}, Hooks: testHooks(),
-		ServerName: "127.0.0.1", Holder: h.holder, Bundle: func() []byte { return *h.bundle.Load() }, Logger: quiet,
+		ServerName: "127.0.0.1", Holder: h.holder, Bundle: func() ([]byte, int64) { return *h.bundle.Load(), 0 }, Logger: quiet,
 	}
 	if mutate != nil {
 		mutate(&o)
@@ -244,7 +245,7 @@ func TestRegistrarStaleBundleMakesReplicaUnready(t *testing.T) {
 		return err != nil && strings.Contains(err.Error(), "WebhookConfiguration/") && strings.Contains(err.Error(), "unknown authority")
 	})
 	// Inject repairs it, and readiness follows the cache.
-	if held, err := h.reg.Inject(h.ctx, p.ca); held || err != nil {
+	if held, err := h.reg.write(h.ctx, p.ca, 0); held || err != nil {
 		t.Fatalf("Inject = held %t, %v", held, err)
 	}
 	eventually(t, "ready after the repair", func() bool { return h.reg.Ready() == nil })
@@ -277,15 +278,15 @@ func TestRegistrarGuards(t *testing.T) {
 	probeLeaves.Store(&none)
 	notServing := errors.New("admission listener not serving")
 	listening.Store(&notServing)
-	if held, err := h.reg.Inject(h.ctx, p.ca); !held || err != nil {
+	if held, err := h.reg.write(h.ctx, p.ca, 0); !held || err != nil {
 		t.Fatalf("not listening: held %t, %v", held, err)
 	}
 	listening.Store(nil)
-	if held, err := h.reg.Inject(h.ctx, newPKI(t).ca); !held || err != nil {
+	if held, err := h.reg.write(h.ctx, newPKI(t).ca, 0); !held || err != nil {
 		t.Fatalf("own certificate outside the bundle: held %t, %v", held, err)
 	}
 	// First registration: no ready endpoint serves a verifying certificate.
-	if held, err := h.reg.Inject(h.ctx, p.ca); !held || err != nil || probed.Load() == 0 {
+	if held, err := h.reg.write(h.ctx, p.ca, 0); !held || err != nil || probed.Load() == 0 {
 		t.Fatalf("no endpoint: held %t, %v, probed %d", held, err, probed.Load())
 	}
 	if n := countPatches(cs); n != 0 {
@@ -293,14 +294,14 @@ func TestRegistrarGuards(t *testing.T) {
 	}
 	leaves := []*x509.Certificate{p.cert.Leaf}
 	probeLeaves.Store(&leaves)
-	if held, err := h.reg.Inject(h.ctx, p.ca); !held || err != nil {
+	if held, err := h.reg.write(h.ctx, p.ca, 0); !held || err != nil {
 		t.Fatalf("endpoint verifies, not yet for ProxySettle: held %t, %v", held, err)
 	}
 	clk.Add(DefaultProxySettle)
-	if held, err := h.reg.Inject(h.ctx, p.ca); held || err != nil {
+	if held, err := h.reg.write(h.ctx, p.ca, 0); held || err != nil {
 		t.Fatalf("endpoint verifies for ProxySettle: held %t, %v", held, err)
 	}
-	eventually(t, "registered in the cache", func() bool { return len(h.reg.Bundles()) == len(bundles(t, cs, "kadmit")) })
+	eventually(t, "registered in the cache", func() bool { return len(cachedBundles(h.reg)) == len(bundles(t, cs, "kadmit")) })
 	// A repair of existing configurations does not wait for an endpoint:
 	// after a blank no endpoint is ready, by construction.
 	probeLeaves.Store(&none)
@@ -311,10 +312,10 @@ func TestRegistrarGuards(t *testing.T) {
 		t.Fatal(err)
 	}
 	eventually(t, "blank seen", func() bool { return h.reg.Ready() != nil })
-	if held, err := h.reg.Inject(h.ctx, p.ca); held || err != nil || probed.Load() != 0 {
+	if held, err := h.reg.write(h.ctx, p.ca, 0); held || err != nil || probed.Load() != 0 {
 		t.Fatalf("repair: held %t, %v, probed %d", held, err, probed.Load())
 	}
-	if _, err := h.reg.Inject(h.ctx, nil); err == nil {
+	if _, err := h.reg.write(h.ctx, nil, 0); err == nil {
 		t.Fatal("Inject without a bundle succeeded")
 	}
 }
@@ -352,27 +353,75 @@ func TestRegistrarPerInstallNames(t *testing.T) {
 	}
 }
 
-func TestServerBundlesReadsTheAPIServer(t *testing.T) {
+func TestBundlesReadsTheAPIServer(t *testing.T) {
 	p := newPKI(t)
 	cs := fake.NewClientset()
 	h := newHarness(t, cs, "kadmit", p, nil)
-	got, err := h.reg.ServerBundles(h.ctx)
-	if err != nil || len(got) != 0 {
-		t.Fatalf("before registration: %v, %v", got, err)
+	got, gen, err := h.reg.Bundles(h.ctx, true)
+	if err != nil || len(got) != 0 || gen != 0 {
+		t.Fatalf("before registration: %v, %d, %v", got, gen, err)
 	}
-	if held, err := h.reg.Inject(h.ctx, p.ca); held || err != nil {
-		t.Fatal(held, err)
+	if err := h.reg.Inject(h.ctx, p.ca, 7); err != nil {
+		t.Fatal(err)
 	}
-	got, err = h.reg.ServerBundles(h.ctx)
-	if err != nil || len(got) != 4 {
-		t.Fatalf("after registration: %d bundles, %v", len(got), err)
+	got, gen, err = h.reg.Bundles(h.ctx, true)
+	if err != nil || len(got) != 4 || gen != 7 {
+		t.Fatalf("after registration: %d bundles, generation %d, %v", len(got), gen, err)
+	}
+	for k, b := range got {
+		if !bytes.Equal(b, p.ca) {
+			t.Errorf("%s: caBundle is not the injected bundle", k)
+		}
 	}
 	cs.PrependReactor("get", "mutatingwebhookconfigurations", func(k8stesting.Action) (bool, runtime.Object, error) {
 		return true, nil, errors.New("etcd unavailable")
 	})
-	if _, err := h.reg.ServerBundles(h.ctx); err == nil || !strings.Contains(err.Error(), "etcd unavailable") {
+	if _, _, err := h.reg.Bundles(h.ctx, true); err == nil || !strings.Contains(err.Error(), "etcd unavailable") {
 		t.Fatalf("API error not returned: %v", err)
 	}
+}
+
+// A replica whose certificate Secret lags does not revert the bundle a
+// replica with a newer Secret registered (webhookcerts.GenerationAnnotation),
+// and Run writes the newest bundle Inject was given while the source's
+// Bundle lags behind it.
+func TestLaggingGenerationDoesNotRevert(t *testing.T) {
+	p, newer := newPKI(t), newPKI(t)
+	cs := fake.NewClientset()
+	h := newHarness(t, cs, "kadmit", p, nil)
+	both := append(bytes.Clone(newer.ca), p.ca...)
+	h.holder.Set(p.cert)
+	if err := h.reg.Inject(h.ctx, both, 5); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "generation 5 in the cache", func() bool { m, v := h.reg.newerThan(4); return m && v })
+	before := countPatches(cs)
+	if err := h.reg.Inject(h.ctx, p.ca, 4); err != nil {
+		t.Fatal(err)
+	}
+	if countPatches(cs) != before {
+		t.Fatal("a lagging generation wrote")
+	}
+	for k, b := range cachedBundles(h.reg) {
+		if !bytes.Equal(b, both) {
+			t.Errorf("%s reverted", k)
+		}
+	}
+	if b, g := h.reg.current(); !bytes.Equal(b, both) || g != 5 {
+		t.Errorf("Run would write generation %d, want the injected 5", g)
+	}
+	// Generation 0 (files, self-signed) is never held back.
+	if held, err := h.reg.write(h.ctx, p.ca, 0); held || err != nil {
+		t.Fatal(held, err)
+	}
+	if countPatches(cs) == before {
+		t.Error("a generation-less write was held back")
+	}
+}
+
+func cachedBundles(r *Registrar) map[string][]byte {
+	b, _ := r.cachedBundles()
+	return b
 }
 
 // TestEndpointProber handshakes with a real TLS listener on loopback that
@@ -461,7 +510,7 @@ func TestRegistrarDeletesConfigurationWithoutHooks(t *testing.T) {
 	}
 	// The API server may still call the mutating paths until its own
 	// informer catches up: they stay called for the grace, then not.
-	eventually(t, "informer saw the delete", func() bool { return len(h.reg.Bundles()) == 2 })
+	eventually(t, "informer saw the delete", func() bool { return len(cachedBundles(h.reg)) == 2 })
 	if !h.reg.Calls("/mutate-pod") {
 		t.Fatal("Calls(/mutate-pod) = false right after the delete; want true for UnregisterGrace")
 	}
@@ -638,7 +687,7 @@ func TestRegistrarFirstRegistrationSettles(t *testing.T) {
 	})
 	inject := func(wantHeld bool, what string) {
 		t.Helper()
-		held, err := h.reg.Inject(h.ctx, p.ca)
+		held, err := h.reg.write(h.ctx, p.ca, 0)
 		if held != wantHeld || err != nil {
 			t.Fatalf("%s: held %t, %v; want held %t", what, held, err, wantHeld)
 		}
@@ -681,7 +730,7 @@ func TestRegistrarFirstRegistrationSettles(t *testing.T) {
 	if !allEqual(bundles(t, cs, "kadmit"), p.ca) {
 		t.Fatal("not registered after the settle")
 	}
-	eventually(t, "registered in the cache", func() bool { return len(h.reg.Bundles()) == 4 })
+	eventually(t, "registered in the cache", func() bool { return len(cachedBundles(h.reg)) == 4 })
 
 	// A repair waits neither for an endpoint nor for the settle.
 	probeLeaves.Store(&none)
@@ -695,7 +744,7 @@ func TestRegistrarFirstRegistrationSettles(t *testing.T) {
 		t.Fatal(err)
 	}
 	eventually(t, "blank seen", func() bool { return h.reg.Ready() != nil })
-	if held, err := h.reg.Inject(h.ctx, p.ca); held || err != nil || probed.Load() != 0 {
+	if held, err := h.reg.write(h.ctx, p.ca, 0); held || err != nil || probed.Load() != 0 {
 		t.Fatalf("repair: held %t, %v, probed %d", held, err, probed.Load())
 	}
 
@@ -705,13 +754,13 @@ func TestRegistrarFirstRegistrationSettles(t *testing.T) {
 	if err := cs.AdmissionregistrationV1().MutatingWebhookConfigurations().Delete(h.ctx, "kadmit", metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, "delete seen", func() bool { return len(h.reg.Bundles()) == 2 })
+	eventually(t, "delete seen", func() bool { return len(cachedBundles(h.reg)) == 2 })
 	before := countPatches(cs)
-	if held, err := h.reg.Inject(h.ctx, p.ca); !held || err != nil || countPatches(cs) != before {
+	if held, err := h.reg.write(h.ctx, p.ca, 0); !held || err != nil || countPatches(cs) != before {
 		t.Fatalf("re-creation right away: held %t, %v, %d writes", held, err, countPatches(cs)-before)
 	}
 	clk.Add(DefaultProxySettle)
-	if held, err := h.reg.Inject(h.ctx, p.ca); held || err != nil {
+	if held, err := h.reg.write(h.ctx, p.ca, 0); held || err != nil {
 		t.Fatalf("re-creation after the settle: held %t, %v", held, err)
 	}
 	if !configExists(t, cs, admission.Mutating, "kadmit") {

@@ -7,8 +7,11 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"sync"
+	"sync/atomic"
 	"time"
 
+	"github.com/go-logr/logr"
 	admissionv1 "k8s.io/api/admissionregistration/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -16,8 +19,10 @@ import (
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	admissionv1ac "k8s.io/client-go/applyconfigurations/admissionregistration/v1"
+	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/dynamic/dynamicinformer"
 	"k8s.io/client-go/informers"
+	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/cache"
 )
 
@@ -108,17 +113,92 @@ func ownedFrom(info WebhookInfo, obj any) (*owned, error) {
 	return o, nil
 }
 
+// ssaInjector is the built-in Injector: it server-side applies the
+// caBundle of Options.Webhooks (FieldManager) and watches them, one
+// informer per object.
+type ssaInjector struct {
+	webhooks     []WebhookInfo
+	fieldManager string
+	log          logr.Logger
+	kube         kubernetes.Interface
+	dyn          dynamic.Interface
+	// synced: the informers have synced; reads use them from then on.
+	synced atomic.Bool
+
+	mu        sync.Mutex
+	informers map[WebhookInfo]cache.SharedIndexInformer
+	missing   map[WebhookInfo]bool
+	onChange  []func()
+}
+
+var _ Injector = (*ssaInjector)(nil)
+
+func newSSAInjector(o Options, kube kubernetes.Interface, dyn dynamic.Interface) *ssaInjector {
+	return &ssaInjector{webhooks: o.Webhooks, fieldManager: o.FieldManager, log: o.Logger, kube: kube, dyn: dyn,
+		informers: map[WebhookInfo]cache.SharedIndexInformer{}, missing: map[WebhookInfo]bool{}}
+}
+
+// OnChange implements Injector.
+func (s *ssaInjector) OnChange(f func()) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.onChange = append(s.onChange, f)
+}
+
+func (s *ssaInjector) changed() {
+	s.mu.Lock()
+	fs := s.onChange
+	s.mu.Unlock()
+	for _, f := range fs {
+		f()
+	}
+}
+
+// start runs one informer per owned object until ctx ends, each event
+// calling the OnChange functions, and returns their HasSynced; the caller
+// waits for them and then calls markSynced.
+func (s *ssaInjector) start(ctx context.Context) ([]cache.InformerSynced, error) {
+	var syncs []cache.InformerSynced
+	for _, info := range s.webhooks {
+		inf, err := s.newOwnedInformer(info, 0)
+		if err != nil {
+			return nil, err
+		}
+		name := info.Name
+		onOwned := func(obj any) {
+			if m, ok := obj.(interface{ GetName() string }); !ok || m.GetName() == name {
+				s.changed()
+			}
+		}
+		if _, err := inf.AddEventHandler(cache.ResourceEventHandlerFuncs{
+			AddFunc:    onOwned,
+			UpdateFunc: func(_, obj any) { onOwned(obj) },
+			DeleteFunc: onOwned,
+		}); err != nil {
+			return nil, fmt.Errorf("%s %q informer: %w", info.Type, info.Name, err)
+		}
+		s.mu.Lock()
+		s.informers[info] = inf
+		s.mu.Unlock()
+		go inf.RunWithContext(ctx)
+		syncs = append(syncs, inf.HasSynced)
+	}
+	return syncs, nil
+}
+
+func (s *ssaInjector) markSynced() { s.synced.Store(true) }
+
 // getLive reads an owned object from the API server (a GET, never a cache).
-func (r *Rotator) getLive(ctx context.Context, info WebhookInfo) (*owned, error) {
+func (s *ssaInjector) getLive(ctx context.Context, info WebhookInfo) (*owned, error) {
 	var obj any
 	var err error
 	switch info.Type {
 	case Validating:
-		obj, err = r.kube.AdmissionregistrationV1().ValidatingWebhookConfigurations().Get(ctx, info.Name, metav1.GetOptions{})
+		obj, err = s.kube.AdmissionregistrationV1().ValidatingWebhookConfigurations().Get(ctx, info.Name, metav1.GetOptions{})
 	case Mutating:
-		obj, err = r.kube.AdmissionregistrationV1().MutatingWebhookConfigurations().Get(ctx, info.Name, metav1.GetOptions{})
+		obj, err = s.kube.AdmissionregistrationV1().MutatingWebhookConfigurations().Get(ctx, info.Name, metav1.GetOptions{})
 	case CRDConversion:
-		obj, err = r.dyn.Resource(crdGVR).Get(ctx, info.Name, metav1.GetOptions{})
+		obj, err = s.dyn.Resource(crdGVR).Get(ctx, info.Name, metav1.GetOptions{})
 	}
 	if apierrors.IsNotFound(err) {
 		return &owned{info: info}, nil
@@ -131,10 +211,12 @@ func (r *Rotator) getLive(ctx context.Context, info WebhookInfo) (*owned, error)
 
 // getCached reads an owned object from its informer; before the informers
 // have synced (Bootstrap) it reads it from the API server.
-func (r *Rotator) getCached(ctx context.Context, info WebhookInfo) (*owned, error) {
-	inf := r.ownedInformer(info)
-	if inf == nil || !r.synced.Load() {
-		return r.getLive(ctx, info)
+func (s *ssaInjector) getCached(ctx context.Context, info WebhookInfo) (*owned, error) {
+	s.mu.Lock()
+	inf := s.informers[info]
+	s.mu.Unlock()
+	if inf == nil || !s.synced.Load() {
+		return s.getLive(ctx, info)
 	}
 	obj, ok, err := inf.GetStore().GetByKey(info.Name)
 	if err != nil {
@@ -146,45 +228,61 @@ func (r *Rotator) getCached(ctx context.Context, info WebhookInfo) (*owned, erro
 	return ownedFrom(info, obj)
 }
 
-func (r *Rotator) get(ctx context.Context, info WebhookInfo, live bool) (*owned, error) {
+func (s *ssaInjector) get(ctx context.Context, info WebhookInfo, live bool) (*owned, error) {
 	if live {
-		return r.getLive(ctx, info)
+		return s.getLive(ctx, info)
 	}
-	return r.getCached(ctx, info)
+	return s.getCached(ctx, info)
 }
 
-// inject makes the caBundle of every webhook of every owned object that
-// exists equal bundle (the Secret's ca.crt) whose Secret generation is gen.
-// It reads the objects from the informers (from the API server when live
-// or before they sync), applies only to an object whose bundle differs and
-// whose GenerationAnnotation is not above gen, and skips a missing object
-// (logged once) or a CRD without a conversion webhook. Every object is
-// tried; the errors are joined.
-func (r *Rotator) inject(ctx context.Context, bundle []byte, gen int64, live bool) error {
+// Bundles implements Injector: keys are `<Kind> "<object>" webhook
+// "<webhook>"` (a CRD's webhook is named after the CRD).
+func (s *ssaInjector) Bundles(ctx context.Context, live bool) (map[string][]byte, int64, error) {
+	out, top := map[string][]byte{}, int64(0)
+	for _, info := range s.webhooks {
+		o, err := s.get(ctx, info, live)
+		if err != nil {
+			return nil, 0, err
+		}
+		top = max(top, o.generation)
+		for _, h := range o.hooks {
+			out[o.String()+" webhook "+strconv.Quote(h.name)] = h.caBundle
+		}
+	}
+	return out, top, nil
+}
+
+// Inject implements Injector: it makes the caBundle of every webhook of
+// every owned object that exists equal bundle. It reads the objects from
+// the informers (from the API server before they sync), applies only to an
+// object whose bundle differs and whose GenerationAnnotation is not above
+// generation, and skips a missing object (logged once) or a CRD without a
+// conversion webhook. Every object is tried; the errors are joined.
+func (s *ssaInjector) Inject(ctx context.Context, bundle []byte, generation int64) error {
 	var errs []error
-	for _, info := range r.o.Webhooks {
-		o, err := r.get(ctx, info, live)
+	for _, info := range s.webhooks {
+		o, err := s.getCached(ctx, info)
 		if err != nil {
 			errs = append(errs, err)
 			continue
 		}
 		if !o.exists {
-			r.logMissing(info, true)
+			s.logMissing(info, true)
 			continue
 		}
-		r.logMissing(info, false)
+		s.logMissing(info, false)
 		if len(o.hooks) == 0 || o.current(bundle) {
 			continue
 		}
-		if o.generation > gen {
-			r.log.V(1).Info("not injecting: the object carries a newer bundle than this replica's Secret", "object", o.String(), "objectGeneration", o.generation, "secretGeneration", gen)
+		if o.generation > generation {
+			s.log.V(1).Info("not injecting: the object carries a newer bundle than this replica's Secret", "object", o.String(), "objectGeneration", o.generation, "secretGeneration", generation)
 			continue
 		}
-		if err := r.apply(ctx, o, bundle, gen); err != nil {
+		if err := s.apply(ctx, o, bundle, generation); err != nil {
 			errs = append(errs, err)
 			continue
 		}
-		r.log.Info("injected caBundle", "object", o.String(), "webhooks", len(o.hooks), "generation", gen)
+		s.log.Info("injected caBundle", "object", o.String(), "webhooks", len(o.hooks), "generation", generation)
 	}
 	return errors.Join(errs...)
 }
@@ -195,8 +293,8 @@ func (r *Rotator) inject(ctx context.Context, bundle []byte, gen int64, live boo
 // spec.conversion.webhook.clientConfig.caBundle) and the
 // GenerationAnnotation, so those are the only fields the field manager
 // owns.
-func (r *Rotator) apply(ctx context.Context, o *owned, bundle []byte, gen int64) error {
-	opts := metav1.ApplyOptions{FieldManager: r.o.FieldManager, Force: true}
+func (s *ssaInjector) apply(ctx context.Context, o *owned, bundle []byte, gen int64) error {
+	opts := metav1.ApplyOptions{FieldManager: s.fieldManager, Force: true}
 	ann := map[string]string{GenerationAnnotation: strconv.FormatInt(gen, 10)}
 	var err error
 	switch o.info.Type {
@@ -206,16 +304,16 @@ func (r *Rotator) apply(ctx context.Context, o *owned, bundle []byte, gen int64)
 			ac.WithWebhooks(admissionv1ac.ValidatingWebhook().WithName(h.name).
 				WithClientConfig(admissionv1ac.WebhookClientConfig().WithCABundle(bundle...)))
 		}
-		_, err = r.kube.AdmissionregistrationV1().ValidatingWebhookConfigurations().Apply(ctx, ac, opts)
+		_, err = s.kube.AdmissionregistrationV1().ValidatingWebhookConfigurations().Apply(ctx, ac, opts)
 	case Mutating:
 		ac := admissionv1ac.MutatingWebhookConfiguration(o.info.Name).WithAnnotations(ann)
 		for _, h := range o.hooks {
 			ac.WithWebhooks(admissionv1ac.MutatingWebhook().WithName(h.name).
 				WithClientConfig(admissionv1ac.WebhookClientConfig().WithCABundle(bundle...)))
 		}
-		_, err = r.kube.AdmissionregistrationV1().MutatingWebhookConfigurations().Apply(ctx, ac, opts)
+		_, err = s.kube.AdmissionregistrationV1().MutatingWebhookConfigurations().Apply(ctx, ac, opts)
 	case CRDConversion:
-		_, err = r.dyn.Resource(crdGVR).Apply(ctx, o.info.Name, crdApply(o.info.Name, bundle, ann), opts)
+		_, err = s.dyn.Resource(crdGVR).Apply(ctx, o.info.Name, crdApply(o.info.Name, bundle, ann), opts)
 	}
 	if err != nil {
 		return fmt.Errorf("apply caBundle to %s: %w", o, err)
@@ -241,45 +339,38 @@ func crdApply(name string, bundle []byte, ann map[string]string) *unstructured.U
 
 // logMissing logs once that an owned object does not exist, and forgets
 // that once it does.
-func (r *Rotator) logMissing(info WebhookInfo, missing bool) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
+func (s *ssaInjector) logMissing(info WebhookInfo, missing bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
 	if !missing {
-		delete(r.missing, info)
+		delete(s.missing, info)
 		return
 	}
-	if r.missing[info] {
+	if s.missing[info] {
 		return
 	}
-	r.missing[info] = true
-	r.log.Info("owned object does not exist; skipping it until it does", "kind", info.Type.String(), "name", info.Name)
-}
-
-// ownedInformer returns the informer of an owned object, nil before Start.
-func (r *Rotator) ownedInformer(info WebhookInfo) cache.SharedIndexInformer {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	return r.ownedInformers[info]
+	s.missing[info] = true
+	s.log.Info("owned object does not exist; skipping it until it does", "kind", info.Type.String(), "name", info.Name)
 }
 
 // newOwnedInformer builds one informer for one owned object (field selector
 // metadata.name). Configurations are stored without managedFields and
 // annotations other than GenerationAnnotation; CRDs keep only metadata
 // (likewise trimmed) and spec.conversion.
-func (r *Rotator) newOwnedInformer(info WebhookInfo, resync time.Duration) (cache.SharedIndexInformer, error) {
+func (s *ssaInjector) newOwnedInformer(info WebhookInfo, resync time.Duration) (cache.SharedIndexInformer, error) {
 	byName := func(lo *metav1.ListOptions) {
 		lo.FieldSelector = fields.OneTermEqualSelector("metadata.name", info.Name).String()
 	}
 	var inf cache.SharedIndexInformer
 	switch info.Type {
 	case Validating:
-		f := informers.NewSharedInformerFactoryWithOptions(r.kube, resync, informers.WithTweakListOptions(byName))
+		f := informers.NewSharedInformerFactoryWithOptions(s.kube, resync, informers.WithTweakListOptions(byName))
 		inf = f.Admissionregistration().V1().ValidatingWebhookConfigurations().Informer()
 	case Mutating:
-		f := informers.NewSharedInformerFactoryWithOptions(r.kube, resync, informers.WithTweakListOptions(byName))
+		f := informers.NewSharedInformerFactoryWithOptions(s.kube, resync, informers.WithTweakListOptions(byName))
 		inf = f.Admissionregistration().V1().MutatingWebhookConfigurations().Informer()
 	case CRDConversion:
-		inf = dynamicinformer.NewFilteredDynamicInformer(r.dyn, crdGVR, "", resync, cache.Indexers{}, byName).Informer()
+		inf = dynamicinformer.NewFilteredDynamicInformer(s.dyn, crdGVR, "", resync, cache.Indexers{}, byName).Informer()
 	default:
 		return nil, fmt.Errorf("unknown webhook type %d", int(info.Type))
 	}

@@ -1,8 +1,11 @@
 package webhookcerts
 
 import (
+	"context"
+	"crypto/x509"
 	"errors"
 	"fmt"
+	"net"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -94,14 +97,35 @@ type Options struct {
 	// of the shape "<svc>.<ns>.svc" fills Service when Service is nil; any
 	// other (a webhook called by URL) is a SAN, and the verified name, and
 	// then only this replica's certificate is checked before an old CA is
-	// dropped.
+	// dropped. An IP literal (a URL such as https://127.0.0.1:9443) is an
+	// IP SAN.
 	DNSName string
-	// ExtraDNSNames are additional SANs.
+	// ExtraDNSNames are additional SANs; IP literals among them are IP
+	// SANs.
 	ExtraDNSNames []string
 
 	// Webhooks are the objects whose caBundle the Rotator injects and
-	// watches. The Rotator never touches any other.
+	// watches (by server-side apply of exactly that field) when Injector
+	// is nil. The Rotator never touches any other.
 	Webhooks []WebhookInfo
+	// Injector, when set, writes and reads the caBundles in place of the
+	// server-side apply on Webhooks (which must then be empty): for a
+	// server that already writes its own webhook configurations. See
+	// Injector for what it must do.
+	Injector Injector
+
+	// RotateAnnotation is the Secret annotation that forces a rotation
+	// (values RotateServing, RotateCA); default RotateAnnotation.
+	RotateAnnotation string
+
+	// Observer, when set, is told of loads, rotations and load errors
+	// (metrics).
+	Observer Observer
+
+	// Holder, when set, is where the served certificate is kept (a server
+	// that already reads its certificate from it); default one of the
+	// Rotator's own.
+	Holder *Holder
 
 	// IsReady, when set, is closed once: when the first certificate is
 	// served, CertDir is written, and the caBundle of every owned object
@@ -132,6 +156,46 @@ type Options struct {
 	Logger logr.Logger
 	// Clock; default time.Now.
 	Clock func() time.Time
+}
+
+// Injector writes the caBundle of the webhooks a Rotator's certificate is
+// trusted through, and reads it back; Options.Injector. The built-in one
+// server-side applies Options.Webhooks. Every method may be called from
+// several goroutines.
+type Injector interface {
+	// Inject makes every owned webhook's caBundle bundle (PEM, the
+	// Secret's ca.crt, newest CA first), which is the Secret's generation
+	// generation (GenerationAnnotation). It must not write an object whose
+	// recorded generation is above generation: a replica whose Secret
+	// informer lags would revert a newer bundle. It returns nil when the
+	// bundles already hold bundle, or when the write is deferred for a
+	// reason of the Injector's own (it then retries on its own); else the
+	// write's error.
+	Inject(ctx context.Context, bundle []byte, generation int64) error
+	// Bundles returns every owned webhook's caBundle, keyed by a name for
+	// messages (e.g. `ValidatingWebhookConfiguration "x" webhook "y"`),
+	// and the highest generation recorded on the owned objects (0: none).
+	// live reads the API server (a GET); otherwise a cache may answer. A
+	// missing object contributes nothing; an empty map means none exists.
+	Bundles(ctx context.Context, live bool) (bundles map[string][]byte, generation int64, err error)
+	// OnChange registers f, to be called whenever an owned object changes
+	// (a blanked caBundle, a deleted configuration): the Rotator then
+	// reconciles at once. NewForClients calls it.
+	OnChange(f func())
+}
+
+// Observer is told what the Rotator does, e.g. to count it in metrics. Its
+// methods are called synchronously and must not block.
+type Observer interface {
+	// OnLoad: a serving certificate (leaf) issued by ca (the Secret's
+	// signing CA) is now served.
+	OnLoad(leaf, ca *x509.Certificate)
+	// OnRotate: this replica wrote a new certificate into the Secret, kind
+	// RotateServing or RotateCA.
+	OnRotate(kind string)
+	// OnError: the Secret's material did not load (it is unusable), or
+	// CertDir was not written; the served certificate is kept.
+	OnError(err error)
 }
 
 // ErrInvalidOptions is wrapped by every error of Options.Validate.
@@ -180,7 +244,7 @@ func (o Options) complete() (Options, error) {
 		bad("a Service (or a DNSName) is required: it is the name the API server verifies")
 	}
 	for _, n := range append([]string{o.DNSName}, o.ExtraDNSNames...) {
-		if n == "" {
+		if n == "" || net.ParseIP(n) != nil {
 			continue
 		}
 		if msgs := validation.IsDNS1123Subdomain(strings.TrimPrefix(n, "*.")); len(msgs) > 0 {
@@ -188,6 +252,12 @@ func (o Options) complete() (Options, error) {
 		}
 	}
 
+	if o.Injector != nil && len(o.Webhooks) > 0 {
+		bad("Webhooks (%d) and an Injector are both set: the Injector owns the caBundles", len(o.Webhooks))
+	}
+	if o.RotateAnnotation == "" {
+		o.RotateAnnotation = RotateAnnotation
+	}
 	seen := map[WebhookInfo]bool{}
 	for i, w := range o.Webhooks {
 		switch {
@@ -267,16 +337,22 @@ func (o Options) serverName() string {
 // names, DNSName and ExtraDNSNames, without repeats.
 func (o Options) spec() Spec {
 	var names []string
+	var ips []net.IP
 	if s := o.Service; s != nil {
 		names = append(names, s.Name, s.Name+"."+s.Namespace, s.ServerName(), s.ServerName()+"."+o.ClusterDomain)
 	}
 	for _, n := range append([]string{o.DNSName}, o.ExtraDNSNames...) {
-		if n != "" && !slices.Contains(names, n) {
+		if ip := net.ParseIP(n); ip != nil {
+			if !slices.ContainsFunc(ips, ip.Equal) {
+				ips = append(ips, ip)
+			}
+		} else if n != "" && !slices.Contains(names, n) {
 			names = append(names, n)
 		}
 	}
 	return Spec{
 		DNSNames:        names,
+		IPs:             ips,
 		KeyType:         o.KeyType,
 		ServingValidity: o.ServingValidity,
 		CAValidity:      o.CAValidity,

@@ -7,6 +7,7 @@ import (
 	"crypto/x509"
 	"errors"
 	"fmt"
+	"maps"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -44,8 +45,8 @@ const (
 // three gated steps: new CA added to the bundle, serving certificate
 // re-issued once every owned caBundle trusts the new CA, old CA dropped once
 // every ready endpoint serves from the new one), keeps the caBundle of the
-// owned objects (Options.Webhooks) equal to the Secret's ca.crt, and answers
-// readiness (ReadyzCheck). Build it with New or NewForClients; it is a
+// owned objects (Options.Webhooks, or those of Options.Injector) equal to
+// the Secret's ca.crt, and answers readiness (ReadyzCheck). Build it with New or NewForClients; it is a
 // controller-runtime manager.Runnable (Start, NeedLeaderElection).
 type Rotator struct {
 	o          Options // completed
@@ -54,10 +55,14 @@ type Rotator struct {
 	log        logr.Logger
 	now        func() time.Time
 	kube       kubernetes.Interface
-	dyn        dynamic.Interface
 	hs         handshaker
+	// inj writes and reads the caBundles: Options.Injector, or ssa.
+	inj Injector
+	// ssa is the built-in Injector, nil when Options.Injector is set; its
+	// informers start with the Rotator's.
+	ssa *ssaInjector
 
-	holder Holder
+	holder *Holder
 	kick   chan struct{}
 
 	// runMu serializes Bootstrap and the reconcile passes.
@@ -70,16 +75,14 @@ type Rotator struct {
 	readyOnce sync.Once
 	isReady   atomic.Bool
 
-	mu             sync.Mutex
-	mat            *Material // the material served
-	matGen         int64     // its Secret's GenerationAnnotation
-	dirOK          bool      // CertDir holds mat (or is read-only, or unset)
-	secretStore    cache.Store
-	ownedInformers map[WebhookInfo]cache.SharedIndexInformer
-	missing        map[WebhookInfo]bool
-	logged         map[string]bool
-	backoff        time.Duration
-	lastWaiting    string
+	mu          sync.Mutex
+	mat         *Material // the material served
+	matGen      int64     // its Secret's GenerationAnnotation
+	dirOK       bool      // CertDir holds mat (or is read-only, or unset)
+	secretStore cache.Store
+	logged      map[string]bool
+	backoff     time.Duration
+	lastWaiting string
 }
 
 // New builds a Rotator whose clients use cfg (copied; user agent
@@ -102,8 +105,9 @@ func New(cfg *rest.Config, opts Options) (*Rotator, error) {
 }
 
 // NewForClients builds a Rotator on the given clients. dyn may be nil when
-// no Webhooks entry is a CRDConversion. It returns an error wrapping
-// ErrInvalidOptions when opts are invalid.
+// no Webhooks entry is a CRDConversion. It registers the Rotator with the
+// Injector's OnChange. It returns an error wrapping ErrInvalidOptions when
+// opts are invalid.
 func NewForClients(kube kubernetes.Interface, dyn dynamic.Interface, opts Options) (*Rotator, error) {
 	o, err := opts.complete()
 	if err != nil {
@@ -115,20 +119,28 @@ func NewForClients(kube kubernetes.Interface, dyn dynamic.Interface, opts Option
 	if dyn == nil && slices.ContainsFunc(o.Webhooks, func(w WebhookInfo) bool { return w.Type == CRDConversion }) {
 		return nil, errors.New("webhookcerts: a dynamic client is required for CRDConversion webhooks")
 	}
-	return &Rotator{
-		o:              o,
-		spec:           o.spec(),
-		serverName:     o.serverName(),
-		log:            o.Logger,
-		now:            o.Clock,
-		kube:           kube,
-		dyn:            dyn,
-		hs:             tlsHandshaker{},
-		kick:           make(chan struct{}, 1),
-		ownedInformers: map[WebhookInfo]cache.SharedIndexInformer{},
-		missing:        map[WebhookInfo]bool{},
-		logged:         map[string]bool{},
-	}, nil
+	r := &Rotator{
+		o:          o,
+		spec:       o.spec(),
+		serverName: o.serverName(),
+		log:        o.Logger,
+		now:        o.Clock,
+		kube:       kube,
+		hs:         tlsHandshaker{},
+		inj:        o.Injector,
+		holder:     o.Holder,
+		kick:       make(chan struct{}, 1),
+		logged:     map[string]bool{},
+	}
+	if r.inj == nil {
+		r.ssa = newSSAInjector(o, kube, dyn)
+		r.inj = r.ssa
+	}
+	if r.holder == nil {
+		r.holder = &Holder{}
+	}
+	r.inj.OnChange(r.trigger)
+	return r, nil
 }
 
 // NeedLeaderElection implements controller-runtime's
@@ -152,6 +164,46 @@ func (r *Rotator) TLSOpt(c *tls.Config) { c.GetCertificate = r.GetCertificate }
 func (r *Rotator) CABundle() []byte {
 	if m := r.served(); m != nil {
 		return bytes.Clone(m.BundlePEM())
+	}
+	return nil
+}
+
+// ServedBundle returns a copy of the served Secret's ca.crt and that
+// Secret's GenerationAnnotation, or nil and 0 before Bootstrap: what an
+// Injector that writes on its own (repairs) should write.
+func (r *Rotator) ServedBundle() (bundle []byte, generation int64) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.mat == nil {
+		return nil, 0
+	}
+	return bytes.Clone(r.mat.BundlePEM()), r.matGen
+}
+
+// Holder is where the served certificate is kept (Options.Holder, or the
+// Rotator's own).
+func (r *Rotator) Holder() *Holder { return r.holder }
+
+// SANs are the serving certificate's DNS names and IP addresses, as
+// strings, in the order they are issued.
+func (r *Rotator) SANs() []string {
+	out := slices.Clone(r.spec.DNSNames)
+	for _, ip := range r.spec.IPs {
+		out = append(out, ip.String())
+	}
+	return out
+}
+
+// CertificateCheck is ReadyzCheck without the caBundles: nil when Start's
+// informers have synced and a certificate valid now is served, else
+// ErrNotStarted or why not. For a server whose Injector already checks
+// the caBundles in its own readiness.
+func (r *Rotator) CertificateCheck() error {
+	if !r.synced.Load() {
+		return ErrNotStarted
+	}
+	if err := r.holder.Check(r.now()); err != nil {
+		return fmt.Errorf("webhookcerts: %w", err)
 	}
 	return nil
 }
@@ -215,8 +267,8 @@ func (r *Rotator) bootstrapPass(ctx context.Context) error {
 	if err := r.certDirError(); err != nil {
 		return err
 	}
-	if err := r.inject(ctx, mat.BundlePEM(), secretGeneration(s), true); err != nil {
-		return err
+	if err := r.inj.Inject(ctx, mat.BundlePEM(), secretGeneration(s)); err != nil {
+		return fmt.Errorf("inject caBundle: %w", err)
 	}
 	return r.markReady(ctx)
 }
@@ -264,29 +316,12 @@ func (r *Rotator) startInformers(ctx context.Context) error {
 		return err
 	}
 	syncs := []cache.InformerSynced{secretInf.HasSynced}
-	for _, info := range r.o.Webhooks {
-		inf, err := r.newOwnedInformer(info, 0)
+	if r.ssa != nil {
+		owned, err := r.ssa.start(ctx)
 		if err != nil {
 			return fmt.Errorf("webhookcerts: %w", err)
 		}
-		name := info.Name
-		onOwned := func(obj any) {
-			if m, ok := obj.(interface{ GetName() string }); !ok || m.GetName() == name {
-				r.trigger()
-			}
-		}
-		if _, err := inf.AddEventHandler(cache.ResourceEventHandlerFuncs{
-			AddFunc:    onOwned,
-			UpdateFunc: func(_, obj any) { onOwned(obj) },
-			DeleteFunc: onOwned,
-		}); err != nil {
-			return fmt.Errorf("webhookcerts: %s %q informer: %w", info.Type, info.Name, err)
-		}
-		r.mu.Lock()
-		r.ownedInformers[info] = inf
-		r.mu.Unlock()
-		go inf.RunWithContext(ctx)
-		syncs = append(syncs, inf.HasSynced)
+		syncs = append(syncs, owned...)
 	}
 	sctx, cancel := context.WithTimeout(ctx, syncTimeout)
 	defer cancel()
@@ -295,6 +330,9 @@ func (r *Rotator) startInformers(ctx context.Context) error {
 			return nil
 		}
 		return fmt.Errorf("webhookcerts: informers of the Secret and the owned objects did not sync within %s (RBAC list/watch?)", syncTimeout)
+	}
+	if r.ssa != nil {
+		r.ssa.markSynced()
 	}
 	r.synced.Store(true)
 	return nil
@@ -374,8 +412,8 @@ func (r *Rotator) reconcileOnce(ctx context.Context) (waiting, err error) {
 		// was read.
 		r.load(mat, secretGeneration(s))
 	}
-	if err := r.inject(ctx, mat.BundlePEM(), secretGeneration(s), false); err != nil {
-		return waiting, err
+	if err := r.inj.Inject(ctx, mat.BundlePEM(), secretGeneration(s)); err != nil {
+		return waiting, fmt.Errorf("inject caBundle: %w", err)
 	}
 	if !r.isReady.Load() {
 		if err := r.markReady(ctx); err != nil {
@@ -401,6 +439,9 @@ func (r *Rotator) load(m *Material, gen int64) {
 	cur := r.holder.Current()
 	if cur == nil || !sameChain(cur, m.Serving) {
 		r.holder.Set(m.Serving)
+		if r.o.Observer != nil {
+			r.o.Observer.OnLoad(m.Serving.Leaf, m.Bundle[0])
+		}
 		leaf := m.Serving.Leaf
 		r.log.Info("serving certificate loaded", "serial", leaf.SerialNumber.Text(16), "issuer", leaf.Issuer.CommonName,
 			"notAfter", leaf.NotAfter, "renewAt", RenewAt(leaf), "chain", len(m.Serving.Certificate), "generation", gen)
@@ -415,6 +456,9 @@ func (r *Rotator) load(m *Material, gen int64) {
 		case err != nil:
 			dirOK = false
 			r.log.Error(err, "writing CertDir failed", "dir", r.o.CertDir)
+			if r.o.Observer != nil {
+				r.o.Observer.OnError(fmt.Errorf("write CertDir %s: %w", r.o.CertDir, err))
+			}
 		case wrote:
 			r.log.Info("CertDir written", "dir", r.o.CertDir)
 		}
@@ -452,24 +496,23 @@ func (r *Rotator) markReady(ctx context.Context) error {
 	return nil
 }
 
-// gateReissue is the gate of DueReissueFromNewCA: every webhook of every
-// owned object that exists, as the API server returns it (GETs), has a
-// caBundle that holds the new CA and verifies next's served chain.
+// gateReissue is the gate of DueReissueFromNewCA: every owned webhook's
+// caBundle, as the API server returns it (the Injector's live read), holds
+// the new CA and verifies next's served chain.
 func (r *Rotator) gateReissue(ctx context.Context, next *Material) error {
 	newCA := next.Bundle[0]
 	now := r.now()
-	for _, info := range r.o.Webhooks {
-		o, err := r.getLive(ctx, info)
-		if err != nil {
-			return err
+	bundles, _, err := r.inj.Bundles(ctx, true)
+	if err != nil {
+		return err
+	}
+	for _, name := range slices.Sorted(maps.Keys(bundles)) {
+		b := bundles[name]
+		if !bundleHolds(b, newCA) {
+			return fmt.Errorf("%s: the caBundle does not hold the new CA %q yet", name, newCA.Subject.CommonName)
 		}
-		for _, h := range o.hooks {
-			if !bundleHolds(h.caBundle, newCA) {
-				return fmt.Errorf("%s webhook %q: the caBundle does not hold the new CA %q yet", o, h.name, newCA.Subject.CommonName)
-			}
-			if err := VerifyChain(next.Serving, h.caBundle, r.serverName, now); err != nil {
-				return fmt.Errorf("%s webhook %q: the new serving chain does not verify against the caBundle: %w", o, h.name, err)
-			}
+		if err := VerifyChain(next.Serving, b, r.serverName, now); err != nil {
+			return fmt.Errorf("%s: the new serving chain does not verify against the caBundle: %w", name, err)
 		}
 	}
 	return nil
@@ -489,16 +532,14 @@ func (r *Rotator) gateDropOld(ctx context.Context, cur *Material) error {
 	if r.o.Service == nil {
 		return nil
 	}
+	live, _, err := r.inj.Bundles(ctx, true)
+	if err != nil {
+		return err
+	}
 	var bundles [][]byte
-	for _, info := range r.o.Webhooks {
-		o, err := r.getLive(ctx, info)
-		if err != nil {
-			return err
-		}
-		for _, h := range o.hooks {
-			if !slices.ContainsFunc(bundles, func(b []byte) bool { return bytes.Equal(b, h.caBundle) }) {
-				bundles = append(bundles, h.caBundle)
-			}
+	for _, name := range slices.Sorted(maps.Keys(live)) {
+		if b := live[name]; !slices.ContainsFunc(bundles, func(o []byte) bool { return bytes.Equal(o, b) }) {
+			bundles = append(bundles, b)
 		}
 	}
 	if len(bundles) == 0 {

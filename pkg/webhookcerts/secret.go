@@ -16,7 +16,8 @@ import (
 	"k8s.io/client-go/tools/cache"
 )
 
-// RotateAnnotation on the certificate Secret forces a rotation: "serving"
+// RotateAnnotation is the default Options.RotateAnnotation: on the
+// certificate Secret it forces a rotation: "serving"
 // re-issues the serving certificate, "ca" starts a CA rotation (which then
 // proceeds through its gated steps). The write that performs the step
 // removes it; during a CA rotation already under way, "ca" waits for it to
@@ -111,6 +112,7 @@ func (r *Rotator) syncSecret(ctx context.Context, gated bool) (s *corev1.Secret,
 		case err == nil:
 			r.log.Info("wrote certificate Secret", "secret", r.o.SecretKey.String(), "step", st.name,
 				"generation", secretGeneration(written), "bundleCAs", len(st.next.Bundle), "signingCA", st.next.Bundle[0].Subject.CommonName)
+			r.observeRotate(st)
 			s, have, fresh = written, true, false
 		case apierrors.IsConflict(err) || apierrors.IsAlreadyExists(err):
 			r.log.V(1).Info("another replica wrote the Secret first; re-reading", "step", st.name, "reason", err.Error())
@@ -120,6 +122,24 @@ func (r *Rotator) syncSecret(ctx context.Context, gated bool) (s *corev1.Secret,
 		}
 	}
 	return nil, nil, nil, fmt.Errorf("Secret %s: still changing after %d rounds", r.o.SecretKey, maxWrites)
+}
+
+// observeRotate tells the Observer which certificates the written step
+// issued: a new CA ("ca") and/or a new serving certificate ("serving").
+// Restoring and dropping old CAs issue none.
+func (r *Rotator) observeRotate(st *step) {
+	if r.o.Observer == nil {
+		return
+	}
+	switch st.name {
+	case "create", "fill":
+		r.o.Observer.OnRotate(RotateCA)
+		r.o.Observer.OnRotate(RotateServing)
+	case "new-ca":
+		r.o.Observer.OnRotate(RotateCA)
+	case "serving", "adopt-ca", string(DueReissueFromNewCA):
+		r.o.Observer.OnRotate(RotateServing)
+	}
 }
 
 // writeSecret performs st on s (nil: create). The write stamps
@@ -161,7 +181,7 @@ func (r *Rotator) writeSecret(ctx context.Context, s *corev1.Secret, st *step) (
 	}
 	upd.Annotations[GenerationAnnotation] = strconv.FormatInt(secretGeneration(s)+1, 10)
 	if st.clearRotate {
-		delete(upd.Annotations, RotateAnnotation)
+		delete(upd.Annotations, r.o.RotateAnnotation)
 	}
 	// upd carries s's resourceVersion: the API server refuses the Update
 	// with a Conflict if another replica wrote in between.
@@ -183,13 +203,10 @@ func (r *Rotator) writeSecret(ctx context.Context, s *corev1.Secret, st *step) (
 // returned. A Conflict means another replica wrote: s is returned, the next
 // pass sees the newer Secret.
 func (r *Rotator) raiseGeneration(ctx context.Context, s *corev1.Secret, live bool) (*corev1.Secret, error) {
-	gen, top := secretGeneration(s), int64(0)
-	for _, info := range r.o.Webhooks {
-		o, err := r.get(ctx, info, live)
-		if err != nil {
-			return nil, err
-		}
-		top = max(top, o.generation)
+	gen := secretGeneration(s)
+	_, top, err := r.inj.Bundles(ctx, live)
+	if err != nil {
+		return nil, err
 	}
 	if top <= gen {
 		return s, nil
@@ -220,10 +237,8 @@ func (r *Rotator) knownGeneration(ctx context.Context) int64 {
 	r.mu.Lock()
 	g := r.matGen
 	r.mu.Unlock()
-	for _, info := range r.o.Webhooks {
-		if o, err := r.getCached(ctx, info); err == nil && o.generation > g {
-			g = o.generation
-		}
+	if _, top, err := r.inj.Bundles(ctx, false); err == nil {
+		g = max(g, top)
 	}
 	return g
 }
@@ -258,9 +273,9 @@ func (r *Rotator) decide(ctx context.Context, s *corev1.Secret, gated bool) (*st
 		return &step{name: "fill", next: m}, nil, nil, nil
 	}
 
-	forced := s.Annotations[RotateAnnotation]
+	forced := s.Annotations[r.o.RotateAnnotation]
 	if forced != "" && forced != RotateCA && forced != RotateServing {
-		r.logOnce("rotate:"+forced, "ignoring unknown rotate annotation value (want ca or serving)", "annotation", RotateAnnotation, "value", forced)
+		r.logOnce("rotate:"+forced, "ignoring unknown rotate annotation value (want ca or serving)", "annotation", r.o.RotateAnnotation, "value", forced)
 		forced = ""
 	}
 	switch due := cur.Check(r.spec, now); {
@@ -374,6 +389,9 @@ func (r *Rotator) loadSecret(s *corev1.Secret) {
 	m, err := ParseSecretData(s.Data)
 	if err != nil {
 		r.log.Info("certificate Secret is unusable; keeping the served certificate", "secret", r.o.SecretKey.String(), "reason", err.Error())
+		if r.o.Observer != nil {
+			r.o.Observer.OnError(fmt.Errorf("Secret %s: %w", r.o.SecretKey, err))
+		}
 		return
 	}
 	r.load(m, secretGeneration(s))

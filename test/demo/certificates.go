@@ -18,20 +18,21 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
 
-	"github.com/kadmit/kadmit/internal/lifecycle"
 	"github.com/kadmit/kadmit/test/poll"
 	"github.com/kadmit/kadmit/test/seed"
 )
 
-// kadmitNamespace holds kadmit's certificate Secret and Lease in the demo.
+// kadmitNamespace holds kadmit's certificate Secret in the demo.
 const (
 	kadmitNamespace = "kadmit-system"
 	secretName      = "kadmit-tls"
-	leaseName       = "kadmit-leader"
+	// rotateAnnotation is kadmit's name for webhookcerts.RotateAnnotation
+	// (internal/rotateAnnotation).
+	rotateAnnotation = "kadmit.io/rotate"
 )
 
 // showCertificates prints what kadmit did before the API server could call
-// it: the Secret it created, the Lease it holds, and that every registered
+// it: the Secret it created, and that every registered
 // caBundle is the Secret's CA and verifies the certificate kadmit serves.
 func showCertificates(ctx context.Context, say func(string, ...any), cs kubernetes.Interface, addr string) error {
 	s, err := cs.CoreV1().Secrets(kadmitNamespace).Get(ctx, secretName, metav1.GetOptions{})
@@ -46,9 +47,6 @@ func showCertificates(ctx context.Context, say func(string, ...any), cs kubernet
 	say("  kadmit created Secret %s/%s (type %s): CA %q valid until %s,", kadmitNamespace, secretName, s.Type, ca.Subject.CommonName, ca.NotAfter.UTC().Format(time.DateOnly))
 	say("    serving certificate for %s valid until %s, renewed at 2/3 of its life (%s)",
 		sans(leaf), leaf.NotAfter.UTC().Format(time.DateOnly), webhookcerts.RenewAt(leaf).UTC().Format(time.DateOnly))
-	if l, err := cs.CoordinationV1().Leases(kadmitNamespace).Get(ctx, leaseName, metav1.GetOptions{}); err == nil && l.Spec.HolderIdentity != nil {
-		say("  replica %q holds Lease %s/%s: it alone writes the Secret and the caBundle", *l.Spec.HolderIdentity, kadmitNamespace, leaseName)
-	}
 	served, err := servedCertificate(ctx, addr)
 	if err != nil {
 		return err
@@ -125,7 +123,7 @@ func rotateServing(ctx context.Context, client kubernetes.Interface, addr string
 	if err != nil {
 		return fail(err)
 	}
-	patch := fmt.Sprintf(`{"metadata":{"annotations":{%q:"serving"}}}`, lifecycle.RotateAnnotation)
+	patch := fmt.Sprintf(`{"metadata":{"annotations":{%q:"serving"}}}`, rotateAnnotation)
 	if _, err := client.CoreV1().Secrets(kadmitNamespace).Patch(ctx, secretName, types.MergePatchType, []byte(patch), metav1.PatchOptions{}); err != nil {
 		return fail(err)
 	}

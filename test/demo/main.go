@@ -144,7 +144,7 @@ func run(o options) int {
 	if o.verbose {
 		kadmitLog = os.Stderr
 	}
-	// kadmit's own namespace holds its certificate Secret and its Lease.
+	// kadmit's own namespace holds its certificate Secret.
 	if _, err := cp.Client.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: kadmitNamespace}}, metav1.CreateOptions{}); err != nil {
 		say("demo: create namespace %s: %v", kadmitNamespace, err)
 		return 1

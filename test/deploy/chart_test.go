@@ -114,9 +114,15 @@ func TestDefaultInstall(t *testing.T) {
 	if ru := dep.Spec.Strategy.RollingUpdate; ru == nil || ru.MaxUnavailable.IntValue() != 0 {
 		t.Errorf("rolling update must never lower the ready count: %+v", ru)
 	}
-	for _, want := range []string{"serve", "--tls=self-managed", "--register", "--webhook-config-name=kadmit", "--namespace=kadmit-system", "--service-name=kadmit", "--secret-name=kadmit-tls", "--lease-name=kadmit-leader", "--shutdown-grace=30s"} {
+	for _, want := range []string{"serve", "--tls=self-managed", "--register", "--webhook-config-name=kadmit", "--namespace=kadmit-system", "--service-name=kadmit", "--secret-name=kadmit-tls", "--shutdown-grace=30s"} {
 		if !slices.Contains(c.Args, want) {
 			t.Errorf("args %q lack %s", c.Args, want)
+		}
+	}
+	// No Lease: the replicas coordinate through the Secret's resourceVersion.
+	for _, gone := range []string{"--lease-name", "--lease-duration", "--renew-deadline", "--retry-period", "--settle-delay", "--identity"} {
+		if slices.ContainsFunc(c.Args, func(a string) bool { return strings.HasPrefix(a, gone) }) {
+			t.Errorf("args %q carry the removed %s", c.Args, gone)
 		}
 	}
 	env := map[string]string{}
@@ -125,7 +131,7 @@ func TestDefaultInstall(t *testing.T) {
 			env[e.Name] = e.ValueFrom.FieldRef.FieldPath
 		}
 	}
-	if env["POD_NAME"] != "metadata.name" || env["POD_NAMESPACE"] != "metadata.namespace" {
+	if len(env) != 1 || env["POD_NAMESPACE"] != "metadata.namespace" {
 		t.Errorf("downward API env %v", env)
 	}
 	if p := c.ReadinessProbe; p == nil || p.HTTPGet.Path != "/readyz" {

@@ -461,7 +461,7 @@ func TestHealthyKadmitInstall(t *testing.T) {
 		}
 		p, err := kadmitproc.Start(kadmitproc.Options{Binary: e.Binary, Addr: addr, MetricsAddr: metrics, Log: logFile, Args: []string{"serve",
 			"--tls=self-managed", "--register", "--namespace", sys, "--service-name", "kadmit", "--service-port", "443",
-			"--kubeconfig", e.Kubeconfig, "--identity", pod, "--addr", addr, "--metrics-addr", metrics,
+			"--kubeconfig", e.Kubeconfig, "--addr", addr, "--metrics-addr", metrics,
 			"--shutdown-grace", "2s", "--log-format", "json"}})
 		if err != nil {
 			t.Fatal(err)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/tls"
 	"crypto/x509"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -38,7 +39,7 @@ import (
 
 // replica is one `kadmit serve` process: a pod, as far as the test goes.
 type replica struct {
-	name        string // --identity
+	name        string // the "pod" name, in the EndpointSlice
 	ip          string // its own address on lo
 	addr        string // ip:9443
 	metricsAddr string // ip:8080
@@ -96,16 +97,14 @@ func (c *cluster) selfManagedArgs(name, addr, metricsAddr string) []string {
 		"--tls=self-managed", "--register",
 		"--namespace", systemNS, "--secret-name", secretName,
 		"--service-name", serviceName, "--service-port", strconv.Itoa(servicePort),
-		"--kubeconfig", c.e.Kubeconfig, "--identity", name,
+		"--kubeconfig", c.e.Kubeconfig,
 		"--addr", addr, "--metrics-addr", metricsAddr,
-		"--lease-duration", leaseDuration.String(), "--renew-deadline", renewDeadline.String(),
-		"--retry-period", retryPeriod.String(), "--settle-delay", settleDelay.String(),
 		"--shutdown-grace", "5s", "--log-format", "json",
 	}
 }
 
 // startReplica starts a replica on the next free address; args builds its
-// command line from its identity and addresses (nil: selfManagedArgs).
+// command line from its name and addresses (nil: selfManagedArgs).
 func (c *cluster) startReplica(t *testing.T, args func(name, addr, metricsAddr string) []string) *replica {
 	t.Helper()
 	c.mu.Lock()
@@ -439,36 +438,63 @@ func (c *cluster) dumpLogs(w io.Writer, n int) {
 	}
 }
 
-// leader returns the Lease's holder, or "".
-func (c *cluster) leader(ctx context.Context) string {
-	l, err := c.e.Client.CoordinationV1().Leases(systemNS).Get(ctx, leaseName, metav1.GetOptions{})
-	if err != nil || l.Spec.HolderIdentity == nil {
-		return ""
+// secretWrote is the log message of a replica's write of the certificate
+// Secret (pkg/webhookcerts).
+const secretWrote = `"msg":"wrote certificate Secret"`
+
+// lastSecretWriter returns the live replica whose log shows the latest
+// write of the certificate Secret, or when none does (they all started
+// after it was written) the first live replica; nil when none is live.
+// No replica is special any more (no Lease): this is the one a test kills
+// to take the last writer away.
+func (c *cluster) lastSecretWriter() *replica {
+	live := c.live()
+	var last *replica
+	var lastAt time.Time
+	for _, r := range live {
+		for _, l := range r.proc.Logs() {
+			if !strings.Contains(l, secretWrote) {
+				continue
+			}
+			var line struct {
+				Time time.Time `json:"time"`
+			}
+			if json.Unmarshal([]byte(l), &line) == nil && !line.Time.Before(lastAt) {
+				last, lastAt = r, line.Time
+			}
+		}
 	}
-	return *l.Spec.HolderIdentity
+	if last == nil && len(live) > 0 {
+		last = live[0]
+	}
+	return last
 }
 
-// liveLeader waits for the Lease holder to be a live replica and returns
-// it, failing t after 20s.
-func (c *cluster) liveLeader(ctx context.Context, t *testing.T) *replica {
-	t.Helper()
-	var r *replica
-	eventually(t, 20*time.Second, "a leader among the replicas", func() error {
-		name := c.leader(ctx)
-		if r = c.byName(name); r == nil || !slices.Contains(c.live(), r) {
-			return fmt.Errorf("Lease holder %q is not a live replica", name)
+// secretWriters names the replicas whose log shows a write of the
+// certificate Secret at or after since.
+func (c *cluster) secretWriters(since time.Time) []string {
+	var out []string
+	for _, r := range c.live() {
+		for _, l := range r.proc.Logs() {
+			var line struct {
+				Time time.Time `json:"time"`
+			}
+			if strings.Contains(l, secretWrote) && json.Unmarshal([]byte(l), &line) == nil && !line.Time.Before(since) {
+				out = append(out, r.name)
+				break
+			}
 		}
-		return nil
-	})
-	return r
+	}
+	return out
 }
 
 // countLogs counts the log lines of rs containing s.
-func countLogs(rs []*replica, s string) int {
+// countLogs counts the log lines of rs containing s and every one of also.
+func countLogs(rs []*replica, s string, also ...string) int {
 	n := 0
 	for _, r := range rs {
 		for _, l := range r.proc.Logs() {
-			if strings.Contains(l, s) {
+			if strings.Contains(l, s) && !slices.ContainsFunc(also, func(a string) bool { return !strings.Contains(l, a) }) {
 				n++
 			}
 		}
@@ -705,7 +731,7 @@ func eventually(t *testing.T, d time.Duration, what string, cond func() error) t
 	return time.Since(start)
 }
 
-// rotateServing asks the leader for a serving-certificate rotation (the
+// rotateServing asks the replicas for a serving-certificate rotation (the
 // kadmit.io/rotate annotation) and waits, at most 30 s, until the Secret holds
 // a leaf other than origLeaf, the annotation is consumed and every replica
 // serves the new leaf, verified against the Secret's CAs; it returns how long

@@ -19,7 +19,7 @@ import (
 const configName = "kadmit"
 
 // reset returns the cluster to "nothing installed": every replica stopped,
-// no webhook configuration, Secret, Lease or EndpointSlice.
+// no webhook configuration, Secret or EndpointSlice.
 func (e *env) reset(t *testing.T) {
 	t.Helper()
 	ctx := e2eenv.TestCtx(t, time.Minute)
@@ -38,9 +38,6 @@ func (e *env) reset(t *testing.T) {
 		},
 		func() error {
 			return e.Client.CoreV1().Secrets(systemNS).Delete(ctx, secretName, metav1.DeleteOptions{})
-		},
-		func() error {
-			return e.Client.CoordinationV1().Leases(systemNS).Delete(ctx, leaseName, metav1.DeleteOptions{})
 		},
 		func() error { return c.deleteSlice(ctx) },
 	}
@@ -129,7 +126,7 @@ func (e *env) ensureInstalled(t *testing.T) {
 	eventually(t, 30*time.Second, "webhooks in effect", e.effective)
 }
 
-// annotateRotate asks the leader for a rotation.
+// annotateRotate asks the replicas for a rotation.
 func (e *env) annotateRotate(ctx context.Context, kind string) error {
 	patch := fmt.Appendf(nil, `{"metadata":{"annotations":{"kadmit.io/rotate":%q}}}`, kind)
 	_, err := e.Client.CoreV1().Secrets(systemNS).Patch(ctx, secretName, types.MergePatchType, patch, metav1.PatchOptions{})

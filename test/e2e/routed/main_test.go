@@ -37,20 +37,23 @@ const (
 	targetPort   = 9443
 	portName     = "https"
 	secretName   = "kadmit-tls"
-	leaseName    = "kadmit-leader"
 	serverName   = serviceName + "." + systemNS + ".svc"
 	loadNS       = "kadmit-load"    // where the load creates (dry-run) pods
 	ignoredNS    = "kadmit-ignored" // labelled kadmit.io/ignore=true
 	noListenerIP = "198.18.0.2"     // the routing sanity check's endpoint
 )
 
-// Leader-election and rotation timings given to every replica: short, so
-// that a take-over or a CA rotation fits in a test.
+// Bounds the tests hold the replicas to. They were set when a Lease (4 s)
+// elected the one replica that wrote the Secret and the caBundles; every
+// replica writes now, coordinated through the Secret's resourceVersion, so
+// what took a take-over takes none, and the bounds stay as they were.
 const (
-	leaseDuration = 4 * time.Second
-	renewDeadline = 3 * time.Second
-	retryPeriod   = time.Second
-	settleDelay   = 2 * time.Second
+	// registrationHold: how long no configuration may appear while no
+	// endpoint of the Service is ready (several write attempts).
+	registrationHold = 10 * time.Second
+	// afterKillBound: how soon after a replica's SIGKILL the survivors
+	// act on a forced rotation (the Lease's take-over bound: 4 s + 5 s).
+	afterKillBound = 9 * time.Second
 )
 
 // env is the world every test shares, built once by TestMain: the base

@@ -32,6 +32,14 @@ import (
 	"github.com/kadmit/kadmit/test/netns"
 )
 
+// kadmit watch's leader-election timings (its Lease): short, so that it
+// leads soon after it starts.
+const (
+	watchLeaseDuration = 4 * time.Second
+	watchRenewDeadline = 3 * time.Second
+	watchRetryPeriod   = time.Second
+)
+
 // The watch's own address on lo inside the namespace, and its timings.
 // --handshake-interval is 5s here (default 30s) so that the handshake-driven
 // classes fit a test; --debounce is the default 500ms, spelled out.
@@ -85,7 +93,7 @@ func (e *env) startWatch(t *testing.T) *watchProc {
 	args := []string{"watch",
 		"--kubeconfig", e.Kubeconfig, "--namespace", systemNS, "--identity", watchIdentity,
 		"--lease-name", watchLeaseName,
-		"--lease-duration", leaseDuration.String(), "--renew-deadline", renewDeadline.String(), "--retry-period", retryPeriod.String(),
+		"--lease-duration", watchLeaseDuration.String(), "--renew-deadline", watchRenewDeadline.String(), "--retry-period", watchRetryPeriod.String(),
 		"--metrics-addr", w.metricsAddr,
 		"--handshake-interval", watchHandshakeInterval.String(), "--debounce", watchDebounce.String(),
 		"--log-format", "json",
@@ -112,7 +120,7 @@ func (e *env) startWatch(t *testing.T) *watchProc {
 	}
 	w.events = startEventRecorder(t, e)
 	w.scr = startScraper(t, "http://"+w.metricsAddr+"/metrics")
-	eventually(t, leaseDuration+20*time.Second, "kadmit watch leads (kadmit_watch_leader 1)", func() error {
+	eventually(t, watchLeaseDuration+20*time.Second, "kadmit watch leads (kadmit_watch_leader 1)", func() error {
 		s := w.scr.latest()
 		if s == nil || s.err != nil {
 			return fmt.Errorf("no scrape yet: %v", s)

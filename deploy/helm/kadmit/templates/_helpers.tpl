@@ -46,10 +46,6 @@ app.kubernetes.io/part-of: kadmit
 {{- default (printf "%s-tls" (include "kadmit.fullname" .)) .Values.tls.secretName -}}
 {{- end -}}
 
-{{- define "kadmit.leaseName" -}}
-{{- default (printf "%s-leader" (include "kadmit.fullname" .)) .Values.leaderElection.leaseName -}}
-{{- end -}}
-
 {{- define "kadmit.image" -}}
 {{- if .Values.image.digest -}}
 {{ .Values.image.repository }}@{{ .Values.image.digest }}
