@@ -18,7 +18,7 @@ import (
 	"k8s.io/client-go/kubernetes/fake"
 )
 
-// readyEndpoints lists the ready (or unknown) endpoints of the Service's
+// ReadyEndpoints lists the ready (or unknown) endpoints of the Service's
 // slices, on the target port of the Service port's name, once each.
 func TestReadyEndpoints(t *testing.T) {
 	p := func(v int32) *int32 { return &v }
@@ -44,7 +44,7 @@ func TestReadyEndpoints(t *testing.T) {
 		slice("b", testSvc, ports, discoveryv1.Endpoint{Addresses: []string{"10.0.0.1"}}),
 		slice("c", "other", ports, discoveryv1.Endpoint{Addresses: []string{"10.9.9.9"}}),
 	)
-	got, err := readyEndpoints(context.Background(), kube, ServiceRef{Namespace: testNS, Name: testSvc, Port: 443})
+	got, err := ReadyEndpoints(context.Background(), kube, ServiceRef{Namespace: testNS, Name: testSvc, Port: 443})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -52,11 +52,11 @@ func TestReadyEndpoints(t *testing.T) {
 	if want := []string{"10.0.0.1:9443", "[fd00::3]:9443"}; !reflect.DeepEqual(got, want) {
 		t.Errorf("got %v, want %v", got, want)
 	}
-	if _, err := readyEndpoints(context.Background(), kube, ServiceRef{Namespace: testNS, Name: testSvc, Port: 444}); err == nil {
+	if _, err := ReadyEndpoints(context.Background(), kube, ServiceRef{Namespace: testNS, Name: testSvc, Port: 444}); err == nil {
 		t.Error("a port the Service lacks: want an error")
 	}
 	empty := fake.NewClientset(svc, slice("a", testSvc, ports, discoveryv1.Endpoint{Addresses: []string{"10.0.0.2"}, Conditions: discoveryv1.EndpointConditions{Ready: &no}}))
-	if _, err := readyEndpoints(context.Background(), empty, ServiceRef{Namespace: testNS, Name: testSvc, Port: 443}); !errors.Is(err, errNoReadyEndpoint) {
+	if _, err := ReadyEndpoints(context.Background(), empty, ServiceRef{Namespace: testNS, Name: testSvc, Port: 443}); !errors.Is(err, ErrNoReadyEndpoint) {
 		t.Errorf("no ready endpoint: %v", err)
 	}
 }

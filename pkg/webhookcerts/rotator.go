@@ -545,7 +545,7 @@ func (r *Rotator) gateDropOld(ctx context.Context, cur *Material) error {
 	if len(bundles) == 0 {
 		bundles = [][]byte{cur.BundlePEM()}
 	}
-	addrs, err := readyEndpoints(ctx, r.kube, *r.o.Service)
+	addrs, err := ReadyEndpoints(ctx, r.kube, *r.o.Service)
 	if err != nil {
 		return err
 	}
