@@ -209,7 +209,9 @@ kueue: ## build Kueue's manager upstream and with pkg/webhookcerts, and copy its
 # rollout restart, the leader pod's deletion and a forced CA rotation
 # (test/deploy/kueuecluster). Prints a markdown table, also written to
 # KUEUE_COMPARE_REPORT; fails if the library variant fails a call once the
-# Deployment is Available, or a scenario overruns its bound. Needs root.
+# Service routes to a ready replica (before that, the chart's Fail webhooks
+# are refused by kube-proxy in both variants), or a scenario overruns its
+# bound. Needs root.
 # Typically 6-10 minutes on a 2-core machine: 3.5-5.5 min for upstream's
 # variant (its install waits 10 s to 2 min for the kubelet to project the
 # Secret), 2.5-3 min for the library's once it installs; a variant that

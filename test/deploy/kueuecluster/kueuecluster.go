@@ -20,6 +20,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"os"
 	"path/filepath"
 	"time"
@@ -431,4 +432,26 @@ func GrantLibraryRBAC(ctx context.Context, c *cluster.Cluster) error {
 		Subjects:   subjects,
 	}, metav1.CreateOptions{})
 	return create(err)
+}
+
+// Routed returns nil once a TCP connection to the webhook Service's
+// ClusterIP on port 443 is accepted from the control plane's network
+// namespace, where the API server dials it: kube-proxy there has programmed
+// a ready endpoint. Until then the API server's calls are refused by
+// kube-proxy's reject rule for a Service without endpoints, whatever the
+// webhook's certificates. The Deployment turns Available about a second
+// before that (kube-proxy's sync), which is not the certificate library's
+// to close: it is why kadmit's own registrar waits for a verified, routed
+// endpoint before it registers.
+func Routed(ctx context.Context, c *cluster.Cluster) error {
+	svc, err := c.Client.CoreV1().Services(Namespace).Get(ctx, ServiceName, metav1.GetOptions{})
+	if err != nil {
+		return fmt.Errorf("kueuecluster: get Service %s: %w", ServiceName, err)
+	}
+	d := net.Dialer{Timeout: 500 * time.Millisecond}
+	conn, err := d.DialContext(ctx, "tcp", net.JoinHostPort(svc.Spec.ClusterIP, "443"))
+	if err != nil {
+		return fmt.Errorf("kueuecluster: Service %s not routed yet: %w", ServiceName, err)
+	}
+	return conn.Close()
 }

@@ -12,8 +12,8 @@ import (
 // serve them) and after (what readiness is for: Kueue issue #13036 reports
 // 10-30 s of errors after Ready).
 const (
-	FreshBefore    = "fresh install: before the Deployment is Available"
-	FreshAfter     = "fresh install: after it turns Available"
+	FreshBefore    = "fresh install: before the Service routes to a ready replica"
+	FreshAfter     = "fresh install: once the Service routes"
 	RolloutRestart = "kubectl rollout restart"
 	DeleteLeader   = "delete the leader pod"
 	CARotation     = "forced CA rotation"
