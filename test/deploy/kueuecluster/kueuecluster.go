@@ -296,17 +296,7 @@ func RolledOut(ctx context.Context, c *cluster.Cluster) error {
 
 // Pods returns the manager's pods that are not terminating.
 func Pods(ctx context.Context, c *cluster.Cluster) ([]corev1.Pod, error) {
-	list, err := c.Client.CoreV1().Pods(Namespace).List(ctx, metav1.ListOptions{LabelSelector: Selector})
-	if err != nil {
-		return nil, err
-	}
-	var out []corev1.Pod
-	for _, p := range list.Items {
-		if p.DeletionTimestamp == nil {
-			out = append(out, p)
-		}
-	}
-	return out, nil
+	return realcluster.LivePods(ctx, c, Namespace, Selector)
 }
 
 var (

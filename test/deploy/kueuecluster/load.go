@@ -18,6 +18,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	"github.com/kadmit/kadmit/test/cluster"
+	"github.com/kadmit/kadmit/test/deploy/realcluster"
 )
 
 // LoadJob is the Job the load creates: a one-pod Job labelled for
@@ -84,7 +85,7 @@ type LoadOptions struct {
 // server runs authentication, admission with both of Kueue's Job webhooks
 // and validation, and stores nothing, so the cluster does not fill with
 // Jobs and Kueue's controllers stay idle) at a steady rate, at most 64 at
-// once, from its own client so the test's client is not throttled.
+// once (realcluster.Pace), from its own client so the test's client is not throttled.
 type Load struct {
 	opts   LoadOptions
 	cancel context.CancelFunc
@@ -122,48 +123,24 @@ func StartLoad(ctx context.Context, c *cluster.Cluster, opts LoadOptions) (*Load
 
 func (l *Load) run(ctx context.Context, cs kubernetes.Interface) {
 	defer close(l.done)
-	var wg sync.WaitGroup
-	defer wg.Wait()
-	sem := make(chan struct{}, 64)
-	tick := time.NewTicker(time.Duration(float64(time.Second) / l.opts.Rate))
-	defer tick.Stop()
-	deadline := time.NewTimer(l.opts.Duration)
-	defer deadline.Stop()
 	job := LoadJob(LoadNamespace)
-	for sent := 0; sent < l.opts.Max; sent++ {
-		select {
-		case <-ctx.Done():
-			return
-		case <-deadline.C:
-			return
-		case <-tick.C:
+	realcluster.Pace(ctx, l.opts.Rate, l.opts.Max, l.opts.Duration, func() {
+		// A request that was sent is answered and counted, even after
+		// Stop.
+		rctx, cancel := context.WithTimeout(context.Background(), l.opts.RequestTimeout)
+		defer cancel()
+		began := time.Now()
+		got, err := cs.BatchV1().Jobs(LoadNamespace).Create(rctx, job.DeepCopy(), metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
+		call := Call{Sent: began, Took: time.Since(began)}
+		if err != nil {
+			call.Err = strings.TrimSpace(err.Error())
+		} else {
+			call.Suspended = got.Spec.Suspend != nil && *got.Spec.Suspend
 		}
-		select {
-		case sem <- struct{}{}:
-		case <-ctx.Done():
-			return
-		}
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			defer func() { <-sem }()
-			// A request that was sent is answered and counted, even after
-			// Stop.
-			rctx, cancel := context.WithTimeout(context.Background(), l.opts.RequestTimeout)
-			defer cancel()
-			began := time.Now()
-			got, err := cs.BatchV1().Jobs(LoadNamespace).Create(rctx, job.DeepCopy(), metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
-			call := Call{Sent: began, Took: time.Since(began)}
-			if err != nil {
-				call.Err = strings.TrimSpace(err.Error())
-			} else {
-				call.Suspended = got.Spec.Suspend != nil && *got.Spec.Suspend
-			}
-			l.mu.Lock()
-			l.calls = append(l.calls, call)
-			l.mu.Unlock()
-		}()
-	}
+		l.mu.Lock()
+		l.calls = append(l.calls, call)
+		l.mu.Unlock()
+	})
 }
 
 // Stop stops sending, waits for the requests in flight and returns every

@@ -279,7 +279,13 @@ func (r *Release) Deployment(ctx context.Context) (*appsv1.Deployment, error) {
 
 // Pods returns the release's serving pods that are not terminating.
 func (r *Release) Pods(ctx context.Context) ([]corev1.Pod, error) {
-	list, err := r.Cluster.Client.CoreV1().Pods(r.Namespace).List(ctx, metav1.ListOptions{LabelSelector: r.Selector()})
+	return LivePods(ctx, r.Cluster, r.Namespace, r.Selector())
+}
+
+// LivePods returns the pods in namespace matching selector that are not
+// terminating.
+func LivePods(ctx context.Context, c *cluster.Cluster, namespace, selector string) ([]corev1.Pod, error) {
+	list, err := c.Client.CoreV1().Pods(namespace).List(ctx, metav1.ListOptions{LabelSelector: selector})
 	if err != nil {
 		return nil, err
 	}

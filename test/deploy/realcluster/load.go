@@ -224,43 +224,59 @@ func StartLoad(ctx context.Context, c *cluster.Cluster, opts LoadOptions) (*Load
 
 func (l *Load) run(ctx context.Context, cs kubernetes.Interface) {
 	defer close(l.done)
+	pod := LoadPod(l.opts.Namespace)
+	bounded := Pace(ctx, l.opts.Rate, l.opts.Max, l.opts.Duration, func() {
+		// Requests in flight finish even after Stop: an admission that
+		// was started is counted.
+		rctx, cancel := context.WithTimeout(context.Background(), l.opts.RequestTimeout)
+		defer cancel()
+		got, err := cs.CoreV1().Pods(l.opts.Namespace).Create(rctx, pod.DeepCopy(), metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
+		l.record(got, err)
+	})
+	if bounded {
+		l.setBounded()
+	}
+}
+
+// PaceInFlight is how many of Pace's sends run at once at most.
+const PaceInFlight = 64
+
+// Pace runs send in its own goroutine rate times a second, at most
+// PaceInFlight at once, until max sends were started, duration has passed
+// or ctx ends, then waits for the sends in flight. It reports whether it
+// stopped at max or duration (a bound) rather than at ctx's end. Every load
+// of the real-cluster tests goes through it, so each is bounded in count,
+// time and concurrency the same way.
+func Pace(ctx context.Context, rate float64, max int, duration time.Duration, send func()) (bounded bool) {
 	var wg sync.WaitGroup
 	defer wg.Wait()
-	sem := make(chan struct{}, 64)
-	tick := time.NewTicker(time.Duration(float64(time.Second) / l.opts.Rate))
+	sem := make(chan struct{}, PaceInFlight)
+	tick := time.NewTicker(time.Duration(float64(time.Second) / rate))
 	defer tick.Stop()
-	deadline := time.NewTimer(l.opts.Duration)
+	deadline := time.NewTimer(duration)
 	defer deadline.Stop()
-	pod := LoadPod(l.opts.Namespace)
 	for sent := 0; ; {
-		if sent >= l.opts.Max {
-			l.setBounded()
-			return
+		if sent >= max {
+			return true
 		}
 		select {
 		case <-ctx.Done():
-			return
+			return false
 		case <-deadline.C:
-			l.setBounded()
-			return
+			return true
 		case <-tick.C:
 		}
 		select {
 		case sem <- struct{}{}:
 		case <-ctx.Done():
-			return
+			return false
 		}
 		sent++
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
 			defer func() { <-sem }()
-			// Requests in flight finish even after Stop: an admission that
-			// was started is counted.
-			rctx, cancel := context.WithTimeout(context.Background(), l.opts.RequestTimeout)
-			defer cancel()
-			got, err := cs.CoreV1().Pods(l.opts.Namespace).Create(rctx, pod.DeepCopy(), metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
-			l.record(got, err)
+			send()
 		}()
 	}
 }
