@@ -40,7 +40,7 @@ func Observe(ctx context.Context, c *cluster.Cluster, tl *realcluster.Timeline) 
 	}
 	run(func() {
 		last := ""
-		watchLoop(ctx, func(ctx context.Context) (watch.Interface, error) {
+		realcluster.WatchLoop(ctx, func(ctx context.Context) (watch.Interface, error) {
 			return c.Client.CoreV1().Secrets(Namespace).Watch(ctx, metav1.ListOptions{FieldSelector: "metadata.name=" + SecretName})
 		}, func(ev watch.Event) {
 			s, ok := ev.Object.(*corev1.Secret)
@@ -60,7 +60,7 @@ func Observe(ctx context.Context, c *cluster.Cluster, tl *realcluster.Timeline) 
 	reg := c.Client.AdmissionregistrationV1()
 	run(func() {
 		last := ""
-		watchLoop(ctx, func(ctx context.Context) (watch.Interface, error) {
+		realcluster.WatchLoop(ctx, func(ctx context.Context) (watch.Interface, error) {
 			return reg.MutatingWebhookConfigurations().Watch(ctx, metav1.ListOptions{FieldSelector: "metadata.name=" + MutatingName})
 		}, func(ev watch.Event) {
 			m, ok := ev.Object.(*admissionregistrationv1.MutatingWebhookConfiguration)
@@ -79,7 +79,7 @@ func Observe(ctx context.Context, c *cluster.Cluster, tl *realcluster.Timeline) 
 	})
 	run(func() {
 		last := ""
-		watchLoop(ctx, func(ctx context.Context) (watch.Interface, error) {
+		realcluster.WatchLoop(ctx, func(ctx context.Context) (watch.Interface, error) {
 			return reg.ValidatingWebhookConfigurations().Watch(ctx, metav1.ListOptions{FieldSelector: "metadata.name=" + ValidatingName})
 		}, func(ev watch.Event) {
 			v, ok := ev.Object.(*admissionregistrationv1.ValidatingWebhookConfiguration)
@@ -98,25 +98,6 @@ func Observe(ctx context.Context, c *cluster.Cluster, tl *realcluster.Timeline) 
 	})
 	run(func() { probeServed(ctx, c, tl) })
 	return func() { cancel(); wg.Wait() }
-}
-
-// watchLoop reopens a watch until ctx ends (a watch the API server closes,
-// or one that fails to open, is retried a second later).
-func watchLoop(ctx context.Context, open func(context.Context) (watch.Interface, error), handle func(watch.Event)) {
-	for ctx.Err() == nil {
-		w, err := open(ctx)
-		if err != nil {
-			select {
-			case <-ctx.Done():
-			case <-time.After(time.Second):
-			}
-			continue
-		}
-		for ev := range w.ResultChan() {
-			handle(ev)
-		}
-		w.Stop()
-	}
 }
 
 // probeServed records, per manager pod, what its webhook port answers a

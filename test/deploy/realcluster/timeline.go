@@ -48,7 +48,7 @@ func StartTimeline(ctx context.Context, c *cluster.Cluster, namespace, selector,
 	tl.wg.Add(1)
 	go func() {
 		defer tl.wg.Done()
-		tl.watchLoop(ctx, func(ctx context.Context) (watch.Interface, error) {
+		WatchLoop(ctx, func(ctx context.Context) (watch.Interface, error) {
 			return c.Client.CoreV1().Pods(namespace).Watch(ctx, metav1.ListOptions{LabelSelector: selector})
 		}, tl.pod())
 	}()
@@ -56,7 +56,7 @@ func StartTimeline(ctx context.Context, c *cluster.Cluster, namespace, selector,
 		tl.wg.Add(1)
 		go func() {
 			defer tl.wg.Done()
-			tl.watchLoop(ctx, func(ctx context.Context) (watch.Interface, error) {
+			WatchLoop(ctx, func(ctx context.Context) (watch.Interface, error) {
 				return c.Client.DiscoveryV1().EndpointSlices(namespace).Watch(ctx, metav1.ListOptions{LabelSelector: discoveryv1.LabelServiceName + "=" + service})
 			}, tl.slice())
 		}()
@@ -97,7 +97,10 @@ func (tl *Timeline) Around(t time.Time, d time.Duration) []Event {
 	return out
 }
 
-func (tl *Timeline) watchLoop(ctx context.Context, open func(context.Context) (watch.Interface, error), handle func(watch.Event)) {
+// WatchLoop reopens a watch until ctx ends (a watch the API server closes,
+// or one that fails to open, is retried a second later), handing every
+// event to handle.
+func WatchLoop(ctx context.Context, open func(context.Context) (watch.Interface, error), handle func(watch.Event)) {
 	for ctx.Err() == nil {
 		w, err := open(ctx)
 		if err != nil {
@@ -240,7 +243,7 @@ func (tl *Timeline) WatchWebhookConfigurations(ctx context.Context, c *cluster.C
 		go func() {
 			defer tl.wg.Done()
 			last := ""
-			tl.watchLoop(ctx, func(ctx context.Context) (watch.Interface, error) {
+			WatchLoop(ctx, func(ctx context.Context) (watch.Interface, error) {
 				if kind == "MutatingWebhookConfiguration" {
 					return reg.MutatingWebhookConfigurations().Watch(ctx, sel)
 				}
