@@ -11,6 +11,7 @@ import (
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
+	networkingv1 "k8s.io/api/networking/v1"
 	policyv1 "k8s.io/api/policy/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -62,6 +63,10 @@ type Backend struct {
 	StatefulSets []appsv1.StatefulSet
 	DaemonSets   []appsv1.DaemonSet
 	PDBs         []policyv1.PodDisruptionBudget
+	// NetworkPolicies of the namespace (KD107); NetworkPoliciesUnknown is
+	// true when they could not be listed.
+	NetworkPolicies        []networkingv1.NetworkPolicy
+	NetworkPoliciesUnknown bool
 }
 
 // TemplatePod stands in for the pods of a workload that has none running.

@@ -47,14 +47,17 @@ const (
 	IDAccessGap             = "KD001"
 	IDFromError             = "KD002"
 	IDNotChecked            = "KD003"
+	IDStaticAdmission       = "KD004"
 	IDServiceMissing        = "KD101"
 	IDServicePortMissing    = "KD102"
 	IDTargetPortMismatch    = "KD103"
 	IDURLClusterDNS         = "KD104"
 	IDURLLocalhost          = "KD105"
 	IDServiceType           = "KD106"
+	IDNetworkPolicyBlocks   = "KD107"
 	IDNoReadyEndpoints      = "KD201"
 	IDEndpointRefused       = "KD202"
+	IDNoDrainOnTermination  = "KD203"
 	IDSelectorCollision     = "KD301"
 	IDCABundleMissing       = "KD401"
 	IDCABundleUnparsable    = "KD402"
@@ -71,6 +74,7 @@ const (
 	IDInterceptsNodes       = "KD503"
 	IDInterceptsNodeLeases  = "KD504"
 	IDInterceptsOtherHook   = "KD505"
+	IDDependencyDeadlock    = "KD506"
 	IDTimeoutTooLong        = "KD601"
 	IDSideEffectsDryRun     = "KD602"
 	IDReviewVersions        = "KD603"
@@ -78,6 +82,9 @@ const (
 	IDNoPodDisruptionBudget = "KD605"
 	IDWildcardResources     = "KD606"
 	IDMatchConditionError   = "KD607"
+	IDTimeoutBudget         = "KD608"
+	IDFieldManagerFight     = "KD609"
+	IDVirtualResourceRule   = "KD610"
 	IDProbeAdmitted         = "KD700"
 	IDProbeDenied           = "KD701"
 	IDProbeRefused          = "KD702"
@@ -250,14 +257,17 @@ var Checks = []struct{ ID, Title string }{
 	{IDAccessGap, "doctor could not read an object (forbidden or not served): what it cannot tell"},
 	{IDFromError, "the API server's error message: which webhook, and which finding explains it"},
 	{IDNotChecked, "doctor's own bound stopped a check: the run's --timeout, or --max-handshakes endpoints already dialed"},
+	{IDStaticAdmission, "a webhook or policy named *.static.k8s.io comes from the API server's manifest-based admission configuration, invisible to the API"},
 	{IDServiceMissing, "clientConfig.service names a Service that does not exist"},
 	{IDServicePortMissing, "the Service does not expose clientConfig.service.port"},
 	{IDTargetPortMismatch, "the Service's targetPort does not match the pods or the EndpointSlices"},
 	{IDURLClusterDNS, "clientConfig.url points at in-cluster DNS the API server cannot resolve"},
 	{IDURLLocalhost, "clientConfig.url points at localhost"},
 	{IDServiceType, "the Service's type cannot be called (ExternalName)"},
+	{IDNetworkPolicyBlocks, "a NetworkPolicy selecting the webhook's pods does not admit the API server on the target port"},
 	{IDNoReadyEndpoints, "the Service has no ready EndpointSlice endpoint"},
 	{IDEndpointRefused, "an endpoint refuses TCP connections (connection refused)"},
+	{IDNoDrainOnTermination, "webhook pods stop serving before the API server stops calling them (no preStop delay, or a grace period shorter than it)"},
 	{IDSelectorCollision, "the Service routes to pods of more than one workload"},
 	{IDCABundleMissing, "caBundle is empty"},
 	{IDCABundleUnparsable, "caBundle does not parse"},
@@ -274,6 +284,7 @@ var Checks = []struct{ ID, Title string }{
 	{IDInterceptsNodes, "Fail webhook intercepts nodes"},
 	{IDInterceptsNodeLeases, "Fail webhook intercepts node leases in kube-node-lease"},
 	{IDInterceptsOtherHook, "Fail webhook intercepts another webhook's pods (dependency or cycle)"},
+	{IDDependencyDeadlock, "Fail webhook intercepts the pods its own recovery depends on: its certificate issuer, the CNI, cluster DNS"},
 	{IDTimeoutTooLong, "timeoutSeconds above 10"},
 	{IDSideEffectsDryRun, "sideEffects make dry-run requests fail"},
 	{IDReviewVersions, "admissionReviewVersions lacks v1"},
@@ -281,6 +292,9 @@ var Checks = []struct{ ID, Title string }{
 	{IDNoPodDisruptionBudget, "Fail webhook without a PodDisruptionBudget"},
 	{IDWildcardResources, "rules with * resources"},
 	{IDMatchConditionError, "matchConditions that do not compile"},
+	{IDTimeoutBudget, "the webhooks of one resource and operation can take longer together than the client waits"},
+	{IDFieldManagerFight, "caBundle or failurePolicy written alternately by two field managers"},
+	{IDVirtualResourceRule, "rules for virtual resources (TokenReview, SubjectAccessReview, ...) that this API server version never sends to webhooks"},
 	{IDProbeAdmitted, "probe: admitted"},
 	{IDProbeDenied, "probe: denied by the webhook's policy"},
 	{IDProbeRefused, "probe: connection refused"},

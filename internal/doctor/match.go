@@ -3,6 +3,7 @@ package doctor
 import (
 	"fmt"
 	"sync"
+	"time"
 
 	admissionv1 "k8s.io/api/admission/v1"
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
@@ -40,9 +41,44 @@ type Webhook struct {
 	// MatchConditions are evaluated with the API server's CEL matcher
 	// (EvalConditions); compiled once, on first use.
 	MatchConditions []admissionregistrationv1.MatchCondition
+	// ReinvocationPolicy of a mutating webhook, defaulted to Never as the
+	// API server does; Never for validating webhooks (KD608).
+	ReinvocationPolicy admissionregistrationv1.ReinvocationPolicyType
+	// Annotations are the configuration's annotations (e.g. cert-manager's
+	// cert-manager.io/inject-ca-from, naming the certificate issuer).
+	Annotations map[string]string
+	// Owners are the field managers (metadata.managedFields) of this
+	// webhook's caBundle and failurePolicy, from one read (KD609).
+	Owners []FieldOwner
+	// Writes are the changes of caBundle and failurePolicy a long-running
+	// watcher saw, oldest first, with the manager that made each; nil for a
+	// one-shot read (KD609).
+	Writes []FieldWrite
 
 	condOnce sync.Once
 	cond     *compiledConditions
+}
+
+// FieldOwner is one managedFields entry owning a field of a webhook.
+type FieldOwner struct {
+	// Field is "caBundle" or "failurePolicy".
+	Field     string
+	Manager   string
+	Operation string // Apply or Update
+	// Time is the entry's time (its last change), zero when unset.
+	Time time.Time
+}
+
+// FieldWrite is one observed change of a webhook's field.
+type FieldWrite struct {
+	// Field is "caBundle" or "failurePolicy".
+	Field string
+	// Manager is the field's owner after the change ("" when the field
+	// was emptied and so has no owner).
+	Manager string
+	// Value is a short digest of the new value ("" when empty).
+	Value string
+	At    time.Time
 }
 
 // Fail reports whether a call error rejects the request.

@@ -8,6 +8,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/version"
 	"k8s.io/client-go/kubernetes"
 )
 
@@ -35,7 +36,42 @@ type Snapshot struct {
 	Policies *PolicySet
 	// Gaps are cluster-wide reads that were refused.
 	Gaps []AccessGap
+	// ServerVersion is the API server's /version, nil when it could not be
+	// read: the version-aware rules (KD610, KD004) depend on it.
+	ServerVersion *version.Info
+	// APIServerAddresses are the addresses of the default/kubernetes
+	// Service's EndpointSlices: where the API server's calls to webhooks
+	// come from, for NetworkPolicy peers (KD107). APIServerAddressesKnown
+	// is false when they could not be read.
+	APIServerAddresses      []string
+	APIServerAddressesKnown bool
+	// Dependencies are the workloads, cluster-wide, that webhook pods
+	// need in order to start again (the CNI's DaemonSets, cluster DNS,
+	// certificate issuers), for KD506. DependenciesKnown is false when
+	// the workloads could not be listed.
+	Dependencies      []Dependency
+	DependenciesKnown bool
 }
+
+// Dependency is a workload that other pods' recovery depends on: a Fail
+// webhook intercepting the creation of its pods blocks that recovery
+// while the webhook is down (KD506).
+type Dependency struct {
+	// Role is DependencyCNI, DependencyDNS or DependencyCertIssuer.
+	Role      string
+	Namespace string
+	Workload  WorkloadRef
+	// Labels are the labels of the workload's pod template: what a
+	// re-created pod carries for objectSelectors.
+	Labels map[string]string
+}
+
+// Dependency roles.
+const (
+	DependencyCNI        = "cni"
+	DependencyDNS        = "dns"
+	DependencyCertIssuer = "cert-issuer"
+)
 
 // AllGaps lists every gap of the snapshot, cluster-wide ones first.
 func (s *Snapshot) AllGaps() []AccessGap {
