@@ -11,14 +11,19 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"os"
 	"strings"
 	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
+	corev1 "k8s.io/api/core/v1"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/kubernetes/scheme"
+	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
 	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/record"
 	"k8s.io/klog/v2"
 
 	"github.com/kadmit/kadmit/internal/admission"
@@ -148,6 +153,7 @@ type daemon struct {
 	reloads    *reloader
 	promReg    *prometheus.Registry
 	certs      *metrics.Certificates
+	regMetrics *metrics.Registration
 	names      certs.Names
 	serverName string
 	source     certs.Source
@@ -259,6 +265,9 @@ func (d *daemon) newMetrics(context.Context) error {
 	if d.certs, err = metrics.NewCertificates(d.promReg); err != nil {
 		return err
 	}
+	if d.regMetrics, err = metrics.NewRegistration(d.promReg); err != nil {
+		return err
+	}
 	if d.reloads.metrics, err = metrics.NewConfigReloads(d.promReg); err != nil {
 		return err
 	}
@@ -279,15 +288,23 @@ func (d *daemon) newMetrics(context.Context) error {
 // does not trust its certificate (a replica behind the same Service with a
 // Secret of its own). A configuration set that cannot be registered (no URL
 // or Service, a bad name) is a usage error.
-func (d *daemon) newRegistrar(context.Context) error {
+func (d *daemon) newRegistrar(ctx context.Context) error {
 	if !d.opts.Register && d.opts.TLSMode != TLSSelfManaged {
 		return nil
 	}
-	reg, err := registration.NewRegistrar(registration.RegistrarOptions{
+	ro := registration.RegistrarOptions{
 		Client: d.client, Registration: d.registrationOptions(), Hooks: d.hooks,
 		ServerName: d.serverName, Holder: d.source.Holder(), Bundle: d.bundle,
 		Listening: func() error { return d.srv.Serving() }, Probe: d.probe(), Logger: d.log,
-	})
+		Observer: d.regMetrics,
+	}
+	if d.opts.Register {
+		// Only a writer can be in a fight over caBundle: its Warning
+		// Events go through client-go's recorder to namespace default
+		// (the configurations are cluster-scoped), as kadmit watch's do.
+		ro.Recorder = eventRecorder(ctx, d.client)
+	}
+	reg, err := registration.NewRegistrar(ro)
 	if err != nil {
 		return usage("--register: %v", err)
 	}
@@ -347,9 +364,21 @@ func (d *daemon) ready() readiness.Gate {
 	if d.registrar != nil {
 		trust = d.registrar.Ready
 	}
+	contested := func() error { return nil }
+	if d.registrar != nil && d.opts.Register {
+		contested = d.registrar.Contested
+	}
 	return readiness.Gate{
 		{Name: "certificate", Check: d.source.Ready},
 		{Name: "caBundle", Check: trust},
+		// Degraded, not unready: a fight over caBundle with a GitOps
+		// controller is not this replica's to win, and every replica is in
+		// it alike, so taking them out of the Service's endpoints would
+		// fail every call the API server can still make (the other side's
+		// bundle may verify too). Whether the API server trusts the
+		// certificate right now stays the caBundle condition's answer,
+		// which names the fight when it fails.
+		{Name: "caBundleContested", Check: contested, Degraded: true},
 		// Degraded, not unready: a replica serving the built-in policies
 		// must stay in the Service's endpoints (docs/policies-cel.md).
 		{Name: "declaredPolicies", Check: d.reloads.declaredReady, Degraded: true},
@@ -471,4 +500,14 @@ func registerAll(reg prometheus.Registerer, cs []prometheus.Collector) error {
 		}
 	}
 	return nil
+}
+
+// eventRecorder is a core/v1 Event recorder writing through cs until ctx
+// ends; its source is component kadmit on this host (the pod's name in a
+// cluster).
+func eventRecorder(ctx context.Context, cs kubernetes.Interface) record.EventRecorder {
+	b := record.NewBroadcaster(record.WithContext(ctx))
+	b.StartRecordingToSink(&typedcorev1.EventSinkImpl{Interface: cs.CoreV1().Events("")})
+	host, _ := os.Hostname()
+	return b.NewRecorder(scheme.Scheme, corev1.EventSource{Component: "kadmit", Host: host})
 }

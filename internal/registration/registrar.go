@@ -18,6 +18,7 @@ import (
 
 	"github.com/kadmit/kadmit/pkg/webhookcerts"
 
+	"golang.org/x/time/rate"
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	apiequality "k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -28,6 +29,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 	listersadmissionv1 "k8s.io/client-go/listers/admissionregistration/v1"
 	"k8s.io/client-go/tools/cache"
+	"k8s.io/client-go/tools/record"
 
 	"github.com/kadmit/kadmit/internal/admission"
 	"github.com/kadmit/kadmit/internal/certs"
@@ -101,6 +103,14 @@ type RegistrarOptions struct {
 	// wait (see Inject).
 	ProxySettle time.Duration
 	Logger      *slog.Logger
+	// Recorder, when set, receives the Warning Event ReasonCABundleContested
+	// on a configuration whose caBundle another field manager keeps
+	// rewriting, and ReasonCABundleContestEnded once it stopped (see
+	// ContestFreeRepairs); nil: none.
+	Recorder record.EventRecorder
+	// Observer, when set, receives every write and every fight over
+	// caBundle (kadmit's metrics); nil: none.
+	Observer ContestObserver
 	// Now is the clock; default time.Now.
 	Now func() time.Time
 }
@@ -108,9 +118,16 @@ type RegistrarOptions struct {
 // Registrar is the one writer of kadmit's MutatingWebhookConfiguration and
 // ValidatingWebhookConfiguration: it builds them from the hooks, injects the
 // certificate source's caBundle, server-side applies them (field manager
-// kadmit) and, through an informer on exactly those two objects, repairs
+// kadmit: it owns the webhooks it registers, the managed-by label and the
+// generation annotation, nothing else, so fields and annotations others
+// add, e.g. a GitOps controller's tracking label, stay theirs and are never
+// rewritten) and, through an informer on exactly those two objects, repairs
 // them when someone changes them (a blanked or stale caBundle, a deleted
-// configuration), and deletes one no hook of its type is left in. The same
+// configuration), and deletes one no hook of its type is left in. A
+// caBundle another field manager keeps rewriting is repaired at once
+// ContestFreeRepairs times, then with an exponential backoff, reported as
+// a Warning Event, through Observer and by Contested, instead of fought
+// over (contest.go). The same
 // informer tells the server which paths the API server may still call
 // (Calls) and answers readiness: does the served
 // certificate verify against every registered caBundle?
@@ -150,6 +167,10 @@ type Registrar struct {
 	// server stores (at most its 1.5 MiB request limit each) plus those
 	// that left within the grace.
 	called map[string]time.Time
+	// contests are the two configurations' caBundle fights (contest.go),
+	// events the token bucket of their Events.
+	contests map[admission.Type]*contest
+	events   *rate.Limiter
 }
 
 // NewRegistrar checks opts: the configurations must build from the hooks
@@ -181,7 +202,9 @@ func NewRegistrar(opts RegistrarOptions) (*Registrar, error) {
 	// r.o would keep the start's policies alive after the first reload.
 	opts.Hooks = nil
 	return &Registrar{o: opts, log: opts.Logger.With("component", "registrar", "configuration", opts.Registration.Name),
-		kick: make(chan struct{}, 1), hooks: hooks, called: map[string]time.Time{}}, nil
+		kick: make(chan struct{}, 1), hooks: hooks, called: map[string]time.Time{},
+		contests: map[admission.Type]*contest{admission.Mutating: {armed: true}, admission.Validating: {armed: true}},
+		events:   rate.NewLimiter(rate.Every(ContestEventInterval), ContestEventBurst)}, nil
 }
 
 // Name is the name of both configurations.
@@ -357,6 +380,11 @@ func (r *Registrar) Ready() error {
 	}
 	for _, where := range slices.Sorted(maps.Keys(bundles)) {
 		if err := certs.VerifyServed(r.o.Holder, where, bundles[where], r.o.ServerName, now); err != nil {
+			// Say why the bundle is wrong when it is fought over: the
+			// answer the operator needs is the other controller's name.
+			if c := r.Contested(); c != nil {
+				return fmt.Errorf("%w; %v", err, c)
+			}
 			return err
 		}
 	}
@@ -520,6 +548,16 @@ func (r *Registrar) write(ctx context.Context, bundle []byte, generation int64) 
 			"mutating", mNewer, "validating", vNewer, "generation", generation)
 		mUp, vUp = mUp || mNewer, vUp || vNewer
 	}
+	// Before anything returns: every look records what is wanted and
+	// whether the cache shows it, which decides what the next difference is.
+	now := r.o.Now()
+	var mWait, vWait time.Duration
+	if mwc != nil {
+		mWait = r.contestWait(admission.Mutating, mwc, mutatingBundles(mwc.Webhooks), mUp, now)
+	}
+	if vwc != nil {
+		vWait = r.contestWait(admission.Validating, vwc, validatingBundles(vwc.Webhooks), vUp, now)
+	}
 	if mUp && vUp {
 		r.hold("")
 		return false, nil
@@ -529,6 +567,17 @@ func (r *Registrar) write(ctx context.Context, bundle []byte, generation int64) 
 		return true, nil
 	}
 	r.hold("")
+	// A configuration whose caBundle is fought over waits for its backoff
+	// (held: Run comes back); the other is written meanwhile.
+	if mWait > 0 {
+		mUp, held = true, true
+	}
+	if vWait > 0 {
+		vUp, held = true, true
+	}
+	if mUp && vUp {
+		return held, nil
+	}
 	stale := r.staleBundles(bundle)
 	// Only what differs: each write counts against the client's rate
 	// limit, and a repair should not wait behind a no-op.
@@ -541,10 +590,17 @@ func (r *Registrar) write(ctx context.Context, bundle []byte, generation int64) 
 	if err := Apply(ctx, r.o.Client, mwc, vwc); err != nil {
 		return false, err
 	}
+	if mwc != nil {
+		r.wrote(admission.Mutating)
+	}
+	if vwc != nil {
+		r.wrote(admission.Validating)
+	}
 	// A later first registration (a configuration deleted) settles anew.
 	r.settle(time.Time{})
-	r.log.Info("wrote webhook configurations", "staleCABundles", stale, "url", r.o.Registration.URL, "service", r.o.Registration.ServiceName)
-	return false, nil
+	r.log.Info("wrote webhook configurations", "staleCABundles", stale, "url", r.o.Registration.URL, "service", r.o.Registration.ServiceName,
+		"mutating", mwc != nil, "validating", vwc != nil)
+	return held, nil
 }
 
 // deleteEmpty deletes the MutatingWebhookConfiguration (mutating) and the
@@ -655,7 +711,9 @@ func (r *Registrar) hold(why string) {
 // Run keeps both configurations written with the source's current bundle
 // until ctx ends: at once, on every event of either configuration, on
 // SetHooks, when the bundle changes (checked every RetryInterval), and every
-// RetryInterval while a write is held back or failed.
+// RetryInterval while a write is held back or failed. A caBundle fought
+// over is repaired once its backoff has passed (contest.go), and a fight
+// ends ContestQuiet after its last revert (checked every RetryInterval).
 func (r *Registrar) Run(ctx context.Context) {
 	tick := time.NewTicker(RetryInterval)
 	defer tick.Stop()
@@ -666,6 +724,7 @@ func (r *Registrar) Run(ctx context.Context) {
 	pending, applied, lastErr := true, []byte(nil), ""
 	for {
 		settled.Stop()
+		r.expireContests(r.o.Now())
 		bundle, generation := r.current()
 		if pending || !bytes.Equal(bundle, applied) {
 			held, err := r.write(ctx, bundle, generation)
@@ -677,7 +736,11 @@ func (r *Registrar) Run(ctx context.Context) {
 				lastErr, pending = err.Error(), true
 			case held:
 				pending = true
-				if wait := r.settleLeft(); wait > 0 && wait < RetryInterval {
+				wait := r.settleLeft()
+				if cw := r.contestLeft(); cw > 0 && (wait == 0 || cw < wait) {
+					wait = cw
+				}
+				if wait > 0 && wait < RetryInterval {
 					settled.Reset(wait)
 				}
 			default:

@@ -724,6 +724,11 @@ func TestInstallOnRealAPIServer(t *testing.T) {
 			// server by test/e2e/unregister.
 			"delete mutatingwebhookconfigurations/kadmit":   "deleting a configuration whose last hook is off, exercised by test/e2e/unregister",
 			"delete validatingwebhookconfigurations/kadmit": "deleting a configuration whose last hook is off, exercised by test/e2e/unregister",
+			// Only a caBundle fight with another field manager makes the
+			// registrar write an Event, exercised by test/e2e's
+			// TestCABundleFightBacksOff.
+			"create events/": "the registrar's CABundleContested Event, exercised by test/e2e TestCABundleFightBacksOff",
+			"patch events/":  "a repeated CABundleContested Event, exercised by test/e2e TestCABundleFightBacksOff",
 		}
 		for _, l := range lists {
 			if err := l.list(metav1.ListOptions{FieldSelector: "metadata.name=" + l.name}); err != nil {
