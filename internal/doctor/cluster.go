@@ -141,6 +141,7 @@ type nsObjects struct {
 	statefulSets *appsv1.StatefulSetList
 	daemonSets   *appsv1.DaemonSetList
 	pdbs         *policyv1.PodDisruptionBudgetList
+	netpols      *networkingv1.NetworkPolicyList
 	gaps         map[string]error
 }
 
@@ -221,6 +222,10 @@ func (l *backendLoader) namespace(ctx context.Context, ns string) (*nsObjects, e
 	}
 	o.pdbs, err = l.cs.PolicyV1().PodDisruptionBudgets(ns).List(ctx, metav1.ListOptions{})
 	if _, err := o.listed(ns, "poddisruptionbudgets", "PodDisruptionBudgets", err); err != nil {
+		return nil, err
+	}
+	o.netpols, err = l.cs.NetworkingV1().NetworkPolicies(ns).List(ctx, metav1.ListOptions{})
+	if _, err := o.listed(ns, "networkpolicies", "NetworkPolicies", err); err != nil {
 		return nil, err
 	}
 	if l.byNS == nil {
@@ -363,6 +368,11 @@ func (l *backendLoader) load(ctx context.Context, ns, name string) (*Backend, er
 	} else {
 		b.PDBs = o.pdbs.Items
 	}
+	if o.gaps["networkpolicies"] != nil {
+		b.MarkUnreadable("networkpolicies", o.gaps["networkpolicies"])
+	} else {
+		b.NetworkPolicies = o.netpols.Items
+	}
 	return b, nil
 }
 
@@ -396,7 +406,7 @@ func (b *Backend) Resolve() {
 
 // MarkUnreadable records that resource ("namespaces", "services",
 // "endpointslices", "pods", "replicasets", "deployments", "statefulsets",
-// "daemonsets" or "poddisruptionbudgets") could not be read for this
+// "daemonsets", "poddisruptionbudgets" or "networkpolicies") could not be read for this
 // backend (err: the API server's refusal, e.g. 403 Forbidden; any other
 // error, or nil when a caller knows beforehand, as kadmit watch does from a
 // SelfSubjectAccessReview, counts as "forbidden" if err is nil): it sets
@@ -437,6 +447,9 @@ func (b *Backend) MarkUnreadable(resource string, err error) {
 	case "poddisruptionbudgets":
 		b.PDBsUnknown = true
 		b.gap("list", "poddisruptionbudgets", "policy", ns, err, "whether a PodDisruptionBudget covers the webhook's pods ("+IDNoPodDisruptionBudget+" was not checked)")
+	case "networkpolicies":
+		b.NetworkPoliciesUnknown = true
+		b.gap("list", "networkpolicies", "networking.k8s.io", ns, err, "whether a NetworkPolicy isolates the webhook's pods from the API server ("+IDNetworkPolicyBlocks+" was not checked)")
 	default:
 		panic("doctor: MarkUnreadable: unknown resource " + resource)
 	}

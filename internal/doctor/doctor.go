@@ -157,6 +157,10 @@ type run struct {
 	// objects memoizes Backend.objects: every webhook is checked against
 	// every backend's objects, which are the same for the whole run.
 	objects map[*Backend][]Object
+	// budget is KD608's per-run index over all webhooks (timeoutBudget),
+	// computed once, by the first webhook checked, under budgetOnce.
+	budgetOnce sync.Once
+	budget     *budgetIndex
 }
 
 // newRun is a run over snap with opts (defaults already applied).
@@ -245,7 +249,10 @@ func Diagnose(ctx context.Context, cs kubernetes.Interface, snap *Snapshot, opts
 		if em.Webhook != "" {
 			em.Matched = em.selectFor(snap)
 			if len(em.Matched) == 0 {
-				return nil, fmt.Errorf("%w: the message names webhook %q, which is in no MutatingWebhookConfiguration or ValidatingWebhookConfiguration (deleted since?)", ErrNotFound, em.Webhook)
+				if rep := em.staticReport(snap); rep != nil {
+					return rep, nil // KD004: it lives outside the API
+				}
+				return nil, fmt.Errorf("%w: the message names webhook %q, which is in no MutatingWebhookConfiguration or ValidatingWebhookConfiguration (deleted since?%s)", ErrNotFound, em.Webhook, notFoundHint(snap.ServerVersion))
 			}
 			for _, k := range em.Matched {
 				hookWanted[k] = true
@@ -298,10 +305,10 @@ func Diagnose(ctx context.Context, cs kubernetes.Interface, snap *Snapshot, opts
 	}
 	wg.Wait()
 	if (len(want) == 0 && len(hookWanted) == 0) || (em != nil && em.Policy != "") {
-		rep.Policies = checkPolicies(snap.Policies)
+		rep.Policies = checkPolicies(snap.Policies, snap.ServerVersion)
 	}
 	if em != nil {
-		em.explain(rep)
+		em.explain(rep, snap.ServerVersion)
 	}
 	rep.finish()
 	if err := ctx.Err(); err != nil {
@@ -333,6 +340,12 @@ func (r *run) check(ctx context.Context, w *Webhook) []Finding {
 	out = append(out, r.checkInterception(ctx, w)...)
 	out = append(out, conditionFindings(w)...)
 	out = append(out, r.checkSettings(w, collision)...)
+	out = append(out, r.checkTimeoutBudget(w)...)
+	out = append(out, r.checkFieldOwners(w)...)
+	out = append(out, r.checkVersionRules(w)...)
+	out = append(out, r.checkDependencies(ctx, w)...)
+	out = append(out, r.checkTermination(w)...)
+	out = append(out, r.checkNetworkPolicies(w)...)
 	// What doctor could not read for this webhook, so that every check
 	// that could not be made says so.
 	gaps := append([]AccessGap(nil), r.snap.Gaps...)

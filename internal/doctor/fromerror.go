@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"regexp"
 	"strings"
+
+	"k8s.io/apimachinery/pkg/version"
 )
 
 // MaxErrorMessage bounds what --from-error accepts: the API server's
@@ -25,6 +27,10 @@ type ErrorMatch struct {
 	// policy denial ("" for a webhook).
 	Policy  string `json:"policy,omitempty"`
 	Binding string `json:"binding,omitempty"`
+	// PolicyKind is ValidatingAdmissionPolicy or MutatingAdmissionPolicy
+	// when the message names the kind ("" for "policy '...'", the generic
+	// dispatcher's format).
+	PolicyKind string `json:"policyKind,omitempty"`
 	// Format names the API server's message format:
 	// "call failed" (failed calling webhook, k8s.io/apiserver
 	// pkg/util/webhook/error.go:36), "denied" (webhook/errors/statuserror.go:30),
@@ -133,6 +139,11 @@ func ParseError(msg string) (*ErrorMatch, error) {
 		if loc[4] >= 0 {
 			m.Binding = msg[loc[4]:loc[5]]
 		}
+		for _, k := range []string{"ValidatingAdmissionPolicy", "MutatingAdmissionPolicy"} {
+			if strings.HasPrefix(msg[loc[0]:], k) {
+				m.PolicyKind = k
+			}
+		}
 		policyCause(m)
 		consider(loc[0], m)
 	}
@@ -229,8 +240,10 @@ func (m *ErrorMatch) selectFor(s *Snapshot) []string {
 
 // explain marks, in each matched webhook's report, the finding that
 // explains m (the first of m.Explaining present) as Lead, and puts a KD002
-// finding first saying which finding matches and why.
-func (m *ErrorMatch) explain(rep *Report) {
+// finding first saying which finding matches and why. v is the API
+// server's version: a policy the snapshot lacks whose name has
+// StaticSuffix gets KD004 (staticPolicy).
+func (m *ErrorMatch) explain(rep *Report, v *version.Info) {
 	where := func(fs []Finding) int {
 		for _, id := range m.Explaining {
 			for i := range fs {
@@ -291,6 +304,11 @@ func (m *ErrorMatch) explain(rep *Report) {
 				kept = append(kept, p)
 			}
 		}
+		if len(kept) == 0 {
+			if p, ok := m.staticPolicy(v); ok {
+				kept = append(kept, p)
+			}
+		}
 		rep.Policies = kept
 		return
 	}
@@ -315,4 +333,91 @@ func selfInterception(fs []Finding, explained int) int {
 		}
 	}
 	return -1
+}
+
+// staticSubject is the KD002 finding leading a static webhook's or
+// policy's report: what the message is, and that KD004 says where the
+// object lives.
+func (m *ErrorMatch) staticSubject(subject string) Finding {
+	f := Finding{ID: IDFromError, Severity: SeverityInfo, Lead: true,
+		What: fmt.Sprintf("The message is the API server's %q error for %s (cause: %s); %s says where it lives.", m.Format, subject, m.Cause, IDStaticAdmission),
+		Why:  "Doctor reads what the API serves; a static object is not among it, so none of the other checks can be made for it."}
+	if m.Format == "policy denied" && len(m.Explaining) == 0 {
+		f.Why = "The policy's validations decided against the request (" + m.Detail + "); " + f.Why
+	}
+	return f
+}
+
+// staticReport is the report for a message naming a webhook that no
+// configuration the API serves holds, when its name has StaticSuffix
+// (KEP-5793's convention; the webhooks inside a static configuration may
+// be named anything, only the configuration must carry the suffix) and
+// the server may have static admission configuration (1.36 with its
+// alpha gate, 1.37 and later, or unknown). nil otherwise: the webhook was
+// deleted.
+func (m *ErrorMatch) staticReport(snap *Snapshot) *Report {
+	note, ok := staticGateNote(snap.ServerVersion)
+	if m.Webhook == "" || !isStaticName(m.Webhook) || !ok {
+		return nil
+	}
+	sev := SeverityWarning // the message shows its calls failing
+	if m.Format == "denied" {
+		sev = SeverityInfo // it answered; its policy denied
+	}
+	f := Finding{ID: IDStaticAdmission, Severity: sev, Lead: true,
+		What: fmt.Sprintf("Webhook %q is in no MutatingWebhookConfiguration or ValidatingWebhookConfiguration the API serves, and its name ends in %q: it belongs to the API server's manifest-based admission configuration (KEP-5793), which the API does not show.%s", m.Webhook, StaticSuffix, note),
+		Why:  staticWhere + " Doctor can check none of it.",
+		Fix:  staticFix(m.Webhook),
+	}
+	if m.URL != "" {
+		f.Fix += "; its clientConfig.url " + m.URL + " must answer from every API server's host"
+	}
+	m.Explained = IDStaticAdmission
+	rep := &Report{Gaps: snap.AllGaps(), FromError: m, Webhooks: []WebhookReport{{
+		Webhook: m.Webhook, Configuration: "manifest-based (static)", Target: m.URL,
+		Findings: []Finding{m.staticSubject("static webhook " + m.Webhook), f},
+	}}}
+	rep.finish()
+	return rep
+}
+
+// notFoundHint completes the error for a message naming a webhook no
+// configuration the API serves holds (and whose name does not say it is
+// static): on servers that may have static admission configuration, the
+// webhook may be one of a static configuration, whose webhooks may be
+// named anything.
+func notFoundHint(v *version.Info) string {
+	if staticAdmissionGate(v) == gateAbsent {
+		return ""
+	}
+	return ", or a webhook of the API server's manifest-based (static) admission configuration, which the API does not show: look for it in the staticManifestsDir of kube-apiserver's --admission-control-config-file (" + IDStaticAdmission + ")"
+}
+
+// staticPolicy is the report of a policy the message names that the API
+// does not serve, when its name has StaticSuffix and the server may have
+// static admission configuration (static policies must carry the suffix,
+// k8s.io/apiserver v0.37.1 pkg/admission/plugin/policy/manifest/loader).
+func (m *ErrorMatch) staticPolicy(v *version.Info) (PolicyReport, bool) {
+	note, ok := staticGateNote(v)
+	if !isStaticName(m.Policy) || !ok {
+		return PolicyReport{}, false
+	}
+	kind := m.PolicyKind
+	if kind == "" {
+		kind = "ValidatingAdmissionPolicy" // "denied request" is a validation's decision
+	}
+	binding := ""
+	if m.Binding != "" {
+		binding = fmt.Sprintf(" (with its binding %q, static too: static bindings bind only static policies)", m.Binding)
+	}
+	f := Finding{ID: IDStaticAdmission, Severity: SeverityInfo, Lead: true,
+		What: fmt.Sprintf("%s %q%s is not served by the API, and its name ends in %q: it belongs to the API server's manifest-based admission configuration (KEP-5793), which the API does not show.%s", kind, m.Policy, binding, StaticSuffix, note),
+		Why:  staticWhere + " Doctor can check none of it.",
+		Fix:  staticFix(m.Policy),
+	}
+	if len(m.Explaining) > 0 {
+		f.Severity = SeverityWarning // a configuration error, not the policy's own decision
+	}
+	m.Explained = IDStaticAdmission
+	return PolicyReport{Kind: kind, Name: m.Policy, Findings: []Finding{m.staticSubject(kind + " " + m.Policy), f}}, true
 }

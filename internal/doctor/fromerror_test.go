@@ -21,6 +21,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/version"
 	webhookerrors "k8s.io/apiserver/pkg/admission/plugin/webhook/errors"
 	"k8s.io/client-go/kubernetes/fake"
 )
@@ -252,5 +253,89 @@ func TestFromErrorSelfInterceptionLeads(t *testing.T) {
 	}
 	if out := b.String(); !strings.Contains(out, "Explained by KD501") || strings.Index(out, "> ERROR   KD501") < 0 || strings.Index(out, "> ERROR   KD501") > strings.Index(out, "ERROR   KD201") {
 		t.Errorf("table:\n%s", out)
+	}
+}
+
+// KD004: a message naming a webhook or policy of the API server's
+// manifest-based admission configuration (KEP-5793: names ending in
+// .static.k8s.io), which the API does not show, is explained as such from
+// 1.36 on (or when the version is unknown), instead of "not found".
+func TestFromErrorStaticAdmission(t *testing.T) {
+	snap := &Snapshot{Namespaces: map[string]map[string]string{}, NamespacesKnown: true, Backends: map[string]*Backend{}, Policies: &PolicySet{}}
+	noDial := func(context.Context, string, string) (net.Conn, error) { return nil, ErrDialNotAllowed }
+	msg := "Error from server (InternalError): Internal error occurred: " +
+		callError("deny-privileged.static.k8s.io", "https://10.0.0.5:8443/validate?timeout=10s", dialErr("10.0.0.5:8443", syscall.ECONNREFUSED))
+
+	snap.ServerVersion = v135 // no static admission: the webhook is gone
+	if _, err := Diagnose(context.Background(), nil, snap, Options{FromError: msg, Dial: noDial}); !errors.Is(err, ErrNotFound) || strings.Contains(err.Error(), "staticManifestsDir") {
+		t.Errorf("1.35: err = %v", err)
+	}
+	for _, c := range []struct {
+		v    *version.Info
+		note string
+	}{{v136, "alpha in 1.36"}, {v137, ""}, {nil, "could not read"}} {
+		snap.ServerVersion = c.v
+		rep, err := Diagnose(context.Background(), nil, snap, Options{FromError: msg, Dial: noDial})
+		if err != nil {
+			t.Fatalf("%+v: %v", c.v, err)
+		}
+		if len(rep.Webhooks) != 1 || rep.FromError.Explained != IDStaticAdmission {
+			t.Fatalf("%+v: %+v", c.v, rep)
+		}
+		fs := rep.Webhooks[0].Findings
+		if len(fs) != 2 || fs[0].ID != IDFromError || fs[1].ID != IDStaticAdmission || !fs[1].Lead || fs[1].Severity != SeverityWarning {
+			t.Fatalf("%+v: %+v", c.v, fs)
+		}
+		if !strings.Contains(fs[1].What, "manifest-based admission configuration (KEP-5793)") || !strings.Contains(fs[1].What, c.note) ||
+			!strings.Contains(fs[1].Why, "--admission-control-config-file") || !strings.Contains(fs[1].Fix, "grep -rl deny-privileged.static.k8s.io") ||
+			!strings.Contains(fs[1].Fix, "https://10.0.0.5:8443/validate") {
+			t.Errorf("%+v: KD004 %+v", c.v, fs[1])
+		}
+		var b strings.Builder
+		if err := WriteTable(&b, rep); err != nil {
+			t.Fatal(err)
+		}
+		if out := b.String(); !strings.Contains(out, "Explained by KD004") || !strings.Contains(out, "manifest-based (static) (kind unknown)") {
+			t.Errorf("table:\n%s", out)
+		}
+	}
+
+	// A webhook the API does not show, without the suffix: the webhooks
+	// inside a static configuration may be named anything, so from 1.36
+	// the error says where else to look.
+	other := strings.ReplaceAll(msg, "deny-privileged.static.k8s.io", "gone.example.com")
+	for v, hint := range map[*version.Info]bool{v135: false, v136: true, v137: true, nil: true} {
+		snap.ServerVersion = v
+		_, err := Diagnose(context.Background(), nil, snap, Options{FromError: other, Dial: noDial})
+		if !errors.Is(err, ErrNotFound) || strings.Contains(err.Error(), "staticManifestsDir") != hint {
+			t.Errorf("%+v: err = %v", v, err)
+		}
+	}
+
+	// The static webhook answered and denied: KD004 is information.
+	snap.ServerVersion = v137
+	denied := `admission webhook "deny-privileged.static.k8s.io" denied the request: privileged containers are not allowed`
+	rep, err := Diagnose(context.Background(), nil, snap, Options{FromError: denied, Dial: noDial})
+	if err != nil || rep.Webhooks[0].ByID(IDStaticAdmission)[0].Severity != SeverityInfo {
+		t.Errorf("denied: %v %+v", err, rep)
+	}
+
+	// A static policy's denial.
+	pol := "ValidatingAdmissionPolicy 'deny-privileged.static.k8s.io' with binding 'deny-privileged-binding.static.k8s.io' denied request: privileged containers are not allowed"
+	rep, err = Diagnose(context.Background(), nil, snap, Options{FromError: pol, Dial: noDial})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(rep.Policies) != 1 || rep.Policies[0].Kind != "ValidatingAdmissionPolicy" || rep.Policies[0].Name != "deny-privileged.static.k8s.io" {
+		t.Fatalf("policy: %+v", rep.Policies)
+	}
+	fs := rep.Policies[0].Findings
+	if len(fs) != 2 || fs[0].ID != IDFromError || !strings.Contains(fs[0].Why, "privileged containers are not allowed") || fs[1].ID != IDStaticAdmission ||
+		fs[1].Severity != SeverityInfo || !strings.Contains(fs[1].What, `with its binding "deny-privileged-binding.static.k8s.io"`) || rep.FromError.Explained != IDStaticAdmission {
+		t.Errorf("policy findings: %+v", fs)
+	}
+	snap.ServerVersion = v135
+	if rep, err = Diagnose(context.Background(), nil, snap, Options{FromError: pol, Dial: noDial}); err != nil || len(rep.Policies) != 0 {
+		t.Errorf("1.35 policy: %v %+v", err, rep.Policies)
 	}
 }

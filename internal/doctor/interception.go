@@ -440,7 +440,7 @@ func (r *run) checkSettings(w *Webhook, collision *Collision) []Finding {
 		if star {
 			out = append(out, Finding{ID: IDWildcardResources, Severity: SeverityWarning,
 				What: fmt.Sprintf("A rule selects resources %v in groups %v.", rule.Resources, rule.APIGroups),
-				Why:  "Every request for every resource (events, leases, tokenreviews, ...) goes through the webhook: each adds latency, and while it is down everything it matches is affected.",
+				Why:  "Every request for every resource (" + r.everyResourceExamples() + ") goes through the webhook: each adds latency, and while it is down everything it matches is affected.",
 				Fix:  fmt.Sprintf("List the resources the webhook needs instead of \"*\": kubectl edit %s %s", w.resourceKind(), w.Configuration),
 			})
 			break

@@ -2,6 +2,8 @@ package doctor
 
 import (
 	"fmt"
+	"maps"
+	"sort"
 	"sync"
 	"time"
 
@@ -10,6 +12,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	"sigs.k8s.io/structured-merge-diff/v6/fieldpath"
 
 	"github.com/kadmit/kadmit/internal/admission"
 )
@@ -42,14 +45,26 @@ type Webhook struct {
 	// (EvalConditions); compiled once, on first use.
 	MatchConditions []admissionregistrationv1.MatchCondition
 	// ReinvocationPolicy of a mutating webhook, defaulted to Never as the
-	// API server does; Never for validating webhooks (KD608).
+	// API server does; Never for validating webhooks, which are never
+	// reinvoked (KD608).
 	ReinvocationPolicy admissionregistrationv1.ReinvocationPolicyType
-	// Annotations are the configuration's annotations (e.g. cert-manager's
-	// cert-manager.io/inject-ca-from, naming the certificate issuer).
+	// Annotations are a copy of the configuration's annotations (e.g.
+	// cert-manager's cert-manager.io/inject-ca-from, naming the
+	// certificate issuer and the injector that writes caBundle), shared by
+	// the webhooks of one configuration: read only.
 	Annotations map[string]string
-	// Owners are the field managers (metadata.managedFields) of this
-	// webhook's caBundle and failurePolicy, from one read (KD609).
+	// Owners are the field managers (metadata.managedFields) owning this
+	// webhook's caBundle and failurePolicy, from one read (KD609): one
+	// entry per field and manager, newest first, at most MaxFieldOwners.
+	// Several managers own a field together when they applied the same
+	// value; none owns an empty caBundle.
 	Owners []FieldOwner
+	// Managers are the managedFields entries of the configuration that
+	// own any field of this webhook (at least its list key, webhooks[name]),
+	// with Field "": when each last changed the configuration, also after
+	// another manager took caBundle or failurePolicy from it (KD609).
+	// Newest first, at most MaxFieldOwners.
+	Managers []FieldOwner
 	// Writes are the changes of caBundle and failurePolicy a long-running
 	// watcher saw, oldest first, with the manager that made each; nil for a
 	// one-shot read (KD609).
@@ -61,13 +76,34 @@ type Webhook struct {
 
 // FieldOwner is one managedFields entry owning a field of a webhook.
 type FieldOwner struct {
-	// Field is "caBundle" or "failurePolicy".
-	Field     string
+	// Field is FieldCABundle or FieldFailurePolicy ("" in
+	// Webhook.Managers: any field of the webhook).
+	Field string
+	// Manager is the entry's field manager, as the API server recorded it
+	// (at most 128 bytes: FieldManagerMaxLength, k8s.io/apimachinery
+	// v0.37.1 pkg/apis/meta/v1/validation); set by whoever writes the
+	// configuration, so quote it when reporting.
 	Manager   string
 	Operation string // Apply or Update
-	// Time is the entry's time (its last change), zero when unset.
+	// Time is the entry's time (when that manager last changed the
+	// configuration), zero when unset.
 	Time time.Time
 }
+
+// The fields of a webhook whose owners and writes KD609 follows, as
+// FieldOwner.Field and FieldWrite.Field name them.
+const (
+	FieldCABundle      = "caBundle"
+	FieldFailurePolicy = "failurePolicy"
+)
+
+// MaxFieldOwners bounds Webhook.Owners and Webhook.Managers: the API
+// server merges all but the newest ten Update managers into one entry
+// (k8s.io/apiserver v0.37.1 pkg/endpoints/handlers/fieldmanager,
+// DefaultMaxUpdateManagers), but Apply managers are not capped; a
+// configuration with more owners than this is itself the anomaly and the
+// newest ones are what a fight shows.
+const MaxFieldOwners = 16
 
 // FieldWrite is one observed change of a webhook's field.
 type FieldWrite struct {
@@ -132,30 +168,116 @@ func (w *Webhook) Target() string {
 	return "<no service or url>"
 }
 
-// FromMutating converts every webhook of c.
+// FromMutating converts every webhook of c, with the API server's
+// defaults, its configuration's annotations and the owners of its caBundle
+// and failurePolicy from c's managedFields.
 func FromMutating(c *admissionregistrationv1.MutatingWebhookConfiguration) []*Webhook {
 	out := make([]*Webhook, 0, len(c.Webhooks))
+	mf := decodeManagedFields(c.ManagedFields)
+	ann := maps.Clone(c.Annotations)
 	for i, h := range c.Webhooks {
-		out = append(out, normalize(&Webhook{
+		w := normalize(&Webhook{
 			Kind: KindMutating, Configuration: c.Name, Index: i, Name: h.Name,
 			ClientConfig: h.ClientConfig, Rules: h.Rules, AdmissionReviewVersions: h.AdmissionReviewVersions,
 			NamespaceSelector: h.NamespaceSelector, ObjectSelector: h.ObjectSelector, MatchConditions: h.MatchConditions,
-		}, h.FailurePolicy, h.SideEffects, h.TimeoutSeconds))
+			Annotations: ann,
+		}, h.FailurePolicy, h.SideEffects, h.TimeoutSeconds)
+		// Defaulted to Never (k8s.io/api v0.37.1 admissionregistration/v1
+		// types.go, MutatingWebhook.ReinvocationPolicy).
+		w.ReinvocationPolicy = admissionregistrationv1.NeverReinvocationPolicy
+		if h.ReinvocationPolicy != nil {
+			w.ReinvocationPolicy = *h.ReinvocationPolicy
+		}
+		w.Owners, w.Managers = mf.of(h.Name)
+		out = append(out, w)
 	}
 	return out
 }
 
-// FromValidating converts every webhook of c.
+// FromValidating converts every webhook of c, as FromMutating does.
 func FromValidating(c *admissionregistrationv1.ValidatingWebhookConfiguration) []*Webhook {
 	out := make([]*Webhook, 0, len(c.Webhooks))
+	mf := decodeManagedFields(c.ManagedFields)
+	ann := maps.Clone(c.Annotations)
 	for i, h := range c.Webhooks {
-		out = append(out, normalize(&Webhook{
+		w := normalize(&Webhook{
 			Kind: KindValidating, Configuration: c.Name, Index: i, Name: h.Name,
 			ClientConfig: h.ClientConfig, Rules: h.Rules, AdmissionReviewVersions: h.AdmissionReviewVersions,
 			NamespaceSelector: h.NamespaceSelector, ObjectSelector: h.ObjectSelector, MatchConditions: h.MatchConditions,
-		}, h.FailurePolicy, h.SideEffects, h.TimeoutSeconds))
+			Annotations: ann,
+		}, h.FailurePolicy, h.SideEffects, h.TimeoutSeconds)
+		w.ReinvocationPolicy = admissionregistrationv1.NeverReinvocationPolicy
+		w.Owners, w.Managers = mf.of(h.Name)
+		out = append(out, w)
 	}
 	return out
+}
+
+// managedEntry is one decoded managedFields entry.
+type managedEntry struct {
+	owner FieldOwner // Field unset
+	set   *fieldpath.Set
+}
+
+// managedSets are a configuration's managedFields entries, decoded once
+// for all its webhooks, newest first.
+type managedSets []managedEntry
+
+// decodeManagedFields decodes the FieldsV1 sets of entries with
+// structured-merge-diff's fieldpath (the encoding the API server's field
+// manager writes). Entries of a subresource, or whose set does not
+// decode, own nothing here (the API server wrote them, so this does not
+// happen short of a corrupted object).
+func decodeManagedFields(entries []metav1.ManagedFieldsEntry) managedSets {
+	out := make(managedSets, 0, len(entries))
+	for _, e := range entries {
+		if e.FieldsV1 == nil || e.Subresource != "" {
+			continue
+		}
+		s := &fieldpath.Set{}
+		if err := s.FromJSON(e.FieldsV1.GetRawReader()); err != nil {
+			continue
+		}
+		o := FieldOwner{Manager: e.Manager, Operation: string(e.Operation)}
+		if e.Time != nil {
+			o.Time = e.Time.Time
+		}
+		out = append(out, managedEntry{owner: o, set: s})
+	}
+	sort.SliceStable(out, func(a, b int) bool { return out[a].owner.Time.After(out[b].owner.Time) })
+	return out
+}
+
+// of returns the owners of webhook hook's caBundle and failurePolicy and
+// the managers owning any of its fields. The webhooks list is a map keyed
+// by name (+listType=map +listMapKey=name, k8s.io/api v0.37.1
+// admissionregistration/v1 types.go), so its items are
+// webhooks[k:{"name":"<hook>"}] in managedFields.
+func (m managedSets) of(hook string) (owners, managers []FieldOwner) {
+	if len(m) == 0 {
+		return nil, nil
+	}
+	item := fieldpath.KeyElementByFields("name", hook)
+	webhooks := fieldpath.FieldNameElement("webhooks")
+	caBundle := fieldpath.Path{webhooks, item, fieldpath.FieldNameElement("clientConfig"), fieldpath.FieldNameElement("caBundle")}
+	failurePolicy := fieldpath.Path{webhooks, item, fieldpath.FieldNameElement("failurePolicy")}
+	for _, e := range m {
+		if e.set.Has(caBundle) && len(owners) < MaxFieldOwners {
+			o := e.owner
+			o.Field = FieldCABundle
+			owners = append(owners, o)
+		}
+		if e.set.Has(failurePolicy) && len(owners) < MaxFieldOwners {
+			o := e.owner
+			o.Field = FieldFailurePolicy
+			owners = append(owners, o)
+		}
+		// The item itself (".") or any field below it.
+		if (e.set.Has(fieldpath.Path{webhooks, item}) || !e.set.WithPrefix(webhooks).WithPrefix(item).Empty()) && len(managers) < MaxFieldOwners {
+			managers = append(managers, e.owner)
+		}
+	}
+	return owners, managers
 }
 
 func normalize(w *Webhook, fp *admissionregistrationv1.FailurePolicyType, se *admissionregistrationv1.SideEffectClass, timeout *int32) *Webhook {

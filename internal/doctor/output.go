@@ -12,7 +12,7 @@ import (
 // {"webhooks":[{webhook, configuration, kind, failurePolicy, target,
 // findings:[{id, severity, what, why, fix, endpoint}]}], errors, warnings,
 // infos, policies:[{kind, name, findings}], accessGaps:[{verb, resource,
-// namespace, reason, lost}], fromError:{webhook, policy, binding, format,
+// namespace, reason, lost}], fromError:{webhook, policy, binding, policyKind, format,
 // url, service, cause, detail, explaining, matched, explained}}.
 func WriteJSON(w io.Writer, r *Report) error {
 	enc := json.NewEncoder(w)
@@ -109,10 +109,13 @@ func WriteTable(w io.Writer, r *Report) error {
 }
 
 func shortKind(k string) string {
-	if k == KindMutating {
+	switch k {
+	case KindMutating:
 		return "mutating"
+	case KindValidating:
+		return "validating"
 	}
-	return "validating"
+	return "kind unknown" // a static webhook (KD004): the message does not say
 }
 
 func counts(h WebhookReport) string {

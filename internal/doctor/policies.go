@@ -12,6 +12,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/version"
 	"k8s.io/client-go/kubernetes"
 )
 
@@ -279,8 +280,10 @@ func paramExists(ctx context.Context, cs kubernetes.Interface, pk *admissionregi
 	return true, nil
 }
 
-// checkPolicies runs the KD9xx checks over the snapshot's policies.
-func checkPolicies(p *PolicySet) []PolicyReport {
+// checkPolicies runs the KD9xx checks over the snapshot's policies; v is
+// the API server's version (a binding naming a static policy is KD004
+// from 1.36 on, see staticBindingFinding).
+func checkPolicies(p *PolicySet, v *version.Info) []PolicyReport {
 	if p == nil {
 		return nil
 	}
@@ -327,6 +330,10 @@ func checkPolicies(p *PolicySet) []PolicyReport {
 	for _, b := range p.bindings() {
 		pol := pols[b.policyKind+"/"+b.policyName]
 		if pol == nil {
+			if f, ok := staticBindingFinding(b.kind, b.name, b.policyKind, b.policyName, v); ok {
+				add(b.kind, b.name, f) // KD004: a static policy's name, which an API binding never binds
+				continue
+			}
 			add(b.kind, b.name, Finding{ID: IDPolicyBindingMissing, Severity: SeverityWarning,
 				What: fmt.Sprintf("%s %s binds %s %q, which does not exist.", b.kind, b.name, b.policyKind, b.policyName),
 				Why:  "The API server ignores a binding without its policy: whatever the binding was meant to enforce is not enforced (and the policy, once created, takes effect at once).",

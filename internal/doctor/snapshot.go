@@ -36,19 +36,23 @@ type Snapshot struct {
 	Policies *PolicySet
 	// Gaps are cluster-wide reads that were refused.
 	Gaps []AccessGap
-	// ServerVersion is the API server's /version, nil when it could not be
-	// read: the version-aware rules (KD610, KD004) depend on it.
+	// ServerVersion is the API server's /version (discovery), nil when it
+	// could not be read: the version-aware rules (KD610, KD004, KD606's
+	// text) depend on it and say so when it is nil.
 	ServerVersion *version.Info
 	// APIServerAddresses are the addresses of the default/kubernetes
 	// Service's EndpointSlices: where the API server's calls to webhooks
-	// come from, for NetworkPolicy peers (KD107). APIServerAddressesKnown
-	// is false when they could not be read.
+	// come from, for NetworkPolicy peers (KD107), deduplicated and sorted.
+	// APIServerAddressesKnown is false when they could not be read, or
+	// name none or more than MaxAPIServerAddresses (loadAPIServerAddresses).
 	APIServerAddresses      []string
 	APIServerAddressesKnown bool
 	// Dependencies are the workloads, cluster-wide, that webhook pods
 	// need in order to start again (the CNI's DaemonSets, cluster DNS,
-	// certificate issuers), for KD506. DependenciesKnown is false when
-	// the workloads could not be listed.
+	// certificate issuers), for KD506, as DependenciesFrom finds them.
+	// DependenciesKnown is false when DaemonSets or Deployments could not
+	// be listed cluster-wide (then Dependencies hold what the other list
+	// gave).
 	Dependencies      []Dependency
 	DependenciesKnown bool
 }
@@ -86,7 +90,9 @@ func (s *Snapshot) AllGaps() []AccessGap {
 }
 
 // LoadSnapshot reads the webhook configurations, namespaces, each webhook
-// Service's backend and the admission policies. A read the API server
+// Service's backend and the admission policies, the API server's addresses
+// (loadAPIServerAddresses) and the workloads pods depend on
+// (loadDependencies: DaemonSets and Deployments in all namespaces). A read the API server
 // refuses (403) or does not serve becomes an AccessGap; listing the webhook
 // configurations themselves must succeed.
 //
@@ -143,6 +149,13 @@ func LoadSnapshot(ctx context.Context, cs kubernetes.Interface) (*Snapshot, erro
 		}
 	}
 	if s.Policies, err = loadPolicies(ctx, cs); err != nil {
+		return nil, err
+	}
+	s.ServerVersion = readServerVersion(ctx, cs)
+	if err := s.loadAPIServerAddresses(ctx, cs); err != nil {
+		return nil, err
+	}
+	if err := s.loadDependencies(ctx, cs); err != nil {
 		return nil, err
 	}
 	return s, nil

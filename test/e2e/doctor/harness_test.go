@@ -99,14 +99,17 @@ func namespace(t *testing.T, e *env, prefix string, labels map[string]string) st
 // Deployment, its ReplicaSet (controller owner reference to the Deployment)
 // and, when pods > 0, that many pods owned by the ReplicaSet, each with the
 // template's labels and a container port named "https" (9443). It returns
-// the pod names.
-func workload(t *testing.T, e *env, ns, name string, labels map[string]string, pods int) []string {
+// the pod names. edit changes the pod spec (template and pods) first.
+func workload(t *testing.T, e *env, ns, name string, labels map[string]string, pods int, edit ...func(*corev1.PodSpec)) []string {
 	t.Helper()
 	ctx := e2eenv.TestCtx(t, apiTimeout)
 	yes := true
 	sel := &metav1.LabelSelector{MatchLabels: labels}
 	spec := corev1.PodSpec{Containers: []corev1.Container{{Name: "manager", Image: "example.com/" + name + ":v1",
 		Ports: []corev1.ContainerPort{{Name: portName, ContainerPort: targetPort}}}}}
+	for _, f := range edit {
+		f(&spec)
+	}
 	tmpl := corev1.PodTemplateSpec{ObjectMeta: metav1.ObjectMeta{Labels: labels}, Spec: spec}
 	d, err := e.Client.AppsV1().Deployments(ns).Create(ctx, &appsv1.Deployment{
 		ObjectMeta: metav1.ObjectMeta{Name: name, Labels: labels},

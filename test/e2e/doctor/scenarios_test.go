@@ -424,7 +424,12 @@ func TestHealthyKadmitInstall(t *testing.T) {
 	sys := namespace(t, e, "kadmit-system", nil)
 	work := namespace(t, e, "kadmit-work", nil)
 	labels := map[string]string{"app.kubernetes.io/name": "kadmit"}
-	pods := workload(t, e, sys, "kadmit", labels, 2)
+	// The chart's termination: a preStop sleep inside the grace period
+	// (deploy/helm/kadmit/templates/deployment.yaml), which KD203 wants.
+	pods := workload(t, e, sys, "kadmit", labels, 2, func(s *corev1.PodSpec) {
+		s.TerminationGracePeriodSeconds = ptr(int64(45))
+		s.Containers[0].Lifecycle = &corev1.Lifecycle{PreStop: &corev1.LifecycleHandler{Sleep: &corev1.SleepAction{Seconds: 10}}}
+	})
 	service(t, e, sys, "kadmit", labels)
 	if _, err := e.Client.PolicyV1().PodDisruptionBudgets(sys).Create(e2eenv.TestCtx(t, apiTimeout), &policyv1.PodDisruptionBudget{
 		ObjectMeta: metav1.ObjectMeta{Name: "kadmit"},
