@@ -22,6 +22,7 @@ var informerResources = []struct{ group, resource string }{
 	{"apps", "statefulsets"},
 	{"apps", "daemonsets"},
 	{"policy", "poddisruptionbudgets"},
+	{"networking.k8s.io", "networkpolicies"},
 }
 
 // unreadableResources asks the API server (SelfSubjectAccessReview) which

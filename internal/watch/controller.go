@@ -46,6 +46,8 @@ type Controller struct {
 	wasLeading    bool
 	states        atomic.Pointer[[]*webhookState]
 	lastSnap      atomic.Pointer[doctor.Snapshot]
+	// versionEvery is VersionInterval (tests shorten it).
+	versionEvery time.Duration
 
 	// usersMu guards users: which webhooks' series a handshake key feeds.
 	usersMu sync.Mutex
@@ -68,8 +70,8 @@ func New(o Options, rec record.EventRecorder) (*Controller, error) {
 		return nil, err
 	}
 	c := &Controller{o: o, conf: newConfirmer(), metrics: m, extra: newExtraFindings(), rec: rec, kickCh: make(chan struct{}, 1),
-		tracked: map[wkey]bool{}, counted: map[countKey]uint64{}, users: map[hsKey][]series{}}
-	c.cl = newCluster(o.Client)
+		tracked: map[wkey]bool{}, counted: map[countKey]uint64{}, users: map[hsKey][]series{}, versionEvery: VersionInterval}
+	c.cl = newCluster(o.Client, o.Now)
 	c.hs = newHandshaker(&c.o, c.handshakeDone)
 	if !o.LeaderElect {
 		c.leading.Store(true)
@@ -170,6 +172,9 @@ func (c *Controller) Run(ctx context.Context, addr string) error {
 	if err := c.cl.register(unreadable, c.kick); err != nil {
 		return err
 	}
+	// The version before the first evaluation, so that the version-aware
+	// checks do not start from "unknown" and change a moment later.
+	c.readVersion(ctx)
 	c.cl.start(ctx)
 	if err := c.cl.waitSynced(ctx); err != nil {
 		if ctx.Err() != nil {
@@ -178,7 +183,7 @@ func (c *Controller) Run(ctx context.Context, addr string) error {
 		return err
 	}
 	c.o.Log.Info("informers synced; watching webhooks", "handshakeInterval", c.o.HandshakeInterval, "debounce", c.o.Debounce, "probe", c.o.Probe)
-	for _, f := range []func(context.Context){c.hs.run, c.slowLoop, c.elect} {
+	for _, f := range []func(context.Context){c.hs.run, c.slowLoop, c.elect, c.versionLoop} {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()

@@ -59,7 +59,9 @@ func (m *alarmMonitor) finish() []string {
 	return out
 }
 
-// A serving-certificate rotation, a CA rotation with an overlap bundle and
+// A serving-certificate rotation, a CA rotation with an overlap bundle
+// written by one field manager (cert-manager's cainjector: no KD609, which
+// needs two managers taking caBundle from each other) and
 // a rolling restart (one endpoint refusing for a moment before the
 // endpoints controller marks it not ready, with another ready) raise no
 // warning or error finding and no Warning Event; the same faults left in
@@ -72,8 +74,10 @@ func TestNoFalseAlarmsThroughRotationsAndRollingRestart(t *testing.T) {
 	a := startTLS(t, "127.0.0.2", 0, ca1.serving(t, sn))
 	port := a.port()
 	b := startTLS(t, "127.0.0.3", port, ca1.serving(t, sn))
-	r := startController(t, nil, testService("svc-r", port), slice("svc-r", port, "127.0.0.2", "127.0.0.3"),
-		validatingConfig("cfg-r", "svc-r", true, ca1.pem(), "r.example.com"))
+	const injector = "cert-manager-cainjector"
+	cfg := validatingConfig("cfg-r", "svc-r", true, ca1.pem(), "r.example.com")
+	cfg.ManagedFields = ownedBy(injector, "r.example.com")
+	r := startController(t, nil, testService("svc-r", port), slice("svc-r", port, "127.0.0.2", "127.0.0.3"), cfg)
 	waitFor(t, 10*time.Second, "both endpoints handshaken", func() bool {
 		s := r.states()[key]
 		return s != nil && len(s.certExpiry) == 2
@@ -92,7 +96,8 @@ func TestNoFalseAlarmsThroughRotationsAndRollingRestart(t *testing.T) {
 	}
 	setBundle := func(bundle []byte) {
 		t.Helper()
-		if _, err := r.cs.AdmissionregistrationV1().ValidatingWebhookConfigurations().Update(ctx, validatingConfig("cfg-r", "svc-r", true, bundle, "r.example.com"), metav1.UpdateOptions{}); err != nil {
+		if _, err := r.cs.AdmissionregistrationV1().ValidatingWebhookConfigurations().Update(ctx, validatingConfig("cfg-r", "svc-r", true, bundle, "r.example.com"),
+			metav1.UpdateOptions{FieldManager: injector}); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -131,6 +136,15 @@ func TestNoFalseAlarmsThroughRotationsAndRollingRestart(t *testing.T) {
 
 	if got := m.finish(); len(got) > 0 {
 		t.Fatalf("false alarms: %v", got)
+	}
+	ws := r.c.cl.history.writes(wkey{doctor.KindValidating, "cfg-r", "r.example.com"}, time.Now())
+	if len(ws) != 2 {
+		t.Errorf("the CA rotation's two caBundle writes were not recorded: %+v", ws)
+	}
+	for _, w := range ws {
+		if w.Manager != injector {
+			t.Errorf("a write of the rotation is not the injector's: %+v", w)
+		}
 	}
 
 	// The same faults, left in place, are found.

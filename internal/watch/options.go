@@ -6,7 +6,10 @@
 // Options.HandshakeInterval (handshake.go); a warning or error finding
 // becomes active only once confirmed (confirm.go); active findings become
 // Prometheus series (metrics.go) and Kubernetes Events (events.go), on the
-// leader only (leader.go).
+// leader only (leader.go). What one read cannot show, the configurations'
+// update events record: each change of a webhook's caBundle or
+// failurePolicy and the field manager behind it (history.go, KD609); the
+// API server's version is read again every VersionInterval (version.go).
 package watch
 
 import (

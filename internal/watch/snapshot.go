@@ -8,6 +8,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/types"
 
@@ -27,15 +28,15 @@ type view struct {
 }
 
 // snapshot builds from the listers the doctor.Snapshot that
-// doctor.LoadSnapshot would read with API calls: every webhook, the
-// namespaces, and each webhook Service's backend, resolved. policies may be
-// nil (not read yet). The listers return shared cache objects: nothing
-// here writes to them.
+// doctor.LoadSnapshot would read with API calls: every webhook (with the
+// caBundle and failurePolicy writes the watch saw, Webhook.Writes), the
+// namespaces, each webhook Service's backend, resolved, the API server's
+// version and addresses. policies may be nil (not read yet). The listers
+// return shared cache objects: nothing here writes to them.
 //
 // Errors: a lister failed with anything but NotFound (wrapped).
 func (c *cluster) snapshot(policies *doctor.PolicySet) (*view, error) {
 	v := &view{uids: map[string]types.UID{}, annotations: map[string]map[string]string{}}
-	c.targetNS = map[string]bool{}
 	s := &doctor.Snapshot{Namespaces: map[string]map[string]string{}, NamespacesKnown: true, Backends: map[string]*doctor.Backend{}, Policies: policies}
 	if s.Policies == nil {
 		s.Policies = &doctor.PolicySet{}
@@ -52,12 +53,15 @@ func (c *cluster) snapshot(policies *doctor.PolicySet) (*view, error) {
 	sort.Slice(ml, func(a, b int) bool { return ml[a].Name < ml[b].Name })
 	sort.Slice(vl, func(a, b int) bool { return vl[a].Name < vl[b].Name })
 	seen := map[string]bool{}
+	live := map[cfgKey]bool{}
 	for _, m := range ml {
+		live[cfgKey{doctor.KindMutating, m.Name}] = true
 		k := doctor.KindMutating + "/" + m.Name
 		s.Webhooks = append(s.Webhooks, c.hooks(k, m.ResourceVersion, seen, func() []*doctor.Webhook { return doctor.FromMutating(m) })...)
 		v.uids[k], v.annotations[k] = m.UID, m.Annotations
 	}
 	for _, m := range vl {
+		live[cfgKey{doctor.KindValidating, m.Name}] = true
 		k := doctor.KindValidating + "/" + m.Name
 		s.Webhooks = append(s.Webhooks, c.hooks(k, m.ResourceVersion, seen, func() []*doctor.Webhook { return doctor.FromValidating(m) })...)
 		v.uids[k], v.annotations[k] = m.UID, m.Annotations
@@ -66,6 +70,21 @@ func (c *cluster) snapshot(policies *doctor.PolicySet) (*view, error) {
 		if !seen[k] {
 			delete(c.hookCache, k)
 		}
+	}
+	// The history changes without the configuration's resourceVersion
+	// (writes age out), so it is set on the cached webhooks at every
+	// evaluation; only this loop reads Writes (Diagnose's KD609).
+	now := c.now()
+	c.history.sweep(now, live)
+	for _, w := range s.Webhooks {
+		w.Writes = c.history.writes(keyOf(w), now)
+	}
+	s.ServerVersion = c.version.Load()
+	if err := c.apiServerAddresses(s); err != nil {
+		return nil, err
+	}
+	if err := c.dependencies(s); err != nil {
+		return nil, err
 	}
 	var nl []*corev1.Namespace
 	if c.unreadable["namespaces"] {
@@ -106,7 +125,9 @@ type cachedHooks struct {
 // resourceVersion, converting only when it changed: a doctor.Webhook
 // compiles its matchConditions (CEL) once, on first use, so reusing it
 // keeps an evaluation from recompiling every configuration's conditions.
-// Diagnose never modifies a Webhook. Only the evaluation loop calls it.
+// Diagnose never modifies a Webhook; snapshot sets its Writes at every
+// evaluation (they change without the resourceVersion). Only the
+// evaluation loop calls it.
 func (c *cluster) hooks(key, resourceVersion string, seen map[string]bool, convert func() []*doctor.Webhook) []*doctor.Webhook {
 	seen[key] = true
 	if h, ok := c.hookCache[key]; ok && h.resourceVersion == resourceVersion && resourceVersion != "" {
@@ -183,8 +204,7 @@ func (c *cluster) backend(ns, name string) (*doctor.Backend, error) {
 			if tns == "" {
 				tns = ns
 			}
-			// Its spec is read like the selected pods' (workloads.go).
-			c.targetNS[tns] = true
+			// A stub in the pod cache is fetched whole (workloads.go).
 			if p, err := wl.pods.Pods(tns).Get(e.TargetRef.Name); err == nil {
 				pods[p.Name] = p
 			}
@@ -253,5 +273,80 @@ func (c *cluster) backend(ns, name string) (*doctor.Backend, error) {
 			b.PDBs = append(b.PDBs, *x)
 		}
 	}
+	if u["networkpolicies"] {
+		b.MarkUnreadable("networkpolicies", nil)
+	} else {
+		nps, err := c.netpols.NetworkPolicies(ns).List(labels.Everything())
+		if err != nil {
+			return nil, fmt.Errorf("list NetworkPolicies in %s: %w", ns, err)
+		}
+		sort.Slice(nps, func(a, b int) bool { return nps[a].Name < nps[b].Name })
+		for _, x := range nps {
+			b.NetworkPolicies = append(b.NetworkPolicies, *x)
+		}
+	}
 	return b, nil
+}
+
+// apiServerAddresses fills s.APIServerAddresses from the EndpointSlices of
+// the default/kubernetes Service (doctor.APIServerAddressesFrom: where the
+// API server's calls to webhooks come from, KD107), as doctor's
+// LoadSnapshot reads them. With EndpointSlices unreadable they stay
+// unknown; every backend's KD001 says EndpointSlices could not be read.
+//
+// Errors: the lister failed (wrapped).
+func (c *cluster) apiServerAddresses(s *doctor.Snapshot) error {
+	if c.unreadable["endpointslices"] {
+		return nil
+	}
+	sl, err := c.slices.EndpointSlices(metav1.NamespaceDefault).List(labels.SelectorFromSet(labels.Set{discoveryv1.LabelServiceName: "kubernetes"}))
+	if err != nil {
+		return fmt.Errorf("list EndpointSlices of service default/kubernetes: %w", err)
+	}
+	vals := make([]discoveryv1.EndpointSlice, 0, len(sl))
+	for _, x := range sl {
+		vals = append(vals, *x)
+	}
+	s.APIServerAddresses, s.APIServerAddressesKnown = doctor.APIServerAddressesFrom(vals)
+	return nil
+}
+
+// dependencies fills s.Dependencies with doctor.DependenciesFrom over every
+// DaemonSet and Deployment the workload informers hold, cluster-wide (their
+// template labels, hostNetwork and hostPath volumes survive the pruning
+// everywhere, prune.go), and the Services (DependenciesFrom picks the
+// cluster DNS ones, whose selectors name the DNS pods). DependenciesKnown
+// needs both workload kinds: with one refused, the other's dependencies
+// are still given, but the check cannot say a webhook intercepts none.
+//
+// Errors: a lister failed (wrapped).
+func (c *cluster) dependencies(s *doctor.Snapshot) error {
+	u, wl := c.unreadable, c.wl.Load()
+	if wl == nil {
+		return nil
+	}
+	var (
+		dss  []*appsv1.DaemonSet
+		ds   []*appsv1.Deployment
+		svcs []*corev1.Service
+		err  error
+	)
+	if !u["daemonsets"] {
+		if dss, err = wl.daemonSets.List(labels.Everything()); err != nil {
+			return fmt.Errorf("list DaemonSets: %w", err)
+		}
+	}
+	if !u["deployments"] {
+		if ds, err = wl.deployments.List(labels.Everything()); err != nil {
+			return fmt.Errorf("list Deployments: %w", err)
+		}
+	}
+	if !u["services"] {
+		if svcs, err = c.services.List(labels.Everything()); err != nil {
+			return fmt.Errorf("list Services: %w", err)
+		}
+	}
+	s.Dependencies = doctor.DependenciesFrom(dss, ds, svcs)
+	s.DependenciesKnown = !u["daemonsets"] && !u["deployments"]
+	return nil
 }

@@ -331,6 +331,8 @@ var contractAlerts = []string{
 	"KadmitWebhookCertificateExpiringSoon", "KadmitWebhookCABundleExpiringSoon", "KadmitFailWebhookNoEndpoints",
 	"KadmitFailWebhookOneEndpoint", "KadmitWebhookSelectorCollision", "KadmitWebhookSelfInterception",
 	"KadmitWebhookTLSBroken", "KadmitWebhookProbeFailing", "KadmitWatchDown",
+	"KadmitWebhookFieldManagerFight", "KadmitWebhookTimeoutBudget", "KadmitWebhookNetworkPolicyBlocks",
+	"KadmitWebhookNoDrainOnTermination",
 }
 
 type rulesFile struct {

@@ -431,8 +431,11 @@ func createWorkloadHash(ctx context.Context, e *env, name string, lbls map[strin
 	for k, v := range lbls {
 		tmplLabels[k] = v
 	}
-	spec := corev1.PodSpec{Containers: []corev1.Container{{Name: "webhook", Image: "registry.k8s.io/pause:3.10",
-		Ports: []corev1.ContainerPort{{Name: portName, ContainerPort: targetPort, Protocol: corev1.ProtocolTCP}}}}}
+	// A preStop sleep inside the grace period, as a well-run webhook has:
+	// each fault injects one class, not also KD203.
+	spec := corev1.PodSpec{TerminationGracePeriodSeconds: ptr.To[int64](45), Containers: []corev1.Container{{Name: "webhook", Image: "registry.k8s.io/pause:3.10",
+		Ports:     []corev1.ContainerPort{{Name: portName, ContainerPort: targetPort, Protocol: corev1.ProtocolTCP}},
+		Lifecycle: &corev1.Lifecycle{PreStop: &corev1.LifecycleHandler{Sleep: &corev1.SleepAction{Seconds: 10}}}}}}
 	d := &appsv1.Deployment{
 		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: watchFaultsNS, Labels: lbls},
 		Spec: appsv1.DeploymentSpec{Replicas: ptr.To(int32(len(pods))), Selector: &metav1.LabelSelector{MatchLabels: lbls},

@@ -78,8 +78,11 @@ func (e *env) startPodMirror(t *testing.T) *podMirror {
 }
 
 func kadmitPodSpec() corev1.PodSpec {
-	return corev1.PodSpec{Containers: []corev1.Container{{Name: "kadmit", Image: "kadmit:e2e", Args: []string{"serve"},
-		Ports: []corev1.ContainerPort{{Name: portName, ContainerPort: targetPort, Protocol: corev1.ProtocolTCP}}}}}
+	return corev1.PodSpec{TerminationGracePeriodSeconds: ptr.To[int64](45), Containers: []corev1.Container{{Name: "kadmit", Image: "kadmit:e2e", Args: []string{"serve"},
+		Ports: []corev1.ContainerPort{{Name: portName, ContainerPort: targetPort, Protocol: corev1.ProtocolTCP}},
+		// The chart's preStop sleep (deploy/helm/kadmit/templates/deployment.yaml),
+		// without which the watch reports KD203.
+		Lifecycle: &corev1.Lifecycle{PreStop: &corev1.LifecycleHandler{Sleep: &corev1.SleepAction{Seconds: 10}}}}}}
 }
 
 // rollout makes ReplicaSet kadmit-<hash> the owner of the pods created from

@@ -64,18 +64,72 @@ Only the leader exports per-webhook series.
       annotations:
         summary: {{ `'webhook {{ $labels.webhook }} ({{ $labels.configuration }}): its Service selects pods of more than one workload'` }}
         description: {{ `'Add a label unique to the webhook''s pods (e.g. app.kubernetes.io/instance) to the Service selector; "kadmit doctor {{ $labels.configuration }}" names both workloads and the label (KD301).'` }}
-    # A Fail webhook that intercepts its own pods (or kube-system) cannot
-    # come back once all its pods are gone: the ReplicaSet's creates are
-    # rejected by the webhook that is down.
+    # A Fail webhook that intercepts its own pods (or kube-system, or the
+    # pods its recovery depends on: the CNI, cluster DNS, its certificate
+    # issuer) cannot come back once those pods are gone: their creates are
+    # rejected by the webhook that is down (kueue #4074).
     - alert: KadmitWebhookSelfInterception
       expr: |
-        kadmit_watch_findings{check=~"KD501|KD502"} * on (namespace, configuration, webhook) group_left kadmit_watch_webhook_info{failure_policy="Fail"} > 0
+        kadmit_watch_findings{check=~"KD501|KD502|KD506"} * on (namespace, configuration, webhook) group_left kadmit_watch_webhook_info{failure_policy="Fail"} > 0
       for: 15m
       labels:
         severity: warning
       annotations:
-        summary: {{ `'Fail webhook {{ $labels.webhook }} ({{ $labels.configuration }}) intercepts its own pods or kube-system ({{ $labels.check }})'` }}
-        description: {{ `'Exclude its namespace and kube-system with the namespaceSelector; "kadmit doctor {{ $labels.configuration }}" prints the kubectl label or patch that does it (KD501, KD502).'` }}
+        summary: {{ `'Fail webhook {{ $labels.webhook }} ({{ $labels.configuration }}) intercepts pods its own recovery depends on ({{ $labels.check }})'` }}
+        description: {{ `'Exclude those namespaces (its own, kube-system, the CNI''s, cluster DNS''s, its certificate issuer''s) with the namespaceSelector; "kadmit doctor {{ $labels.configuration }}" names the pods and prints the kubectl label or patch that does it (KD501, KD502, KD506).'` }}
+    # A NetworkPolicy isolates a Fail webhook's pods without admitting the
+    # API server on the webhook port: where the CNI enforces it, every call
+    # times out now ("context deadline exceeded") while the endpoints look
+    # ready. Read statically: error severity only when doctor is sure.
+    - alert: KadmitWebhookNetworkPolicyBlocks
+      expr: |
+        kadmit_watch_findings{check="KD107", severity="error"} > 0
+      for: 5m
+      labels:
+        severity: critical
+      annotations:
+        summary: {{ `'Fail webhook {{ $labels.webhook }} ({{ $labels.configuration }}): a NetworkPolicy keeps the API server from its pods'` }}
+        description: {{ `'A NetworkPolicy selects the webhook''s pods and admits nothing from the API server''s addresses on the webhook port; add the policy "kadmit doctor {{ $labels.configuration }}" prints (KD107).'` }}
+    # The webhook stops serving at SIGTERM while the API server still calls
+    # it and reuses pooled connections to it (kubernetes #127335): every
+    # rollout or drain of a Fail webhook rejects some requests. A latent
+    # risk: a long for, warning.
+    - alert: KadmitWebhookNoDrainOnTermination
+      expr: |
+        kadmit_watch_findings{check="KD203", severity="warning"} > 0
+      for: 1h
+      labels:
+        severity: warning
+      annotations:
+        summary: {{ `'Fail webhook {{ $labels.webhook }} ({{ $labels.configuration }}): its pods stop serving before the API server stops calling them'` }}
+        description: {{ `'Give the container serving the webhook port a preStop sleep (10s) and a terminationGracePeriodSeconds above it; "kadmit doctor {{ $labels.configuration }}" prints the patch (KD203).'` }}
+    # Two field managers take a webhook's caBundle or failurePolicy from
+    # each other (an injector and Argo CD or Flux re-applying a manifest
+    # that carries it): calls fail intermittently while the other side's
+    # value holds. Seen in the watch's write history (A -> B -> A within 30
+    # minutes) or, in one read, as an overwrite of the field's keeper.
+    - alert: KadmitWebhookFieldManagerFight
+      expr: |
+        kadmit_watch_findings{check="KD609"} > 0
+      for: 5m
+      labels:
+        severity: warning
+      annotations:
+        summary: {{ `'webhook {{ $labels.webhook }} ({{ $labels.configuration }}): two field managers keep rewriting its caBundle or failurePolicy'` }}
+        description: {{ `'The Warning Event with reason KD609 on the configuration names both managers; leave the field to one of them (Argo CD ignoreDifferences with RespectIgnoreDifferences=true, no Replace=true; Flux: drop it from the manifest). "kadmit doctor {{ $labels.configuration }}" prints the snippet (KD609, docs/gitops.md).'` }}
+    # The webhooks of one resource and operation can together take longer
+    # than the API server's 60s request timeout (or the 10s of node
+    # heartbeats and leader election): a latent risk that turns a slow
+    # webhook into failed requests, Ignore webhooks included.
+    - alert: KadmitWebhookTimeoutBudget
+      expr: |
+        kadmit_watch_findings{check="KD608"} > 0
+      for: 1h
+      labels:
+        severity: warning
+      annotations:
+        summary: {{ `'webhook {{ $labels.webhook }} ({{ $labels.configuration }}): the webhooks it shares a resource with can take longer together than the client waits'` }}
+        description: {{ `'Lower the listed webhooks'' timeoutSeconds until their sum (mutating ones twice with reinvocationPolicy IfNeeded, plus the slowest validating one) fits; "kadmit doctor {{ $labels.configuration }}" lists them and prints the patch (KD608).'` }}
     # Handshakes as the API server makes them fail now: calls fail now.
     - alert: KadmitWebhookTLSBroken
       expr: |
