@@ -78,6 +78,13 @@ var causes = []struct {
 }{
 	{[]string{"no endpoints available for service"}, "no endpoints", []string{IDNoReadyEndpoints, IDProbeNoEndpoints, IDTargetPortMismatch, IDSelfInterception}},
 	{[]string{"connection refused"}, "connection refused", []string{IDEndpointRefused, IDNoReadyEndpoints, IDProbeRefused, IDTargetPortMismatch, IDSelfInterception}},
+	// EHOSTUNREACH dialling a ClusterIP: kube-proxy's rules still send the
+	// call to a pod that is gone (its rules lag the EndpointSlices, as
+	// under load right after the last pod went), or something between
+	// rejects it with ICMP host-unreachable (a NetworkPolicy or firewall
+	// that rejects instead of dropping). Seen on the real cluster for
+	// seed 004's self-interception instead of "connection refused".
+	{[]string{"no route to host", "host is unreachable"}, "no route to host", []string{IDNoReadyEndpoints, IDSelfInterception, IDNetworkPolicyBlocks, IDEndpointRefused, IDProbeRefused}},
 	{[]string{"not found"}, "service not found", []string{IDOrphan, IDServiceMissing}},
 	{[]string{"no service port"}, "no service port", []string{IDServicePortMissing}},
 	{[]string{"unsupported service type"}, "unsupported service type", []string{IDServiceType}},

@@ -88,6 +88,10 @@ func TestParseErrorFormats(t *testing.T) {
 	}{
 		{"connection refused", callError("vleaderworkerset.kb.io", u, dialErr("10.96.33.70:443", syscall.ECONNREFUSED)),
 			"vleaderworkerset.kb.io", "call failed", "connection refused", IDEndpointRefused, "lws-system/lws-webhook-service"},
+		// The real cluster's seed 004 under load: kube-proxy still sends the
+		// ClusterIP to the pod that just went.
+		{"no route to host", callError("mpod.kb.io", "https://kruise-webhook-service.kruise-system.svc:443/mutate-pod?timeout=10s", dialErr("10.96.161.86:443", syscall.EHOSTUNREACH)),
+			"mpod.kb.io", "call failed", "no route to host", IDNoReadyEndpoints, "kruise-system/kruise-webhook-service"},
 		{"no endpoints", callError("mpod.kb.io", "https://kruise-webhook-service.kruise-system.svc:443/mutate-pod?timeout=10s",
 			apierrors.NewServiceUnavailable(fmt.Sprintf("no endpoints available for service %q", "kruise-webhook-service"))),
 			"mpod.kb.io", "call failed", "no endpoints", IDNoReadyEndpoints, "kruise-system/kruise-webhook-service"},
