@@ -4,9 +4,6 @@ import (
 	"bytes"
 	"context"
 	"fmt"
-	"os"
-	"path/filepath"
-	"strings"
 	"testing"
 	"time"
 
@@ -17,8 +14,6 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 
-	"github.com/kadmit/kadmit/internal/certs"
-	"github.com/kadmit/kadmit/test/controlplane/kadmitproc"
 	"github.com/kadmit/kadmit/test/e2e/e2eenv"
 )
 
@@ -37,65 +32,11 @@ func TestFilesModeRepairsBlankedCABundle(t *testing.T) {
 	e := world(t)
 	ctx := e2eenv.TestCtx(t, 2*time.Minute)
 	const name = "kadmit-files-repair"
-	dir := t.TempDir()
-	b, err := certs.NewSelfSigned(certs.SelfSignedOptions{DNSNames: []string{"localhost"}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	for file, data := range map[string][]byte{"tls.crt": b.ServerCert, "tls.key": b.ServerKey, "ca.crt": b.CACert} {
-		if err := os.WriteFile(filepath.Join(dir, file), data, 0o600); err != nil {
-			t.Fatal(err)
-		}
-	}
-	addr, metricsAddr, err := e2eenv.FreeAddrs()
-	if err != nil {
-		t.Fatal(err)
-	}
-	reg := e.Client.AdmissionregistrationV1()
-	// Cleanups run last-first: stop kadmit (it would repair a deletion),
-	// then delete its configurations so no webhook outlives it.
-	t.Cleanup(func() {
-		bg := context.Background()
-		_ = reg.MutatingWebhookConfigurations().Delete(bg, name, metav1.DeleteOptions{})
-		_ = reg.ValidatingWebhookConfigurations().Delete(bg, name, metav1.DeleteOptions{})
-	})
-	p, err := kadmitproc.Start(kadmitproc.Options{
-		Binary: e.Binary, Addr: addr, MetricsAddr: metricsAddr,
-		Args: []string{"serve", "--tls=files", "--cert-dir", dir, "--ca-bundle-file", filepath.Join(dir, "ca.crt"),
-			"--register", "--webhook-config-name", name, "--webhook-url", "https://localhost:" + strings.Split(addr, ":")[1],
-			"--kubeconfig", e.Kubeconfig, "--addr", addr, "--metrics-addr", metricsAddr, "--log-format", "json"},
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _, _, _ = p.Terminate(10 * time.Second) })
-	if err := p.WaitReady(ctx); err != nil {
-		t.Fatal(err)
-	}
-	registered := func() (bool, error) {
-		m, err := reg.MutatingWebhookConfigurations().Get(ctx, name, metav1.GetOptions{})
-		if err != nil {
-			return false, err
-		}
-		v, err := reg.ValidatingWebhookConfigurations().Get(ctx, name, metav1.GetOptions{})
-		if err != nil {
-			return false, err
-		}
-		return allBundles(m, v, b.CACert), nil
-	}
-	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(100 * time.Millisecond) {
-		ok, err := registered()
-		if ok {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("configurations %s not registered with the CA: %v\n%s", name, err, p.Tail(20))
-		}
-	}
+	p, ca, _ := startFilesInstall(t, ctx, e, name)
 
 	var worst time.Duration
 	for round := range 5 {
-		took, err := blankAndWaitRepair(ctx, e, name, b.CACert)
+		took, err := blankAndWaitRepair(ctx, e, name, ca)
 		if err != nil {
 			t.Fatalf("round %d: %v\n%s", round, err, p.Tail(20))
 		}
