@@ -21,17 +21,18 @@ import (
 // workloads are the cluster-wide ReplicaSet, Deployment, StatefulSet and
 // DaemonSet informers of one selection, and the pod cache. A workload
 // whose pod template a webhook Service of its namespace selects (by the
-// template's labels) keeps what the checks read, the template included;
-// every other one only its labels, owner references, selector and
-// template labels (DaemonSets also what KD506 reads), whatever its
-// namespace (workloadTransform, prune.go). Pods are cached by selection
-// too (podCache): so 50,000 pods and 6,000 workloads of which 4,000 and
-// 4,000 serve webhooks cost what those do plus a few hundred bytes each
-// for the rest (issue 23's scale test, test/e2e/scale). The checks only
+// template's labels), or whose pods it may select, keeps what the checks
+// read, the template included; every other one only its labels, owner
+// references, selector and template labels (DaemonSets also what KD506
+// reads), whatever its namespace (workloadTransform, prune.go). Pods are
+// cached by selection too (podCache): so 50,000 pods and 6,000 workloads
+// of which 4,000 and 4,000 serve webhooks cost what those do plus a few
+// hundred bytes each for the rest (issue 23's scale test,
+// test/e2e/scale). The checks only
 // read pods and workloads behind a webhook Service (snapshot.go backend).
 type workloads struct {
 	// sel is the selection the workload informers' transform keeps
-	// templates for; keys its selectionKeys.
+	// templates for; keys are its keys().
 	sel  podSelection
 	keys map[string]bool
 	stop context.CancelFunc
