@@ -470,7 +470,9 @@ func TestLastWriterKilled(t *testing.T) {
 	// 60-170ms; the harness probes /readyz every 200ms). The caps keep a
 	// margin of 3x in count and ~6x in time; docs/tls.md says what a real
 	// cluster adds.
-	deadRefused := regexp.MustCompile(`: (dial tcp ` + regexp.QuoteMeta(dead.addr) + `: connect: connection refused|` +
+	// A dial racing the kill gets the RST of the dying socket on connect
+	// ("connect: connection reset by peer") instead of a refusal.
+	deadRefused := regexp.MustCompile(`: (dial tcp ` + regexp.QuoteMeta(dead.addr) + `: connect: connection (refused|reset by peer)|` +
 		`(read|write) tcp [0-9.:]+->` + regexp.QuoteMeta(dead.addr) + `: (read|write): connection reset by peer|` +
 		`write tcp [0-9.:]+->` + regexp.QuoteMeta(dead.addr) + `: write: broken pipe|EOF|` +
 		// a pooled keep-alive connection to the killed replica, closed by
