@@ -364,11 +364,13 @@ func TestRBACFollowsValues(t *testing.T) {
 
 	files := grantsOf(t, render(t, "kadmit", chart.Namespace, map[string]any{"tls": map[string]any{"mode": "files"}, "metrics": plainMetrics}))
 	// files mode: no Secret or Lease, but the registrar watches, writes
-	// and repairs its configurations in every mode, and probes the
-	// Service's endpoints before the first registration.
+	// and repairs its configurations in every mode, probes the Service's
+	// endpoints before the first registration, and writes an Event when
+	// another field manager keeps undoing its caBundle.
 	want := []string{
 		"create admissionregistration.k8s.io/mutatingwebhookconfigurations name=kadmit",
 		"create admissionregistration.k8s.io/validatingwebhookconfigurations name=kadmit",
+		"create core/events",
 		"delete admissionregistration.k8s.io/mutatingwebhookconfigurations name=kadmit",
 		"delete admissionregistration.k8s.io/validatingwebhookconfigurations name=kadmit",
 		"get core/services name=kadmit",
@@ -377,6 +379,7 @@ func TestRBACFollowsValues(t *testing.T) {
 		"list discovery.k8s.io/endpointslices",
 		"patch admissionregistration.k8s.io/mutatingwebhookconfigurations name=kadmit",
 		"patch admissionregistration.k8s.io/validatingwebhookconfigurations name=kadmit",
+		"patch core/events",
 		"watch admissionregistration.k8s.io/mutatingwebhookconfigurations name=kadmit",
 		"watch admissionregistration.k8s.io/validatingwebhookconfigurations name=kadmit",
 	}
