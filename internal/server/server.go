@@ -11,6 +11,7 @@ import (
 	"net"
 	"net/http"
 	"net/http/pprof"
+	"runtime"
 	"sort"
 	"sync"
 	"sync/atomic"
@@ -346,6 +347,13 @@ func New(opts Options) (*Server, error) {
 	return s, nil
 }
 
+// With Pprof: sample one contended mutex event in 10, and goroutine blocking
+// events of 10 µs or more (a rate is in nanoseconds).
+const (
+	pprofMutexFraction = 10
+	pprofBlockRate     = int(10 * time.Microsecond)
+)
+
 // buildMetricsServer serves /metrics (and /debug/pprof/ with Pprof), behind
 // Kubernetes authentication and authorization when MetricsAuth is set, and
 // the unauthenticated health probes.
@@ -354,6 +362,13 @@ func (s *Server) buildMetricsServer() error {
 	protected := http.NewServeMux()
 	protected.Handle("/metrics", promhttp.HandlerFor(opts.Registry, promhttp.HandlerOpts{Registry: opts.Registry}))
 	if opts.Pprof {
+		// The mutex and block profiles record nothing until their rates
+		// are set; contention on the admission path is what they are
+		// for. One event in pprofMutexFraction, and blocking of
+		// pprofBlockRate or more: a few percent of CPU at most, and
+		// --pprof is for debugging only.
+		runtime.SetMutexProfileFraction(pprofMutexFraction)
+		runtime.SetBlockProfileRate(pprofBlockRate)
 		protected.HandleFunc("/debug/pprof/", pprof.Index)
 		protected.HandleFunc("/debug/pprof/cmdline", pprof.Cmdline)
 		protected.HandleFunc("/debug/pprof/profile", pprof.Profile)
