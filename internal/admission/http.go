@@ -390,14 +390,18 @@ func (c *call) run(ctx context.Context, req *Request) (out Outcome, abandoned bo
 	case <-ctx.Done():
 		lim := c.h.opts.Limits
 		held := c.ls // the handler's copy: after the CAS the call is the review goroutine's
-		c.released = lim.takeReleased(held.reserved)
+		released := lim.takeReleased(held.reserved)
+		c.released = released
 		c.abandonedAt = time.Now()
 		// Counted before the CAS: the review goroutine may end and
 		// uncount it right after.
 		lim.abandoned.Add(1)
 		if c.state.CompareAndSwap(reviewRunning, reviewAbandoned) {
 			lim.abandonedTotal.Add(1)
-			if c.released {
+			// The local copy: after the CAS the review goroutine may
+			// already have recycled c (and cleared c.released), and a
+			// stale false here would leak the in-flight slot.
+			if released {
 				held.release()
 			}
 			return Outcome{}, true, fmt.Errorf("no decision before the deadline: %w", ctx.Err())
