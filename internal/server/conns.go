@@ -166,7 +166,8 @@ func remoteIP(a net.Addr) string {
 	return remoteHost(a.String())
 }
 
-// connKey carries the request's connection in its context (ConnContext).
+// connKey carries the request's connection state (*connRequests) in its
+// context (ConnContext).
 type connKey struct{}
 
 // tracker knows, for each admission connection, which of its requests are
@@ -175,20 +176,29 @@ type connKey struct{}
 // no request past its body are closed: a client that stalls mid-request is
 // cut off instead of holding the drain for the whole grace period, while
 // reviews already decided run to their answer.
+//
+// The tracker's own lock is taken once when a connection opens and once
+// when it closes; each request locks only its connection's state, which
+// no other connection touches. One lock for every request was the
+// admission path's busiest shared lock: three acquisitions per request
+// from every core.
 type tracker struct {
 	mu       sync.Mutex
 	conns    map[net.Conn]*connRequests
-	stopping bool
+	stopping atomic.Bool
 }
 
+// connRequests is one connection's requests. HTTP/1.1 serves one request
+// at a time; an HTTP/2 connection at most its MaxConcurrentStreams.
 type connRequests struct {
+	mu        sync.Mutex
 	reading   map[*trackedRequest]struct{}
 	reviewing int
 }
 
 type trackedRequest struct {
 	rc      *http.ResponseController
-	conn    net.Conn
+	cr      *connRequests
 	reading bool
 }
 
@@ -196,67 +206,75 @@ func newTracker() *tracker { return &tracker{conns: map[net.Conn]*connRequests{}
 
 // connState is the http.Server ConnState hook.
 func (t *tracker) connState(c net.Conn, st http.ConnState) {
-	t.mu.Lock()
-	defer t.mu.Unlock()
 	switch st {
 	case http.StateNew:
-		if t.stopping {
+		if t.stopping.Load() {
 			_ = c.Close()
-			return
 		}
-		t.conns[c] = &connRequests{reading: map[*trackedRequest]struct{}{}}
 	case http.StateClosed, http.StateHijacked:
+		t.mu.Lock()
 		delete(t.conns, c)
+		t.mu.Unlock()
 	}
 }
 
+// connContext is the http.Server ConnContext hook: it registers the
+// connection (net/http calls it before ConnState's StateNew) and carries
+// its state in the context of every request on it.
 func (t *tracker) connContext(ctx context.Context, c net.Conn) context.Context {
-	return context.WithValue(ctx, connKey{}, c)
+	cr := &connRequests{reading: map[*trackedRequest]struct{}{}}
+	t.mu.Lock()
+	t.conns[c] = cr
+	t.mu.Unlock()
+	return context.WithValue(ctx, connKey{}, cr)
 }
 
 // wrap tracks next's requests: reading until their body returns an error
 // or EOF, reviewing after that until next returns.
 func (t *tracker) wrap(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		c, _ := r.Context().Value(connKey{}).(net.Conn)
-		tr := &trackedRequest{rc: http.NewResponseController(w), conn: c, reading: true}
-		t.mu.Lock()
-		cr := t.conns[c]
+		cr, _ := r.Context().Value(connKey{}).(*connRequests)
+		tr := &trackedRequest{rc: http.NewResponseController(w), cr: cr, reading: true}
 		if cr != nil {
+			cr.mu.Lock()
 			cr.reading[tr] = struct{}{}
+			cr.mu.Unlock()
 		}
-		stopping := t.stopping
-		t.mu.Unlock()
-		if stopping {
+		// Read after registering: sweep sets stopping before it locks
+		// each connection, so either sweep sees this request or this
+		// request sees stopping.
+		if t.stopping.Load() {
 			_ = tr.rc.SetReadDeadline(time.Now())
 		}
-		defer t.done(tr)
-		r.Body = &trackedBody{ReadCloser: r.Body, t: t, tr: tr}
+		defer tr.done()
+		r.Body = &trackedBody{ReadCloser: r.Body, tr: tr}
 		next.ServeHTTP(w, r)
 	})
 }
 
 // bodyRead moves tr from reading to reviewing.
-func (t *tracker) bodyRead(tr *trackedRequest) {
-	t.mu.Lock()
-	defer t.mu.Unlock()
+func (tr *trackedRequest) bodyRead() {
+	cr := tr.cr
+	if cr == nil {
+		return
+	}
+	cr.mu.Lock()
+	defer cr.mu.Unlock()
 	if !tr.reading {
 		return
 	}
 	tr.reading = false
-	if cr := t.conns[tr.conn]; cr != nil {
-		delete(cr.reading, tr)
-		cr.reviewing++
-	}
+	delete(cr.reading, tr)
+	cr.reviewing++
 }
 
-func (t *tracker) done(tr *trackedRequest) {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	cr := t.conns[tr.conn]
+func (tr *trackedRequest) done() {
+	cr := tr.cr
 	if cr == nil {
 		return
 	}
+	cr.mu.Lock()
+	defer cr.mu.Unlock()
 	if tr.reading {
 		delete(cr.reading, tr)
 	} else {
@@ -267,15 +285,18 @@ func (t *tracker) done(tr *trackedRequest) {
 // sweep interrupts every body read and closes every connection with no
 // request past its body; from now on new connections are closed too.
 func (t *tracker) sweep() {
+	t.stopping.Store(true)
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	t.stopping = true
 	now := time.Now()
 	for c, cr := range t.conns {
+		cr.mu.Lock()
 		for tr := range cr.reading {
 			_ = tr.rc.SetReadDeadline(now)
 		}
-		if cr.reviewing == 0 && len(cr.reading) == 0 {
+		idle := cr.reviewing == 0 && len(cr.reading) == 0
+		cr.mu.Unlock()
+		if idle {
 			_ = c.Close()
 		}
 	}
@@ -283,14 +304,13 @@ func (t *tracker) sweep() {
 
 type trackedBody struct {
 	io.ReadCloser
-	t  *tracker
 	tr *trackedRequest
 }
 
 func (b *trackedBody) Read(p []byte) (int, error) {
 	n, err := b.ReadCloser.Read(p)
 	if err == io.EOF {
-		b.t.bodyRead(b.tr)
+		b.tr.bodyRead()
 	}
 	return n, err
 }
