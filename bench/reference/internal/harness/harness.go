@@ -110,6 +110,8 @@ type Load struct {
 	Conc     int
 	Duration time.Duration
 	Pin      bool // pin to CPU 1
+	// GOMAXPROCS, when positive, is the load generator's GOMAXPROCS.
+	GOMAXPROCS int
 	// Sample, when set, is called every second while the run lasts.
 	Sample func()
 }
@@ -154,6 +156,9 @@ func (l Load) Run(ctx context.Context) (Result, error) {
 	cctx, cancel := context.WithTimeout(ctx, l.Duration+time.Minute)
 	defer cancel()
 	cmd := exec.CommandContext(cctx, argv[0], argv[1:]...)
+	if l.GOMAXPROCS > 0 {
+		cmd.Env = append(os.Environ(), "GOMAXPROCS="+strconv.Itoa(l.GOMAXPROCS))
+	}
 	var stdout, stderr bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
 	if err := cmd.Start(); err != nil {
@@ -257,4 +262,40 @@ func (t *TailWriter) Bytes() []byte {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	return append([]byte(nil), t.buf...)
+}
+
+// userHZ is the unit of /proc/PID/stat's utime and stime: USER_HZ, 100 on
+// every Linux architecture Go supports (sysconf(_SC_CLK_TCK)).
+const userHZ = 100
+
+// CPUTime returns the user plus system CPU time the process has used, from
+// fields 14 and 15 of /proc/PID/stat (after the parenthesised command,
+// which may contain spaces), or an error when it is unreadable.
+func CPUTime(pid int) (time.Duration, error) {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return 0, err
+	}
+	return parseStatCPU(string(b))
+}
+
+func parseStatCPU(stat string) (time.Duration, error) {
+	i := strings.LastIndexByte(stat, ')')
+	if i < 0 {
+		return 0, errors.New("/proc/PID/stat: no command field")
+	}
+	// After ") ": state is field 3, utime 14, stime 15.
+	f := strings.Fields(stat[i+1:])
+	if len(f) < 13 {
+		return 0, fmt.Errorf("/proc/PID/stat: %d fields after the command, want 13 or more", len(f))
+	}
+	var ticks int64
+	for _, s := range f[11:13] {
+		n, err := strconv.ParseInt(s, 10, 64)
+		if err != nil {
+			return 0, fmt.Errorf("/proc/PID/stat: %w", err)
+		}
+		ticks += n
+	}
+	return time.Duration(ticks) * time.Second / userHZ, nil
 }
