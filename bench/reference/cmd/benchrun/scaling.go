@@ -109,7 +109,7 @@ func scaleServer(ctx context.Context, c config, s server, runs []run, procs, rep
 			}
 			p := scalePoint{Server: s.name, Path: r.label, Procs: procs, Conc: conc, Rep: rep, RPS: res.RPS, P99: res.P99}
 			if res.Requests > 0 {
-				p.CPUPerReq = float64((cpu1-cpu0).Microseconds()) / float64(res.Requests)
+				p.CPUPerReq = float64((cpu1 - cpu0).Microseconds()) / float64(res.Requests)
 			}
 			fmt.Printf("  %-8s %-22s GOMAXPROCS %d c=%-3d rep %d %9.0f req/s  p99 %7.2f ms  %6.1f µs CPU/req\n",
 				s.name, r.label, procs, conc, rep+1, p.RPS, p.P99, p.CPUPerReq)
