@@ -14,6 +14,7 @@ import (
 	admissionv1 "k8s.io/api/admission/v1"
 
 	"github.com/kadmit/kadmit/internal/bench"
+	"github.com/kadmit/kadmit/internal/otlpreceiver"
 )
 
 func newBenchCmd() *cobra.Command {
@@ -52,13 +53,27 @@ histogram_quantile). The default object is the same pod labelled
 acme.com/lifespan-requested: "3". The user needs "create" on the resource and
 "get" on the nonResourceURL /metrics.
 
+With --trace-receiver 127.0.0.1:PORT, the run also listens there for OTLP/gRPC
+traces (loopback only, plaintext, at most --max-spans kept) and reports per
+webhook the exact distribution (count, p50/p90/p99/max, mean) of the API
+server's own webhook call spans ("Call mutating webhook" / "Call validating
+webhook"), split into the time inside kadmit (its "kadmit.review" span, from
+kadmit serve --tracing-endpoint at the same address), network and TLS (the API
+server's HTTP client span minus kadmit's) and the API server's own handling
+(the call span minus its client span: encoding, decoding, patch). The API
+server must export there: --tracing-config-file with a TracingConfiguration
+(apiserver.config.k8s.io/v1) whose endpoint is this address and
+samplingRatePerMillion 1000000. After the last answer the run waits up to 20 s
+for the last span batches.
+
 Exit status: 0 when every request was answered correctly (with
 --through-apiserver: every planned create sent and created), 1 when any failed,
 2 on usage errors or when the run cannot start.`,
 		Example: `  kadmit bench --url https://127.0.0.1:9443/mutate-pod --cacert ca.crt -d 30s -c 64
   kadmit bench --url https://localhost:9443/validate-pod --insecure -n 100000 --http2 -o json
   kadmit bench --url https://127.0.0.1:9443/mutate-pod --insecure -f pod.yaml --histogram lat.svg
-  kadmit bench --through-apiserver --kubeconfig kind.kubeconfig --rate 100 -d 60s --namespace shop`,
+  kadmit bench --through-apiserver --kubeconfig kind.kubeconfig --rate 100 -d 60s --namespace shop
+  kadmit bench --through-apiserver --rate 1000 -d 40s --trace-receiver 127.0.0.1:4317`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if output != "text" && output != "json" {
@@ -145,13 +160,15 @@ Exit status: 0 when every request was answered correctly (with
 	f.StringVar(&api.Namespace, "namespace", "", "with --through-apiserver: namespace to create in (default: the object's, else default)")
 	f.IntVar(&api.Rate, "rate", bench.DefaultRate, fmt.Sprintf("with --through-apiserver: creates per second, 1..%d", bench.MaxRate))
 	f.IntVar(&api.MaxInFlight, "max-in-flight", bench.DefaultMaxInFlight, fmt.Sprintf("with --through-apiserver: creates awaiting an answer at most, 1..%d", bench.MaxInFlight))
+	f.StringVar(&api.TraceReceiver, "trace-receiver", "", "with --through-apiserver: loopback IP:PORT to receive the API server's and kadmit's OTLP/gRPC spans on, for the exact per-call split")
+	f.IntVar(&api.MaxSpans, "max-spans", otlpreceiver.DefaultMaxSpans, fmt.Sprintf("with --trace-receiver: spans kept at most, 1..%d (about 90 bytes each)", otlpreceiver.MaxMaxSpans))
 	return cmd
 }
 
 // apiServerOnlyFlags take effect only with --through-apiserver;
 // urlOnlyFlags only without it.
 var (
-	apiServerOnlyFlags = []string{"kubeconfig", "context", "namespace", "rate", "max-in-flight"}
+	apiServerOnlyFlags = []string{"kubeconfig", "context", "namespace", "rate", "max-in-flight", "trace-receiver", "max-spans"}
 	urlOnlyFlags       = []string{"url", "cacert", "insecure", "operation", "api-version", "concurrency", "requests", "http2", "histogram"}
 )
 
@@ -198,6 +215,12 @@ func runThroughAPIServer(cmd *cobra.Command, api bench.APIServerOptions, opts be
 	}
 	if cmd.Flags().Changed("rate") && api.Rate < 1 {
 		return cmdexit.New(2, fmt.Errorf("--rate %d: must be 1..%d creates per second", api.Rate, bench.MaxRate))
+	}
+	if cmd.Flags().Changed("max-spans") && api.TraceReceiver == "" {
+		return cmdexit.New(2, errors.New("--max-spans needs --trace-receiver"))
+	}
+	if cmd.Flags().Changed("max-spans") && api.MaxSpans < 1 {
+		return cmdexit.New(2, fmt.Errorf("--max-spans %d: must be 1..%d", api.MaxSpans, otlpreceiver.MaxMaxSpans))
 	}
 	if cmd.Flags().Changed("max-in-flight") && api.MaxInFlight < 1 {
 		return cmdexit.New(2, fmt.Errorf("--max-in-flight %d: must be 1..%d", api.MaxInFlight, bench.MaxInFlight))

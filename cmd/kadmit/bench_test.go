@@ -30,6 +30,10 @@ func TestBenchFlagModes(t *testing.T) {
 		{[]string{"--through-apiserver", "--max-in-flight", "0"}, "--max-in-flight 0: must be 1..1024"},
 		{[]string{"--through-apiserver", "--kubeconfig", missing}, "no kubeconfig: --kubeconfig: stat " + missing},
 		{[]string{}, "--url is required (or --through-apiserver)"},
+		{[]string{"--url", "https://127.0.0.1:1/x", "--trace-receiver", "127.0.0.1:4317"}, "--trace-receiver needs --through-apiserver"},
+		{[]string{"--through-apiserver", "--max-spans", "10"}, "--max-spans needs --trace-receiver"},
+		{[]string{"--through-apiserver", "--trace-receiver", "0.0.0.0:4317", "--kubeconfig", missing}, `--trace-receiver "0.0.0.0:4317": want a loopback IP:PORT`},
+		{[]string{"--through-apiserver", "--trace-receiver", "127.0.0.1:4317", "--max-spans", "0", "--kubeconfig", missing}, "--max-spans 0: must be 1..5000000"},
 	}
 	for _, c := range cases {
 		cmd := newBenchCmd()

@@ -26,6 +26,9 @@ func TestServeBoundDefaults(t *testing.T) {
 		"max-abandoned-reviews":         "16",
 		"policy-max-object-bytes":       "1572864",  // 1.5 MiB
 		"policy-decode-bytes-in-flight": "67108864", // 64 MiB
+		"log-allowed-burst":             "10",
+		"log-allowed-sample":            "100",
+		"log-slow-review":               "100ms",
 	} {
 		fl := f.Lookup(flag)
 		if fl == nil {

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"errors"
 	"log/slog"
 	"os"
@@ -11,17 +12,25 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"fmt"
+
 	"github.com/kadmit/kadmit/internal/admission"
 	"github.com/kadmit/kadmit/internal/celpolicy"
 	"github.com/kadmit/kadmit/internal/daemon"
+	"github.com/kadmit/kadmit/internal/gcpace"
 	"github.com/kadmit/kadmit/internal/logging"
 	"github.com/kadmit/kadmit/internal/registration"
 	"github.com/kadmit/kadmit/internal/server"
+	"github.com/kadmit/kadmit/internal/tracing"
+	"k8s.io/apimachinery/pkg/api/resource"
 )
 
 func newServeCmd() *cobra.Command {
 	var o daemon.Options
-	var logFormat, logLevel string
+	decisionLog := server.DefaultDecisionLog()
+	o.DecisionLog = &decisionLog
+	var logFormat, logLevel, gcHeapFloor string
+	var traceOpts tracing.Options
 	var selfSignedFlag bool
 	cmd := &cobra.Command{
 		Use:   "serve",
@@ -39,11 +48,26 @@ deadline are bounded too (docs/security.md, "Bounds").
 With --register, kadmit writes its own MutatingWebhookConfiguration and
 ValidatingWebhookConfiguration (named by --webhook-config-name, one name per
 install) once it is ready to answer, and repairs them whenever they change,
-whatever the --tls mode.`,
+whatever the --tls mode.
+
+With --tracing-endpoint HOST:PORT (off by default), each review is recorded as
+an OpenTelemetry span "kadmit.review" and exported over OTLP/gRPC: a child of
+the API server's webhook call when the API server sends a W3C traceparent
+(its APIServerTracing, GA in Kubernetes 1.34). With --tracing-sampling-ratio 0
+(the default) kadmit records exactly the calls the API server sampled, and
+nothing for requests without a sampled traceparent. A loopback endpoint is
+dialled in plaintext, any other with TLS (system roots, or --tracing-ca-file).
+Spans carry the webhook path, operation, kind, allowed, patched and the HTTP
+status, never the object's name or the user (docs/performance.md, "Exact
+per-call latency from the API server's traces").`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			// One line per decision, buffered: written out at least every
-			// 100 ms and flushed once the server has drained.
+			if decisionLog.AllowedBurst < 0 || decisionLog.AllowedSample < 0 || decisionLog.SlowReview < 0 {
+				return cmdexit.New(2, errors.New("--log-allowed-burst, --log-allowed-sample and --log-slow-review may not be negative"))
+			}
+			// Decision lines (denials, errors, slow and sampled allowed
+			// ones; every one at debug) are buffered: written out at least
+			// every 100 ms and flushed once the server has drained.
 			log, logw, err := logging.NewBufferedLogger(os.Stderr, logFormat, logLevel)
 			if err != nil {
 				return cmdexit.New(2, err)
@@ -57,6 +81,33 @@ whatever the --tls mode.`,
 				case o.CertDir != "":
 					o.TLSMode = daemon.TLSFiles
 				}
+			}
+			if traceOpts.Endpoint != "" {
+				traceOpts.Logger = log
+				tr, err := tracing.New(cmd.Context(), traceOpts)
+				if err != nil {
+					return cmdexit.New(2, err)
+				}
+				o.Tracing = tr
+				// Flushed after the server has drained, so the last
+				// reviews' spans are exported too.
+				defer func() {
+					ctx, cancel := context.WithTimeout(context.WithoutCancel(cmd.Context()), tracing.ShutdownTimeout)
+					defer cancel()
+					if err := tr.Shutdown(ctx); err != nil {
+						log.Warn(err.Error())
+					}
+				}()
+			} else if cmd.Flags().Changed("tracing-ca-file") || cmd.Flags().Changed("tracing-sampling-ratio") {
+				return cmdexit.New(2, errors.New("--tracing-ca-file and --tracing-sampling-ratio need --tracing-endpoint"))
+			}
+			floor, err := resource.ParseQuantity(gcHeapFloor)
+			if err != nil || floor.Sign() < 0 {
+				return cmdexit.New(2, fmt.Errorf("--gc-heap-floor %q: want a non-negative quantity such as 64Mi or 0", gcHeapFloor))
+			}
+			if p := gcpace.Start(floor.Value()); p != nil {
+				defer p.Stop()
+				log.Debug("garbage collector heap floor set", "floorBytes", p.Floor())
 			}
 			if err := daemon.Run(cmd.Context(), o, log); err != nil {
 				if errors.Is(err, daemon.ErrUsage) {
@@ -77,6 +128,7 @@ whatever the --tls mode.`,
 	f.StringVar(&o.PolicyConfigMap, "policies-configmap", "", "NAMESPACE/NAME of a ConfigMap whose data keys hold more declared policies (with bindings and params), served with --policies and followed live: an invalid edit is refused, keeping the running policies, and writes that do not compile are denied by the kadmit-policies webhook; a set that does not load at start leaves the built-in policies served and /readyz reporting declaredPolicies degraded")
 	f.StringVar(&o.Addr, "addr", ":9443", "HTTPS admission listen address")
 	f.StringVar(&o.MetricsAddr, "metrics-addr", "", `address for /metrics, /healthz and /readyz ("0" disables); default 127.0.0.1:8080, or :8443 with --metrics-secure`)
+	f.StringVar(&gcHeapFloor, "gc-heap-floor", resource.NewQuantity(gcpace.DefaultFloor, resource.BinarySI).String(), "keep the garbage collector's heap goal at least this large (a quantity: 64Mi; 0 disables): a small live heap otherwise means a collection every few MiB allocated, tens per second under load, and CPU per review that grows with cores. Never above half of GOMEMLIMIT, which still bounds the heap; ignored with GOGC=off (docs/performance.md)")
 	f.BoolVar(&o.Pprof, "pprof", false, "serve net/http/pprof under /debug/pprof/ on the --metrics-addr listener, for debugging (heap and CPU profiles); keep that address private")
 	// Hardening (docs/security.md).
 	f.BoolVar(&o.MetricsSecure, "metrics-secure", false, "serve --metrics-addr over HTTPS; /metrics and /debug/pprof/ need a token the API server authenticates and authorizes (get on the URL); /healthz and /readyz stay open")
@@ -114,7 +166,15 @@ whatever the --tls mode.`,
 	f.StringVar(&o.Kubeconfig, "kubeconfig", "", "kubeconfig (default: $KUBECONFIG, ~/.kube/config, then in-cluster)")
 	f.StringVar(&o.KubeContext, "context", "", "kubeconfig context")
 	f.StringVar(&logFormat, "log-format", "json", "log format: json or text")
-	f.StringVar(&logLevel, "log-level", "info", "log level: debug, info, warn or error")
+	f.StringVar(&logLevel, "log-level", "info", "log level: debug, info, warn or error; debug logs every admission decision, unsampled")
+	// Which allowed decisions are logged (denials, errors and panics
+	// always are): docs/install.md, "Logs".
+	f.IntVar(&decisionLog.AllowedBurst, "log-allowed-burst", server.DefaultLogAllowedBurst, "allowed admission decisions logged in full per webhook each second before sampling starts")
+	f.IntVar(&decisionLog.AllowedSample, "log-allowed-sample", server.DefaultLogAllowedSample, `past the burst, log 1 in N allowed decisions per webhook, marked sampled="1/N"; 1 logs every one, 0 none`)
+	f.DurationVar(&decisionLog.SlowReview, "log-slow-review", server.DefaultLogSlowReview, "always log an allowed decision that took longer than this (reading the request to writing the answer); 0 turns it off")
+	f.StringVar(&traceOpts.Endpoint, "tracing-endpoint", "", "OTLP/gRPC collector HOST:PORT to export a span per review to (off when empty); plaintext to a loopback host, TLS otherwise")
+	f.StringVar(&traceOpts.CAFile, "tracing-ca-file", "", "with --tracing-endpoint: PEM CA file verifying the collector's certificate (TLS even to loopback); default: system roots for a non-loopback host")
+	f.Float64Var(&traceOpts.SamplingRatio, "tracing-sampling-ratio", 0, "with --tracing-endpoint: share 0..1 of reviews traced that arrive without a traceparent; a sampled traceparent is always followed, an unsampled one never (0: record only what the API server samples)")
 	return cmd
 }
 

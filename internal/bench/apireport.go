@@ -91,6 +91,10 @@ func (r *APIServerReport) WriteText(w io.Writer) error {
 		}
 	}
 	fmt.Fprintf(&b, "target      %s: %s\n", TargetText, r.targetVerdict())
+	if r.Spans != nil {
+		b.WriteString("\n")
+		r.Spans.writeText(&b, r.Rate)
+	}
 	if _, err := io.WriteString(w, b.String()); err != nil {
 		return fmt.Errorf("write report: %w", err)
 	}
@@ -205,6 +209,8 @@ type APIServerJSON struct {
 		Text string `json:"text"`
 		Met  bool   `json:"met"`
 	} `json:"target"`
+	// Spans is present with --trace-receiver.
+	Spans *SpansJSON `json:"spans,omitempty"`
 }
 
 // WebhookJSON is one WebhookLatency in -o json; see WebhookLatency for the
@@ -275,6 +281,10 @@ func (r *APIServerReport) JSON() APIServerJSON {
 		j.Webhooks = append(j.Webhooks, wj)
 	}
 	j.Target.Text, j.Target.Met = TargetText, met && r.Rate == TargetRate && r.Complete()
+	if r.Spans != nil {
+		j.Spans = r.Spans.json()
+		j.Spans.Target.Met = j.Spans.Target.Met && r.Rate == SpanTargetRate && r.Complete()
+	}
 	return j
 }
 
@@ -286,4 +296,132 @@ func (r *APIServerReport) WriteJSON(w io.Writer) error {
 		return fmt.Errorf("write JSON report: %w", err)
 	}
 	return nil
+}
+
+// SpanTargetText states issue 24's span target as the report prints it.
+var SpanTargetText = fmt.Sprintf("every webhook call's p99 <= %s as the API server's spans measure it, at %d creates/s", fmtSeconds(TargetBucket), SpanTargetRate)
+
+// SpanTargetRate is the rate issue 24's span target is stated at.
+const SpanTargetRate = 1000
+
+// writeText writes the span table: per webhook, the four parts' exact
+// distributions.
+func (s *SpanReport) writeText(b *strings.Builder, rate int) {
+	st := s.Stats
+	fmt.Fprintf(b, "the API server's webhook call spans, exact (trace receiver %s: %d spans received, %d kept, %d dropped at its bound; first API server span after %s, waited %s for the last batches)\n",
+		s.Receiver, st.Received, st.Kept, st.Dropped, s.Primed.Round(10*time.Millisecond), s.Waited.Round(10*time.Millisecond))
+	if len(s.Webhooks) == 0 {
+		b.WriteString("  no webhook call span started during the run: is the API server started with --tracing-config-file whose endpoint is this receiver (samplingRatePerMillion 1000000)?\n")
+		return
+	}
+	b.WriteString("(call = the API server's \"Call mutating/validating webhook\" span; HTTP = its HTTP client span under it; kadmit = kadmit's span under that;\n network+TLS = HTTP - kadmit; API server = call - HTTP: encoding, decoding, patch; quantiles by nearest rank, each part's own: the means add up)\n")
+	tw := tabwriter.NewWriter(b, 0, 0, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintln(tw, "  webhook\ttype\top\tpart\tcount\tp50\tp90\tp99\tmax\tmean\t")
+	for i := range s.Webhooks {
+		w := &s.Webhooks[i]
+		for _, part := range []struct {
+			name string
+			d    SpanDist
+		}{{"call", w.Call}, {"HTTP", w.Client}, {"kadmit", w.Kadmit}, {"network+TLS", w.Network}, {"API server", w.APIServer}} {
+			name, typ, op := "", "", ""
+			if part.name == "call" {
+				name, typ, op = w.Name, w.Type, w.Operation
+			}
+			if part.d.Count == 0 {
+				fmt.Fprintf(tw, "  %s\t%s\t%s\t%s\t0\t-\t-\t-\t-\t-\t\n", name, typ, op, part.name)
+				continue
+			}
+			fmt.Fprintf(tw, "  %s\t%s\t%s\t%s\t%d\t%s\t%s\t%s\t%s\t%s\t\n", name, typ, op, part.name, part.d.Count,
+				fmtDur(part.d.P50), fmtDur(part.d.P90), fmtDur(part.d.P99), fmtDur(part.d.Max), fmtDur(part.d.Mean))
+		}
+	}
+	_ = tw.Flush()
+	met := 0
+	for i := range s.Webhooks {
+		w := &s.Webhooks[i]
+		fmt.Fprintf(b, "  %s: %d calls traced, %d with the client span, %d with kadmit's span", w.Name, w.Calls, w.WithClient, w.WithKadmit)
+		if w.Retried > 0 {
+			fmt.Fprintf(b, ", %d retried", w.Retried)
+		}
+		if sh := w.KadmitShare(); sh > 0 {
+			fmt.Fprintf(b, "; kadmit's share of the mean call %.0f%%", 100*sh)
+		}
+		b.WriteString("\n")
+		if w.MeetsSpanTarget() {
+			met++
+		}
+	}
+	v := fmt.Sprintf("met by %d of %d webhooks", met, len(s.Webhooks))
+	if met < len(s.Webhooks) {
+		v = "MISSED: " + v
+	}
+	if rate != SpanTargetRate {
+		v += fmt.Sprintf(" (this run: %d creates/s, not %d)", rate, SpanTargetRate)
+	}
+	fmt.Fprintf(b, "span target %s: %s\n", SpanTargetText, v)
+}
+
+// SpansJSON is the -o json shape of a SpanReport; durations in
+// milliseconds.
+type SpansJSON struct {
+	Receiver      string             `json:"receiver"`
+	Received      int64              `json:"spans_received"`
+	Kept          int64              `json:"spans_kept"`
+	Dropped       int64              `json:"spans_dropped"`
+	PrimedSeconds float64            `json:"primed_seconds"`
+	WaitedSeconds float64            `json:"waited_seconds"`
+	Webhooks      []WebhookSpansJSON `json:"webhooks"`
+	Target        struct {
+		Text string `json:"text"`
+		Met  bool   `json:"met"`
+	} `json:"target"`
+}
+
+// WebhookSpansJSON is one WebhookSpans in -o json.
+type WebhookSpansJSON struct {
+	Name        string       `json:"name"`
+	Type        string       `json:"type"`
+	Operation   string       `json:"operation"`
+	Calls       int          `json:"calls"`
+	WithClient  int          `json:"with_client_span"`
+	WithKadmit  int          `json:"with_kadmit_span"`
+	Retried     int          `json:"retried"`
+	Call        SpanDistJSON `json:"call_ms"`
+	Client      SpanDistJSON `json:"http_ms"`
+	Kadmit      SpanDistJSON `json:"kadmit_ms"`
+	Network     SpanDistJSON `json:"network_tls_ms"`
+	APIServer   SpanDistJSON `json:"apiserver_ms"`
+	KadmitShare float64      `json:"kadmit_share_of_mean"`
+	MeetsTarget bool         `json:"meets_target"`
+}
+
+// SpanDistJSON is a SpanDist in milliseconds.
+type SpanDistJSON struct {
+	Count int     `json:"count"`
+	P50   float64 `json:"p50"`
+	P90   float64 `json:"p90"`
+	P99   float64 `json:"p99"`
+	Max   float64 `json:"max"`
+	Mean  float64 `json:"mean"`
+}
+
+func (s *SpanReport) json() *SpansJSON {
+	ms := func(d time.Duration) float64 { return float64(d) / 1e6 }
+	dist := func(d SpanDist) SpanDistJSON {
+		return SpanDistJSON{Count: d.Count, P50: ms(d.P50), P90: ms(d.P90), P99: ms(d.P99), Max: ms(d.Max), Mean: ms(d.Mean)}
+	}
+	j := &SpansJSON{Receiver: s.Receiver, Received: s.Stats.Received, Kept: s.Stats.Kept, Dropped: s.Stats.Dropped,
+		PrimedSeconds: s.Primed.Seconds(), WaitedSeconds: s.Waited.Seconds(), Webhooks: []WebhookSpansJSON{}}
+	met := len(s.Webhooks) > 0
+	for i := range s.Webhooks {
+		w := &s.Webhooks[i]
+		j.Webhooks = append(j.Webhooks, WebhookSpansJSON{
+			Name: w.Name, Type: w.Type, Operation: w.Operation, Calls: w.Calls, WithClient: w.WithClient,
+			WithKadmit: w.WithKadmit, Retried: w.Retried, Call: dist(w.Call), Client: dist(w.Client), Kadmit: dist(w.Kadmit),
+			Network: dist(w.Network), APIServer: dist(w.APIServer), KadmitShare: w.KadmitShare(), MeetsTarget: w.MeetsSpanTarget(),
+		})
+		met = met && w.MeetsSpanTarget()
+	}
+	j.Target.Text, j.Target.Met = SpanTargetText, met
+	return j
 }

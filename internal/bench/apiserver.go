@@ -24,6 +24,7 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 
 	"github.com/kadmit/kadmit/internal/kubeconfig"
+	"github.com/kadmit/kadmit/internal/otlpreceiver"
 )
 
 // Bounds and defaults of RunAPIServer. Every run sends at most
@@ -112,6 +113,16 @@ type APIServerOptions struct {
 	// Progress, when set, is called about once per second while creates
 	// are sent. It must return quickly.
 	Progress func(Progress)
+	// TraceReceiver, when set, is a loopback HOST:PORT where an OTLP/gRPC
+	// trace receiver (internal/otlpreceiver) listens for the run: the API
+	// server (its TracingConfiguration endpoint) and kadmit serve
+	// (--tracing-endpoint) export there, and the report gains Spans, the
+	// exact per-call split of each webhook's latency. After the last
+	// answer the run waits up to 20 s for the spans' last batches.
+	TraceReceiver string
+	// MaxSpans bounds the spans the receiver keeps; 0 means
+	// otlpreceiver.DefaultMaxSpans.
+	MaxSpans int
 }
 
 func (o APIServerOptions) normalize() (APIServerOptions, error) {
@@ -138,6 +149,15 @@ func (o APIServerOptions) normalize() (APIServerOptions, error) {
 	}
 	if o.Timeout < time.Second || o.Timeout > MaxTimeout {
 		return o, fmt.Errorf("%w: --timeout %s: must be 1s..%s", ErrOptions, o.Timeout, MaxTimeout)
+	}
+	if o.MaxSpans < 0 || o.MaxSpans > otlpreceiver.MaxMaxSpans {
+		return o, fmt.Errorf("%w: --max-spans %d: must be 1..%d", ErrOptions, o.MaxSpans, otlpreceiver.MaxMaxSpans)
+	}
+	if o.TraceReceiver != "" {
+		host, _, err := net.SplitHostPort(o.TraceReceiver)
+		if ip := net.ParseIP(host); err != nil || ip == nil || !ip.IsLoopback() {
+			return o, fmt.Errorf("%w: --trace-receiver %q: want a loopback IP:PORT, e.g. 127.0.0.1:4317", ErrOptions, o.TraceReceiver)
+		}
 	}
 	if o.Namespace != "" {
 		if errs := validateNamespace(o.Namespace); errs != "" {
@@ -262,6 +282,9 @@ type APIServerReport struct {
 	// Webhooks are the webhooks the API server called during the run, from
 	// its own metrics; admit (mutating) before validating, then by name.
 	Webhooks []WebhookLatency
+	// Spans is the exact split from the API server's and kadmit's traces;
+	// nil without APIServerOptions.TraceReceiver.
+	Spans *SpanReport
 
 	client *histogram // latency of the successful creates
 }
@@ -356,6 +379,22 @@ func RunAPIServer(ctx context.Context, opts APIServerOptions) (*APIServerReport,
 	createURL := c.resourceURL(gvk.Group, gvk.Version, ns, resource)
 	createURL.RawQuery = url.Values{"dryRun": {metav1.DryRunAll}}.Encode()
 
+	var rcv *otlpreceiver.Receiver
+	if o.TraceReceiver != "" {
+		if rcv, err = otlpreceiver.Start(otlpreceiver.Options{Addr: o.TraceReceiver, MaxSpans: o.MaxSpans}); err != nil {
+			return nil, err
+		}
+		defer rcv.Stop()
+	}
+	var primed time.Duration
+	if rcv != nil {
+		primer := &apiLoad{opts: o, client: c.http, url: createURL.String(), body: body, kind: gvk.Kind, hist: &histogram{}}
+		t0 := time.Now()
+		if err := primeTraces(ctx, rcv, primer); err != nil {
+			return nil, err
+		}
+		primed = time.Since(t0)
+	}
 	before, err := c.scrape(ctx)
 	if err != nil {
 		return nil, err
@@ -392,8 +431,17 @@ func RunAPIServer(ctx context.Context, opts APIServerOptions) (*APIServerReport,
 		rep.ErrorSamples[k] = l.samples[k]
 	}
 	l.mu.Unlock()
+	var expected int64
 	for _, d := range deltas {
 		rep.Webhooks = append(rep.Webhooks, rep.webhookLatency(d))
+		expected += rep.Webhooks[len(rep.Webhooks)-1].Calls
+	}
+	if rcv != nil {
+		// Spans of earlier runs (a warm-up's last batches) may still
+		// arrive: only call spans that started during this run count.
+		from, to := l.startedAt.UnixNano(), l.startedAt.Add(l.elapsed).UnixNano()
+		waited := waitForSpans(rcv, from, to, expected, ctx.Done())
+		rep.Spans = &SpanReport{Receiver: rcv.Addr(), Stats: rcv.Stats(), Primed: primed, Waited: waited, Webhooks: splitSpans(rcv.Spans(), from, to)}
 	}
 	return rep, nil
 }
@@ -623,6 +671,7 @@ type apiLoad struct {
 	samples map[string]string
 
 	// Written by run's goroutine only.
+	startedAt time.Time
 	late      int64
 	held      int64
 	maxLag    time.Duration
@@ -637,6 +686,7 @@ func (l *apiLoad) run(ctx context.Context) {
 	period := time.Second / time.Duration(o.Rate)
 	slots := make(chan struct{}, o.MaxInFlight)
 	start := time.Now()
+	l.startedAt = start
 	deadline := time.NewTimer(o.Duration + o.Timeout)
 	defer deadline.Stop()
 	timer := time.NewTimer(0)
@@ -853,4 +903,40 @@ func isEmptyConfig(err error) bool {
 		}
 	}
 	return false
+}
+
+// primeMax bounds primeTraces: above gRPC's 120 s longest reconnect
+// backoff (google.golang.org/grpc backoff.DefaultConfig.MaxDelay), which an
+// API server whose exporter found no receiver for minutes may be in.
+const primeMax = 150 * time.Second
+
+// ErrNoTraces is wrapped when no span from the API server reaches the
+// trace receiver.
+var ErrNoTraces = errors.New("no span from the API server reached the trace receiver")
+
+// primeTraces sends one dry-run create per second (not counted in the
+// report; before the first /metrics scrape) until a span of the API server
+// (any span that is not kadmit's) arrives at rcv, so the run starts with
+// its exporter connected: one that found nothing listening retries with a
+// growing backoff and drops what its queue cannot hold meanwhile.
+func primeTraces(ctx context.Context, rcv *otlpreceiver.Receiver, primer *apiLoad) error {
+	st0 := rcv.Stats()
+	deadline := time.NewTimer(primeMax)
+	defer deadline.Stop()
+	tick := time.NewTicker(time.Second)
+	defer tick.Stop()
+	for {
+		st := rcv.Stats()
+		if st.Calls > st0.Calls || st.Ignored > st0.Ignored {
+			return nil
+		}
+		primer.create(ctx)
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("waiting for the API server's spans: %w", ctx.Err())
+		case <-deadline.C:
+			return fmt.Errorf("%w (%s) within %s of dry-run creates: start the API server with --tracing-config-file, a TracingConfiguration (apiserver.config.k8s.io/v1) with endpoint %s and samplingRatePerMillion 1000000", ErrNoTraces, rcv.Addr(), primeMax, rcv.Addr())
+		case <-tick.C:
+		}
+	}
 }

@@ -35,6 +35,7 @@ import (
 	"github.com/kadmit/kadmit/internal/readiness"
 	"github.com/kadmit/kadmit/internal/registration"
 	"github.com/kadmit/kadmit/internal/server"
+	"github.com/kadmit/kadmit/internal/tracing"
 )
 
 // TLS modes.
@@ -99,6 +100,9 @@ type Options struct {
 	// (server.Options).
 	MetricsMaxConnections int
 	MaxAbandonedReviews   int
+	// DecisionLog chooses the allowed decisions logged
+	// (server.Options.DecisionLog); nil: server.DefaultDecisionLog().
+	DecisionLog *server.DecisionLog
 
 	// TLSMode is TLSSelfManaged, TLSFiles or TLSSelfSigned.
 	TLSMode string
@@ -133,6 +137,9 @@ type Options struct {
 	// Collectors are registered with kadmit's metrics (the buffered log
 	// writer's kadmit_log_lines_dropped_total).
 	Collectors []prometheus.Collector
+	// Tracing, when set, records a span per review (server.Options.Tracing);
+	// the caller owns it and flushes it after Run returns.
+	Tracing *tracing.Tracer
 }
 
 // ErrUsage is wrapped by errors in Options themselves (exit code 2).
@@ -411,7 +418,8 @@ func (d *daemon) newServer(context.Context) error {
 		MetricsAuth: metricsAuth, ReadTimeout: o.ReadTimeout, MaxConnections: o.MaxConnections,
 		MaxInFlight: o.MaxInFlight, MaxBodyBytesInFlight: o.MaxBodyBytesInFlight, HTTP2: o.HTTP2,
 		ClientCAFile: o.ClientCAFile, ClientAllowedNames: o.ClientAllowedNames, Unserved: unserved,
-		MetricsMaxConnections: o.MetricsMaxConnections, MaxAbandonedReviews: o.MaxAbandonedReviews,
+		MetricsMaxConnections: o.MetricsMaxConnections, MaxAbandonedReviews: o.MaxAbandonedReviews, DecisionLog: o.DecisionLog,
+		Tracing: o.Tracing,
 	})
 	d.reloads.serve = d.srv.SetWebhooks
 	// The server and the registrar hold the start's hooks now, and a

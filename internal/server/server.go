@@ -27,6 +27,7 @@ import (
 	"github.com/kadmit/kadmit/internal/admission"
 	"github.com/kadmit/kadmit/internal/certs"
 	"github.com/kadmit/kadmit/internal/metrics"
+	"github.com/kadmit/kadmit/internal/tracing"
 )
 
 // Defaults of the bounds in Options; docs/security.md adds them up.
@@ -109,8 +110,13 @@ type Options struct {
 	// ClientAllowedNames, with ClientCAFile, further requires the client
 	// certificate's subject common name or a DNS SAN to be one of these.
 	ClientAllowedNames []string
-	// Logger receives one info line per decision; default slog.Default().
+	// Logger receives the decisions DecisionLog selects (every one when
+	// it is enabled at debug level, as New finds it); default
+	// slog.Default().
 	Logger *slog.Logger
+	// DecisionLog chooses the allowed decisions logged (denials, errors and
+	// panics always are); nil: DefaultDecisionLog().
+	DecisionLog *DecisionLog
 	// ShutdownGrace bounds how long in-flight reviews may take to finish
 	// after shutdown starts; default 30s. Requests still reading their body
 	// and connections with no review in progress are closed at once.
@@ -184,6 +190,10 @@ type Options struct {
 	// answered allowed, without a patch (what "off" means), under the
 	// webhook label UnservedWebhook; any other unknown path gets 404.
 	Unserved func(path string) bool
+	// Tracing, when set, records a span per admission review
+	// (tracing.Tracer.Wrap); nil (the default) leaves the handlers
+	// unwrapped, so tracing off costs nothing per request.
+	Tracing *tracing.Tracer
 }
 
 // UnservedWebhook is the webhook label (metrics, log) of the answers on
@@ -220,6 +230,10 @@ type Server struct {
 	routes atomic.Pointer[map[string]http.Handler]
 	// unserved answers Options.Unserved's paths: an empty webhook allows.
 	unserved http.Handler
+	// logAll: the logger is enabled at debug level, every decision is
+	// logged; otherwise sampler picks the allowed ones (Options.DecisionLog).
+	logAll  bool
+	sampler *sampler
 }
 
 // New validates opts and builds the server; call Listen, then Serve.
@@ -254,6 +268,13 @@ func New(opts Options) (*Server, error) {
 	if opts.Logger == nil {
 		opts.Logger = slog.Default()
 	}
+	decisionLog := DefaultDecisionLog()
+	if opts.DecisionLog != nil {
+		decisionLog = *opts.DecisionLog
+	}
+	if err := decisionLog.validate(); err != nil {
+		return nil, fmt.Errorf("server: %w", err)
+	}
 	if opts.Registry == nil {
 		opts.Registry = prometheus.NewRegistry()
 		opts.Registry.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
@@ -265,6 +286,10 @@ func New(opts Options) (*Server, error) {
 	s := &Server{opts: opts, log: opts.Logger, metrics: m, tracker: newTracker(), throttle: newThrottle(),
 		limits: admission.NewLimits(opts.MaxInFlight, opts.MaxBodyBytesInFlight)}
 	s.limits.SetMaxAbandoned(opts.MaxAbandonedReviews)
+	// The level is fixed for the life of the logger (logging.New), so it
+	// is read once rather than per decision.
+	s.logAll = opts.Logger.Enabled(context.Background(), slog.LevelDebug)
+	s.sampler = newSampler(decisionLog)
 	s.connLn = &limitListener{max: int64(opts.MaxConnections)}
 	s.metricsLn = &limitListener{max: int64(opts.MetricsMaxConnections), evict: true}
 	s.limitsM, err = metrics.NewLimits(opts.Registry, metrics.LimitsSource{
@@ -418,7 +443,15 @@ func (s *Server) buildMetricsServer() error {
 func (s *Server) SetWebhooks(webhooks []*admission.Webhook) {
 	routes := make(map[string]http.Handler, len(webhooks))
 	for _, wh := range webhooks {
-		h := admission.NewHandler(wh, admission.HandlerOptions{MaxRequestBytes: s.opts.MaxRequestBytes, Limits: s.limits, Observe: s.observe, AbandonedRan: s.boundsM.AbandonedRan})
+		hopts := admission.HandlerOptions{MaxRequestBytes: s.opts.MaxRequestBytes, Limits: s.limits, Observe: s.observe, AbandonedRan: s.boundsM.AbandonedRan}
+		h := admission.NewHandler(wh, hopts)
+		if s.opts.Tracing != nil {
+			h = s.opts.Tracing.Wrap(wh.Path, h, func(traced func(admission.Decision)) http.Handler {
+				o := hopts
+				o.Observe = func(d admission.Decision) { s.observe(d); traced(d) }
+				return admission.NewHandler(wh, o)
+			})
+		}
 		routes[wh.Path] = s.metrics.InFlight(wh.Path, h)
 	}
 	s.routes.Store(&routes)
@@ -648,6 +681,18 @@ func (s *Server) observe(d admission.Decision) {
 	case errors.Is(d.Err, admission.ErrBodyBytesLimit):
 		s.limitsM.Refused("body-bytes")
 	}
+	// Allowed decisions are most of the traffic and the least news: past
+	// a burst each second they are sampled (DecisionLog), decided before
+	// any attribute is built so an unlogged one costs no allocation.
+	// Denials, errors and panics are always logged (the latter two
+	// throttled below).
+	var sampled bool
+	if d.Allowed && d.HTTPCode == http.StatusOK && d.Err == nil && d.Panic == nil && !s.logAll {
+		var logged bool
+		if logged, sampled = s.sampler.allowed(d.Webhook, d.Latency); !logged {
+			return
+		}
+	}
 	attrs := []slog.Attr{
 		slog.String("webhook", d.Webhook),
 		slog.String("uid", d.UID),
@@ -672,6 +717,9 @@ func (s *Server) observe(d admission.Decision) {
 		}
 		if d.Patched {
 			attrs = append(attrs, slog.Bool("patched", true))
+		}
+		if sampled {
+			attrs = append(attrs, slog.String("sampled", s.sampler.attr))
 		}
 		s.log.LogAttrs(context.Background(), slog.LevelInfo, "admission decision", attrs...)
 	}

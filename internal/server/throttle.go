@@ -13,8 +13,9 @@ import (
 // Log lines a client can cause at will (a bad request, a reset stream, a
 // failed handshake) are throttled: at most throttleBurst at once and
 // throttleRate per second after that; the next line written says how many
-// were dropped. Decisions (one info line per answered review) are not
-// throttled: they are the audit trail, and the API server sends them.
+// were dropped. Decision lines are not throttled here: denials and slow
+// reviews are always logged, allowed decisions sampled by decisionLog
+// (decisionlog.go), and the API server, not a client, decides their rate.
 const (
 	throttleRate  = 10
 	throttleBurst = 20

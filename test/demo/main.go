@@ -155,7 +155,10 @@ func run(o options) int {
 		MetricsAddr: metricsAddr,
 		Args: []string{"serve", "--tls=self-managed", "--namespace", kadmitNamespace,
 			"--register", "--webhook-url", "https://" + addr, "--kubeconfig", kubeconfig,
-			"--addr", addr, "--metrics-addr", metricsAddr, "--log-format", "json"},
+			"--addr", addr, "--metrics-addr", metricsAddr, "--log-format", "json",
+			// Every allowed decision logged (by default they are sampled
+			// past 10 a second per webhook): the demo shows them all.
+			"--log-allowed-sample=1"},
 		Log: kadmitLog,
 	})
 	if err != nil {

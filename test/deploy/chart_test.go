@@ -114,7 +114,8 @@ func TestDefaultInstall(t *testing.T) {
 	if ru := dep.Spec.Strategy.RollingUpdate; ru == nil || ru.MaxUnavailable.IntValue() != 0 {
 		t.Errorf("rolling update must never lower the ready count: %+v", ru)
 	}
-	for _, want := range []string{"serve", "--tls=self-managed", "--register", "--webhook-config-name=kadmit", "--namespace=kadmit-system", "--service-name=kadmit", "--secret-name=kadmit-tls", "--shutdown-grace=30s"} {
+	for _, want := range []string{"serve", "--tls=self-managed", "--register", "--webhook-config-name=kadmit", "--namespace=kadmit-system", "--service-name=kadmit", "--secret-name=kadmit-tls", "--shutdown-grace=30s",
+		"--log-allowed-burst=10", "--log-allowed-sample=100", "--log-slow-review=100ms"} {
 		if !slices.Contains(c.Args, want) {
 			t.Errorf("args %q lack %s", c.Args, want)
 		}

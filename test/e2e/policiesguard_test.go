@@ -103,7 +103,10 @@ func TestPoliciesConfigMapGuarded(t *testing.T) {
 			Args: []string{"serve", "--tls=files", "--cert-dir", dir, "--ca-bundle-file", filepath.Join(dir, "ca.crt"),
 				"--register", "--webhook-config-name", name, "--webhook-url", "https://localhost:" + strings.Split(addr, ":")[1],
 				"--policies-configmap", ns + "/policies",
-				"--kubeconfig", e.Kubeconfig, "--addr", addr, "--metrics-addr", metricsAddr, "--log-format", "json"},
+				"--kubeconfig", e.Kubeconfig, "--addr", addr, "--metrics-addr", metricsAddr, "--log-format", "json",
+				// Every allowed decision logged: the test counts the
+				// reviews a replica answered from its decision lines.
+				"--log-allowed-sample=1"},
 		})
 		if err != nil {
 			t.Fatal(err)

@@ -9,6 +9,14 @@
 // table with both, writes the raw reports to -work, and stops everything it
 // started on return, failure or Ctrl-C.
 //
+// With -trace (the default) the API server is started with
+// --tracing-config-file (a TracingConfiguration, apiserver.config.k8s.io/v1,
+// sampling every request) and kadmit serve with --tracing-endpoint, both
+// exporting to the OTLP receiver each `kadmit bench --trace-receiver` run
+// opens on one loopback port, and a second table gives each webhook call's
+// exact latency from the API server's spans, split into kadmit, network+TLS
+// and the API server's own handling.
+//
 //	make build controlplane
 //	cd bench/reference && go build -o ../../bin/bench-reference .
 //	cd test && go run ./cmd/benchapi -kadmit ../bin/kadmit -reference ../bin/bench-reference
@@ -60,6 +68,9 @@ type options struct {
 	kadmit, reference, work string
 	rate, maxInFlight       int
 	duration, warmup        time.Duration
+	trace                   bool
+	// traceAddr is the receivers' loopback address, chosen at start.
+	traceAddr string
 }
 
 func main() {
@@ -71,6 +82,7 @@ func main() {
 	flag.IntVar(&o.maxInFlight, "max-in-flight", bench.DefaultMaxInFlight, "creates awaiting an answer at most")
 	flag.DurationVar(&o.duration, "duration", time.Minute, "measured run per server")
 	flag.DurationVar(&o.warmup, "warmup", 5*time.Second, "unmeasured run per server before the measured one (0: none)")
+	flag.BoolVar(&o.trace, "trace", true, "trace the API server's webhook calls and kadmit's reviews, and print the span-based table")
 	flag.Parse()
 	if o.kadmit == "" {
 		fmt.Fprintln(os.Stderr, "benchapi: -kadmit is required")
@@ -105,8 +117,19 @@ func run(ctx context.Context, o options) error {
 		return err
 	}
 	defer cpLog.Close()
+	cpOpts := controlplane.Options{Output: cpLog}
+	if o.trace {
+		if o.traceAddr, err = kadmitproc.FreeAddr(); err != nil {
+			return err
+		}
+		cfg := filepath.Join(work, "tracing-config.yaml")
+		if err := os.WriteFile(cfg, tracingConfig(o.traceAddr), 0o644); err != nil {
+			return err
+		}
+		cpOpts.APIServerFlags = map[string]string{"tracing-config-file": cfg}
+	}
 	fmt.Fprintln(os.Stderr, "benchapi: starting kube-apiserver and etcd")
-	cp, err := controlplane.Start(ctx, controlplane.Options{Output: cpLog})
+	cp, err := controlplane.Start(ctx, cpOpts)
 	if err != nil {
 		return err
 	}
@@ -125,7 +148,7 @@ func run(ctx context.Context, o options) error {
 	}
 
 	// kadmit, registered by itself with the seed profile.
-	kp, mwc, vwc, err := startKadmit(ctx, work, o.kadmit, kubeconfig, cp.Client)
+	kp, mwc, vwc, err := startKadmit(ctx, work, o.kadmit, kubeconfig, o.traceAddr, cp.Client)
 	if kp != nil {
 		defer func() { _, _, _ = kp.Terminate(stopGrace) }()
 	}
@@ -163,7 +186,7 @@ func run(ctx context.Context, o options) error {
 	return nil
 }
 
-func startKadmit(ctx context.Context, work, binary, kubeconfig string, client kubernetes.Interface) (*kadmitproc.Process, *admissionregistrationv1.MutatingWebhookConfiguration, *admissionregistrationv1.ValidatingWebhookConfiguration, error) {
+func startKadmit(ctx context.Context, work, binary, kubeconfig, traceAddr string, client kubernetes.Interface) (*kadmitproc.Process, *admissionregistrationv1.MutatingWebhookConfiguration, *admissionregistrationv1.ValidatingWebhookConfiguration, error) {
 	addr, err := kadmitproc.FreeAddr()
 	if err != nil {
 		return nil, nil, nil, err
@@ -177,9 +200,13 @@ func startKadmit(ctx context.Context, work, binary, kubeconfig string, client ku
 		return nil, nil, nil, err
 	}
 	fmt.Fprintln(os.Stderr, "benchapi: starting kadmit serve --register (seed profile)")
+	var extra []string
+	if traceAddr != "" {
+		extra = []string{"--tracing-endpoint", traceAddr}
+	}
 	kp, err := kadmitproc.Start(kadmitproc.Options{
 		Binary: binary, Addr: addr, MetricsAddr: metricsAddr,
-		CAFile: filepath.Join(work, "kadmit-ca.crt"), Kubeconfig: kubeconfig, Log: log,
+		CAFile: filepath.Join(work, "kadmit-ca.crt"), Kubeconfig: kubeconfig, Log: log, ExtraArgs: extra,
 	})
 	if err != nil {
 		return nil, nil, nil, err
@@ -361,8 +388,12 @@ func deleteConfigs(ctx context.Context, client kubernetes.Interface, name string
 // --through-apiserver`, and keeps its JSON report in work/<server>.json.
 func measure(ctx context.Context, o options, work, server, kubeconfig string) (result, error) {
 	args := func(d time.Duration) []string {
-		return []string{"bench", "--through-apiserver", "--kubeconfig", kubeconfig, "--namespace", namespace,
+		a := []string{"bench", "--through-apiserver", "--kubeconfig", kubeconfig, "--namespace", namespace,
 			"--rate", strconv.Itoa(o.rate), "--max-in-flight", strconv.Itoa(o.maxInFlight), "-d", d.String(), "-o", "json"}
+		if o.traceAddr != "" {
+			a = append(a, "--trace-receiver", o.traceAddr)
+		}
+		return a
 	}
 	if o.warmup > 0 {
 		fmt.Fprintf(os.Stderr, "benchapi: %s: warm-up %s\n", server, o.warmup)
@@ -438,6 +469,7 @@ func printTable(w io.Writer, o options, rs []result) {
 				100*wh.ShareMean, 100*wh.ShareP50, 100*wh.ShareP99, target)
 		}
 	}
+	printSpanTable(w, rs)
 	for _, r := range rs {
 		for k, v := range r.report.ErrorSamples {
 			fmt.Fprintf(w, "\n%s: %s, e.g. %s\n", r.server, k, v)
@@ -451,4 +483,71 @@ func errCount(m map[string]int64) int64 {
 		n += v
 	}
 	return n
+}
+
+// tracingConfig is the kube-apiserver --tracing-config-file that exports
+// every request's spans (samplingRatePerMillion 1000000) over OTLP/gRPC to
+// endpoint (apiserver.config.k8s.io/v1 TracingConfiguration, GA with
+// APIServerTracing in 1.34; k8s.io/apiserver v0.37.1
+// pkg/apis/apiserver/v1/types.go).
+func tracingConfig(endpoint string) []byte {
+	return []byte(fmt.Sprintf("apiVersion: apiserver.config.k8s.io/v1\nkind: TracingConfiguration\nendpoint: %s\nsamplingRatePerMillion: 1000000\n", endpoint))
+}
+
+// printSpanTable prints the span-based split of each webhook call, from
+// the runs that had a trace receiver.
+func printSpanTable(w io.Writer, rs []result) {
+	traced := false
+	for _, r := range rs {
+		traced = traced || r.report.Spans != nil
+	}
+	if !traced {
+		return
+	}
+	fmt.Fprintln(w)
+	fmt.Fprintln(w, "Each webhook call as the API server's spans measure it (exact, nearest-rank quantiles of each part; the means add up): call = the API server's \"Call mutating/validating webhook\" span; HTTP = its HTTP client span (the round trip); kadmit = kadmit's own span; network+TLS = HTTP - kadmit; API server = call - HTTP (encoding, decoding, patch)")
+	fmt.Fprintln(w)
+	fmt.Fprintln(w, "| server | webhook | type | part | count | p50 ms | p90 ms | p99 ms | max ms | mean ms |")
+	fmt.Fprintln(w, "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |")
+	for _, r := range rs {
+		sp := r.report.Spans
+		if sp == nil {
+			continue
+		}
+		for _, wh := range sp.Webhooks {
+			for _, p := range []struct {
+				name string
+				d    bench.SpanDistJSON
+			}{{"call", wh.Call}, {"HTTP", wh.Client}, {"kadmit", wh.Kadmit}, {"network+TLS", wh.Network}, {"API server", wh.APIServer}} {
+				if p.d.Count == 0 {
+					fmt.Fprintf(w, "| %s | %s | %s | %s | 0 | - | - | - | - | - |\n", r.server, wh.Name, wh.Type, p.name)
+					continue
+				}
+				fmt.Fprintf(w, "| %s | %s | %s | %s | %d | %.3f | %.3f | %.3f | %.3f | %.3f |\n", r.server, wh.Name, wh.Type, p.name,
+					p.d.Count, p.d.P50, p.d.P90, p.d.P99, p.d.Max, p.d.Mean)
+			}
+		}
+	}
+	fmt.Fprintln(w)
+	for _, r := range rs {
+		sp := r.report.Spans
+		if sp == nil {
+			continue
+		}
+		fmt.Fprintf(w, "%s: %d spans received, %d dropped at the receiver's bound; ", r.server, sp.Received, sp.Dropped)
+		for i, wh := range sp.Webhooks {
+			if i > 0 {
+				fmt.Fprint(w, ", ")
+			}
+			fmt.Fprintf(w, "%s %d calls traced (%d with kadmit's span, kadmit %.0f%% of the mean call)", wh.Name, wh.Calls, wh.WithKadmit, 100*wh.KadmitShare)
+		}
+		verdict := "MISSED"
+		if sp.Target.Met {
+			verdict = "met"
+		}
+		if r.report.Rate != bench.SpanTargetRate {
+			verdict = fmt.Sprintf("not measured at this rate (%d creates/s, target at %d)", r.report.Rate, bench.SpanTargetRate)
+		}
+		fmt.Fprintf(w, "\n%s: span target (%s): %s\n", r.server, sp.Target.Text, verdict)
+	}
 }

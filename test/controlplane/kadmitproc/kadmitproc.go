@@ -496,7 +496,9 @@ func (d Decision) LatencyString() string {
 }
 
 // Decisions parses the "admission decision" lines logged so far; other lines
-// are skipped.
+// are skipped. kadmit samples allowed decisions past 10 a second per webhook
+// by default: start it with --log-allowed-sample=1 (or --log-level debug)
+// to count every one.
 func (p *Process) Decisions() []Decision {
 	var out []Decision
 	for _, l := range p.logs.snapshot() {
