@@ -133,11 +133,16 @@ clean:
 BENCH_DURATION ?= 10s
 BENCH_WORK ?= $(BIN)/bench
 BENCH_PROFILE ?= 5s
+# The scaling phase: each point (GOMAXPROCS 1 and 2, c=64 and 256) BENCH_REPS
+# times, BENCH_SCALE_DURATION each (0 skips it).
+BENCH_REPS ?= 3
+BENCH_SCALE_DURATION ?= 5s
 .PHONY: bench
-bench: build ## compare kadmit with controller-runtime and a bare TLS server; BENCH_DURATION per run
-	$(GO) test -run '^$$' -bench . -benchmem -benchtime 2s ./internal/admission
+bench: build ## compare kadmit with controller-runtime and a bare TLS server, one core and two; BENCH_DURATION per run
+	$(GO) test -run '^$$' -bench '^Benchmark(ServeHTTP_|DecodeReview)' -benchmem -benchtime 2s ./internal/admission
+	$(GO) test -run '^$$' -bench '^BenchmarkServeHTTPParallel_' -benchmem -benchtime 2s -cpu 1,2 -count 3 ./internal/admission
 	cd bench/reference && $(GO) build -o $(abspath $(BIN))/bench-reference . && $(GO) build -o $(abspath $(BIN))/bench-run ./cmd/benchrun
-	$(BIN)/bench-run -kadmit $(BIN)/kadmit -reference $(BIN)/bench-reference -node internal/admission/testdata/node.json -duration $(BENCH_DURATION) -profile $(BENCH_PROFILE) -work $(BENCH_WORK)
+	$(BIN)/bench-run -kadmit $(BIN)/kadmit -reference $(BIN)/bench-reference -node internal/admission/testdata/node.json -duration $(BENCH_DURATION) -profile $(BENCH_PROFILE) -reps $(BENCH_REPS) -scale-duration $(BENCH_SCALE_DURATION) -work $(BENCH_WORK)
 
 # make bench-sweep: how cost grows with object size, concurrency and the
 # number of colocation profiles; tables on stdout, results.json and SVG plots
