@@ -84,10 +84,16 @@ func decodeRequest(body []byte) (*Review, *Request, error) {
 // patchType (or on a validating webhook); callers pass a response that obeys
 // these rules and EncodeResponse keeps the envelope right.
 func EncodeResponse(apiVersion string, resp *admissionv1.AdmissionResponse) ([]byte, error) {
+	return appendEncodedResponse(nil, apiVersion, resp)
+}
+
+// appendEncodedResponse is EncodeResponse appending to b (which the fast
+// path reuses; nil allocates).
+func appendEncodedResponse(b []byte, apiVersion string, resp *admissionv1.AdmissionResponse) ([]byte, error) {
 	if apiVersion == "" {
 		apiVersion = APIVersionV1
 	}
-	if b, ok := appendResponse(nil, apiVersion, resp); ok {
+	if b, ok := appendResponse(b, apiVersion, resp); ok {
 		return b, nil
 	}
 	var buf bytes.Buffer
@@ -148,9 +154,7 @@ func appendResponse(b []byte, apiVersion string, resp *admissionv1.AdmissionResp
 	if resp == nil || resp.Result != nil {
 		return nil, false
 	}
-	if b == nil {
-		b = make([]byte, 0, 256+len(resp.Patch)*4/3)
-	}
+	b = slices.Grow(b[:0], 256+len(resp.Patch)*4/3)
 	b = append(b, `{"apiVersion":`...)
 	b = jsonedit.AppendString(b, apiVersion)
 	b = append(b, `,"kind":"`+ReviewKind+`","response":{"uid":`...)

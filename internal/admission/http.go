@@ -230,14 +230,32 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if res := out.Response.Result; res != nil {
 		d.ResultCode, d.Message = res.Code, res.Message
 	}
-	payload, err := EncodeResponse(review.APIVersion, out.Response)
+	rb := respPool.Get().(*[]byte)
+	payload, err := appendEncodedResponse(*rb, review.APIVersion, out.Response)
 	if err != nil {
+		putResp(rb)
 		fail(http.StatusInternalServerError, err)
 		return
 	}
 	w.Header().Set("Content-Type", "application/json")
 	d.HTTPCode = http.StatusOK
-	_, _ = w.Write(payload)
+	_, _ = w.Write(payload) // copies: a ResponseWriter keeps nothing of p
+	*rb = payload
+	putResp(rb)
+}
+
+// Answer buffers are pooled like bodies: a mutating answer is the patch in
+// base64 plus the envelope, 2-3 KB for the realistic pod, and it is dead
+// once written.
+const maxPooledResp = 64 << 10
+
+var respPool = sync.Pool{New: func() any { b := make([]byte, 0, 4<<10); return &b }}
+
+func putResp(b *[]byte) {
+	if cap(*b) <= maxPooledResp {
+		*b = (*b)[:0]
+		respPool.Put(b)
+	}
 }
 
 // Body buffers come from a pool: DecodeReview copies what it keeps, so a

@@ -5,11 +5,13 @@ import (
 	"context"
 	"net/http"
 	"net/http/httptest"
+	"runtime"
 	"syscall"
 	"testing"
 	"time"
 
 	"github.com/kadmit/kadmit/internal/admission"
+	"github.com/kadmit/kadmit/internal/gcpace"
 	"github.com/kadmit/kadmit/internal/policy/lifespan"
 	"github.com/kadmit/kadmit/internal/policy/podname"
 )
@@ -24,11 +26,30 @@ import (
 //	go test -run '^$' -bench 'Parallel' -cpu 1,2 -count 5 ./internal/admission
 
 func BenchmarkServeHTTPParallel_ValidatePod(b *testing.B) {
-	servePar(b, podname.Path, reviewFor(b, "Pod", "pods", benchPodJSON(b)))
+	withHeapFloors(b, func(b *testing.B) { servePar(b, podname.Path, reviewFor(b, "Pod", "pods", benchPodJSON(b))) })
 }
 
 func BenchmarkServeHTTPParallel_MutatePodRealistic(b *testing.B) {
-	servePar(b, lifespan.Path, reviewFor(b, "Pod", "pods", realisticPodJSON(b)))
+	withHeapFloors(b, func(b *testing.B) { servePar(b, lifespan.Path, reviewFor(b, "Pod", "pods", realisticPodJSON(b))) })
+}
+
+// withHeapFloors runs f as the Go runtime paces it by default (heap goal
+// twice the live heap, at least 4 MiB) and with kadmit serve's default
+// --gc-heap-floor, side by side: the floor is what keeps CPU per request
+// flat from one core to two (docs/performance.md, "Cores and the garbage
+// collector").
+func withHeapFloors(b *testing.B, f func(*testing.B)) {
+	b.Run("gc=runtime-default", f)
+	b.Run("gc=heap-floor-64Mi", func(b *testing.B) {
+		p := gcpace.Start(gcpace.DefaultFloor)
+		if p == nil {
+			b.Skip("GOGC=off in the environment: no floor to set")
+		}
+		defer p.Stop()
+		runtime.GC() // the Pacer tunes after each collection: start from a tuned one
+		runtime.GC()
+		f(b)
+	})
 }
 
 // servePar posts body to the seed webhook on path from GOMAXPROCS
