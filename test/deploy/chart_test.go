@@ -115,7 +115,7 @@ func TestDefaultInstall(t *testing.T) {
 		t.Errorf("rolling update must never lower the ready count: %+v", ru)
 	}
 	for _, want := range []string{"serve", "--tls=self-managed", "--register", "--webhook-config-name=kadmit", "--namespace=kadmit-system", "--service-name=kadmit", "--secret-name=kadmit-tls", "--shutdown-grace=30s",
-		"--log-allowed-burst=10", "--log-allowed-sample=100", "--log-slow-review=100ms"} {
+		"--log-allowed-burst=10", "--log-allowed-sample=100", "--log-slow-review=100ms", "--gc-heap-floor=64Mi"} {
 		if !slices.Contains(c.Args, want) {
 			t.Errorf("args %q lack %s", c.Args, want)
 		}
