@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"runtime/debug"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -123,22 +124,41 @@ func (w *Webhook) review(ctx context.Context, req *Request, withObject bool) (Ou
 		// top level (every policy's so far), locates the result's by shifting
 		// offsets, so neither the splice nor the next Doc scans the object
 		// from the start.
-		ix := new(jsonedit.Index)
-		obj, err := jsonedit.ApplyIndexed(cur.Object.Raw, cur.objectIndex, pending, ix)
+		//
+		// The request the next hook sees and the Index of its object are
+		// one allocation.
+		next := &chained{req: *cur}
+		obj, err := jsonedit.ApplyIndexed(cur.Object.Raw, cur.objectIndex, pending, &next.ix)
 		if err != nil {
 			if pendingRun != nil {
 				pendingPolicy = strings.Join(policyNames(pendingRun), ", ")
 			}
 			return fmt.Errorf("policy %s: its JSONPatch does not apply to the object it was given: %w", pendingPolicy, err)
 		}
-		next := *cur
-		next.Object = runtime.RawExtension{Raw: obj}
-		next.objectIndex = nil // it located the members of the previous bytes
-		if _, ok := ix.Len(obj); ok {
-			next.objectIndex = ix
+		next.req.Object = runtime.RawExtension{Raw: obj}
+		next.req.objectIndex = nil // it located the members of the previous bytes
+		if _, ok := next.ix.Len(obj); ok {
+			next.req.objectIndex = &next.ix
 		}
-		cur, pending = &next, nil
+		cur, pending = &next.req, nil
 		return nil
+	}
+	// addOps appends a hook's operations to the response patch. The
+	// first hook's are used as they are (clipped, so that nothing is ever
+	// written into the hook's slice); the second's are copied with them
+	// into an array of the size both need (a chain has two or three
+	// mutators, and append would double it); later ones are appended.
+	copied := false
+	addOps := func(ops []jsonedit.Op) {
+		switch {
+		case len(out.Patch) == 0:
+			out.Patch = slices.Clip(ops)
+		case !copied:
+			out.Patch = append(append(make([]jsonedit.Op, 0, len(out.Patch)+len(ops)), out.Patch...), ops...)
+			copied = true
+		default:
+			out.Patch = append(out.Patch, ops...)
+		}
 	}
 	for i := 0; i < len(w.Hooks); i++ {
 		h := &w.Hooks[i]
@@ -201,7 +221,7 @@ func (w *Webhook) review(ctx context.Context, req *Request, withObject bool) (Ou
 				break
 			}
 			if len(ops) > 0 {
-				out.Patch = append(out.Patch, ops...)
+				addOps(ops)
 				pending, pendingRun = ops, hooks
 			}
 			continue
@@ -225,7 +245,7 @@ func (w *Webhook) review(ctx context.Context, req *Request, withObject bool) (Ou
 			break
 		}
 		if len(ops) > 0 {
-			out.Patch = append(out.Patch, ops...)
+			addOps(ops)
 			pending, pendingPolicy, pendingRun = ops, h.Policy, nil
 		}
 	}
@@ -249,6 +269,13 @@ func (w *Webhook) review(ctx context.Context, req *Request, withObject bool) (Ou
 		out.Object = cur.Object.Raw
 	}
 	return out, nil
+}
+
+// chained is the request a hook in a mutating chain sees after an earlier
+// hook's operations were applied, with the Index of its object.
+type chained struct {
+	req Request
+	ix  jsonedit.Index
 }
 
 // addVerdict folds policy's verdict into resp, the one place a verdict

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 
 	jsonpatch4 "gopkg.in/evanphx/json-patch.v4"
 )
@@ -82,7 +83,8 @@ var errSplice = errors.New("patch not applied by splicing")
 // container at a time; ix, when bound to doc, locates doc's top level, and
 // out, when not nil, receives the result's (see ApplyIndexed).
 func applySplice(doc []byte, ix *Index, ops []Op, out *Index) ([]byte, error) {
-	paths := make([][]string, len(ops))
+	// Each operation's parent pointer, the same for a run of operations,
+	// is parsed once per run; its last segment is unescaped by the run.
 	for i := range ops {
 		op := &ops[i]
 		switch op.Op {
@@ -94,21 +96,24 @@ func applySplice(doc []byte, ix *Index, ops []Op, out *Index) ([]byte, error) {
 		default:
 			return nil, errSplice
 		}
-		segs, err := ParsePointer(op.Path)
-		if err != nil || len(segs) == 0 {
+		if _, ok := lastSegment(op.Path); !ok {
 			return nil, errSplice
 		}
-		paths[i] = segs
 	}
 	for i := 0; i < len(ops); {
-		parent := paths[i][:len(paths[i])-1]
+		// Escaping is one-to-one, so operations with equal escaped parent
+		// pointers have equal parents.
+		pp := parentPointer(ops[i].Path)
 		j := i + 1
-		for j < len(ops) && slices.Equal(paths[j][:len(paths[j])-1], parent) {
+		for j < len(ops) && parentPointer(ops[j].Path) == pp {
 			j++
 		}
+		parent, err := ParsePointer(pp)
+		if err != nil {
+			return nil, errSplice
+		}
 		if out == nil { // nobody reads the result's index: locate nothing
-			var err error
-			if doc, err = applyRun(doc, ix, parent, ops[i:j], paths[i:j], nil); err != nil {
+			if doc, err = applyRun(doc, ix, parent, ops[i:j], nil); err != nil {
 				return nil, err
 			}
 			ix, i = nil, j
@@ -118,8 +123,7 @@ func applySplice(doc []byte, ix *Index, ops []Op, out *Index) ([]byte, error) {
 		// two Indexes; copying next into out keeps it usable (Bind points
 		// items at the copy's own array).
 		var next Index
-		var err error
-		if doc, err = applyRun(doc, ix, parent, ops[i:j], paths[i:j], &next); err != nil {
+		if doc, err = applyRun(doc, ix, parent, ops[i:j], &next); err != nil {
 			return nil, err
 		}
 		*out = next
@@ -132,25 +136,72 @@ func applySplice(doc []byte, ix *Index, ops []Op, out *Index) ([]byte, error) {
 	return doc, nil
 }
 
+// parentPointer returns the pointer p (which has a "/") without its last
+// segment.
+func parentPointer(p string) string { return p[:strings.LastIndexByte(p, '/')] }
+
+// lastSegment returns the last segment of the pointer p, unescaped (no
+// allocation unless it has a "~"); ok is false when p has no "/" or the
+// segment is not validly escaped.
+func lastSegment(p string) (string, bool) {
+	k := strings.LastIndexByte(p, '/')
+	if k < 0 {
+		return "", false
+	}
+	return unescapeSegment(p[k+1:])
+}
+
 // entry is a member or element of the container a run edits: its key as
 // spelled in the document (quotes included) and its value.
 type entry struct {
 	rawKey []byte
-	key    string
-	value  []byte
+	// key is, for a member of the document, its item's key (the decoded
+	// key when it differs from rawKey's bytes, else ""); for a member an
+	// operation added (added), its name.
+	key   string
+	added bool
+	value []byte
+	// op is true when value is an operation's (it may have space around
+	// it), false when it is the document's bytes.
+	op bool
+}
+
+// keyIs reports whether the entry's unescaped key is seg, without
+// allocating.
+func (en *entry) keyIs(seg string) bool {
+	if en.added || en.key != "" {
+		return en.key == seg
+	}
+	return string(en.rawKey[1:len(en.rawKey)-1]) == seg
+}
+
+// itemKey is the entry's item.key in the result: "" unless rawKey decodes
+// to something other than its bytes.
+func (en *entry) itemKey() string {
+	if !en.added {
+		return en.key
+	}
+	if k := en.rawKey[1 : len(en.rawKey)-1]; needsUnquote(k) {
+		if key, err := unquote(en.rawKey); err == nil {
+			return key
+		}
+	}
+	return ""
 }
 
 // applyRun applies ops, all on members of the container at parent, to doc;
-// ix, when bound to doc, locates doc's top level; out, when not nil, is
-// filled with the result's top level when it can be (see ApplyIndexed).
-func applyRun(doc []byte, ix *Index, parent []string, ops []Op, paths [][]string, out *Index) ([]byte, error) {
+// ix, when bound to doc, locates doc's top level and the containers Docs
+// located below it; out, when not nil, is filled with what is located in
+// the result when it can be (see ApplyIndexed and Index.carry).
+func applyRun(doc []byte, ix *Index, parent []string, ops []Op, out *Index) ([]byte, error) {
 	root := SkipSpace(doc, 0)
 	if root >= len(doc) || (doc[root] != '{' && doc[root] != '[') {
 		return nil, errSplice
 	}
 	var rc *container
+	var loc *located // what Docs over doc located below its top level
 	if ix.boundTo(doc) {
-		rc = &ix.c // read only; an Index is built over valid JSON
+		rc, loc = &ix.c, &ix.located // rc is read only; an Index is built over valid JSON
 	} else {
 		var err error
 		rc, err = parseContainer(doc, root, 0)
@@ -160,25 +211,32 @@ func applyRun(doc []byte, ix *Index, parent []string, ops []Op, paths [][]string
 	}
 	m := &memo{}
 	m.put(rc)
+	m.shared = loc // after the top level, which stays out of it
 	s, e, err := walk(doc, root, parent, m)
 	if err != nil || s < 0 || (doc[s] != '{' && doc[s] != '[') {
 		return nil, errSplice
 	}
-	c := rc
-	if s != root {
+	c := m.get(s)
+	if c == nil {
 		if c, err = parseContainer(doc, s, len(parent)); err != nil {
 			return nil, errSplice
 		}
+	}
+	if res, ok := appendRun(doc, c, ops, out != nil); ok {
+		if out != nil {
+			out.carry(rc, loc, &res.edited, e, res.doc)
+		}
+		return res.doc, nil
 	}
 	entries := make([]entry, len(c.items), len(c.items)+len(ops))
 	for i, it := range c.items {
 		entries[i] = entry{value: doc[it.vs:it.ve]}
 		if c.object {
-			entries[i].key, entries[i].rawKey = c.keyOf(i), doc[it.ks:it.ke]
+			entries[i].key, entries[i].rawKey = it.key, doc[it.ks:it.ke]
 		}
 	}
-	for k, op := range ops {
-		seg := paths[k][len(paths[k])-1]
+	for _, op := range ops {
+		seg, _ := lastSegment(op.Path) // checked by applySplice
 		if entries, err = edit(entries, c.object, op, seg); err != nil {
 			return nil, err
 		}
@@ -193,22 +251,108 @@ func applyRun(doc []byte, ix *Index, parent []string, ops []Op, paths [][]string
 	if c.object {
 		open, close = '{', '}'
 	}
+	// The edited container's members as they are in res, when out wants
+	// them: where the bytes go is known while writing them.
+	var items []item
+	if out != nil {
+		items = make([]item, 0, len(entries))
+	}
 	res = append(res, open)
-	for i, en := range entries {
+	for i := range entries {
+		en := &entries[i]
 		if i > 0 {
 			res = append(res, ',')
 		}
+		var it item
 		if c.object {
-			res = append(append(res, en.rawKey...), ':')
+			it.ks = len(res)
+			res = append(res, en.rawKey...)
+			it.ke = len(res)
+			res = append(res, ':')
 		}
+		it.vs = len(res)
 		res = append(res, en.value...)
+		it.ve = len(res)
+		if out != nil {
+			if c.object {
+				it.key = en.itemKey()
+			}
+			if en.op { // a valid JSON value, perhaps with space around it
+				it.vs = SkipSpace(res, it.vs)
+				for it.ve > it.vs && isSpace(res[it.ve-1]) {
+					it.ve--
+				}
+			}
+			items = append(items, it)
+		}
 	}
 	res = append(res, close)
 	res = append(res, doc[e:]...)
-	if out != nil && s != root {
-		out.shift(rc, s, e, len(res)-len(doc), res)
+	if out != nil {
+		edited := container{object: c.object, start: s, end: len(res) - (len(doc) - e), data: res, items: items}
+		out.carry(rc, loc, &edited, e, res)
 	}
 	return res, nil
+}
+
+// appended is what appendRun made: the document and the edited array in
+// it.
+type appended struct {
+	doc    []byte
+	edited container
+}
+
+// appendRun is applyRun for its most common run, the one a mutator adding
+// to a list makes: only "add" operations at "-" of an array written
+// without space (as the API server writes objects). It inserts their
+// values before the array's "]", which gives the bytes applyRun's general
+// path writes (the elements joined by commas) without listing the
+// elements; locate says whether the edited array's elements are wanted
+// (for ApplyIndexed's Index). ok is false for any other run.
+func appendRun(doc []byte, c *container, ops []Op, locate bool) (_ appended, ok bool) {
+	if c.object {
+		return appended{}, false
+	}
+	n := len(c.items) + 1 // the array's bytes when compact: "[", "]" and the commas
+	for _, it := range c.items {
+		n += it.ve - it.vs
+	}
+	if len(c.items) == 0 {
+		n = 2
+	}
+	if c.end-c.start != n {
+		return appended{}, false
+	}
+	add := 0
+	for i := range ops {
+		if ops[i].Op != "add" || !strings.HasSuffix(ops[i].Path, "/-") {
+			return appended{}, false
+		}
+		add += len(ops[i].Value) + 1
+	}
+	close := c.end - 1
+	res := make([]byte, 0, len(doc)+add)
+	res = append(res, doc[:close]...)
+	var items []item
+	if locate {
+		items = append(make([]item, 0, len(c.items)+len(ops)), c.items...)
+	}
+	for i := range ops {
+		if len(c.items) > 0 || i > 0 {
+			res = append(res, ',')
+		}
+		vs := len(res)
+		res = append(res, ops[i].Value...)
+		if locate { // a valid JSON value, perhaps with space around it
+			it := item{vs: SkipSpace(res, vs), ve: len(res)}
+			for it.ve > it.vs && isSpace(res[it.ve-1]) {
+				it.ve--
+			}
+			items = append(items, it)
+		}
+	}
+	res = append(res, doc[close:]...)
+	return appended{doc: res, edited: container{start: c.start, end: c.end + len(res) - len(doc), data: res, items: items}}, true
 }
 
 // edit applies one operation on the member or element seg of a container
@@ -220,29 +364,29 @@ func edit(entries []entry, object bool, op Op, seg string) ([]entry, error) {
 	if object {
 		at := -1
 		for i := len(entries) - 1; i >= 0; i-- {
-			if entries[i].key == seg {
+			if entries[i].keyIs(seg) {
 				at = i
 				break
 			}
 		}
 		switch {
 		case at < 0 && op.Op == "add":
-			return append(entries, entry{rawKey: AppendString(nil, seg), key: seg, value: op.Value}), nil
+			return append(entries, entry{rawKey: AppendString(nil, seg), key: seg, added: true, value: op.Value, op: true}), nil
 		case at < 0:
 			return nil, errSplice
 		case op.Op == "remove":
-			return slices.DeleteFunc(entries, func(en entry) bool { return en.key == seg }), nil
+			return slices.DeleteFunc(entries, func(en entry) bool { return en.keyIs(seg) }), nil
 		}
-		entries[at].value = op.Value
+		entries[at].value, entries[at].op = op.Value, true
 		kept := entries[at]
-		entries = slices.DeleteFunc(entries, func(en entry) bool { return en.key == seg })
+		entries = slices.DeleteFunc(entries, func(en entry) bool { return en.keyIs(seg) })
 		return slices.Insert(entries, min(at, len(entries)), kept), nil
 	}
 	if seg == "-" {
 		if op.Op != "add" {
 			return nil, errSplice
 		}
-		return append(entries, entry{value: op.Value}), nil
+		return append(entries, entry{value: op.Value, op: true}), nil
 	}
 	i, ok := index(seg)
 	if !ok {
@@ -250,12 +394,12 @@ func edit(entries []entry, object bool, op Op, seg string) ([]entry, error) {
 	}
 	switch {
 	case op.Op == "add" && i <= len(entries):
-		return slices.Insert(entries, i, entry{value: op.Value}), nil
+		return slices.Insert(entries, i, entry{value: op.Value, op: true}), nil
 	case i >= len(entries):
 		return nil, errSplice
 	case op.Op == "remove":
 		return slices.Delete(entries, i, i+1), nil
 	}
-	entries[i].value = op.Value
+	entries[i].value, entries[i].op = op.Value, true
 	return entries, nil
 }

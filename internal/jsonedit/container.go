@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
+	"slices"
 	"strconv"
 	"unicode/utf8"
 )
@@ -52,21 +53,30 @@ func (c *container) keyIs(i int, key string) bool {
 // parseContainer locates the members of the object or array at d[i]; depth
 // is its nesting depth. It fails on invalid JSON.
 func parseContainer(d []byte, i, depth int) (*container, error) {
-	c := &container{items: make([]item, 0, 8)}
-	if _, err := c.parse(d, i, depth, -1); err != nil {
+	// The members are located into a scratch array on the stack and then
+	// copied once, at their number: a pod's spec (twenty-odd members) would
+	// otherwise grow its slice three times.
+	var scratch [32]item
+	c := &container{}
+	items, _, err := c.parse(d, i, depth, -1, scratch[:0])
+	if err != nil {
 		return nil, err
+	}
+	if len(items) > 0 {
+		c.items = slices.Clone(items)
 	}
 	return c, nil
 }
 
-// parse locates the members of the object or array at d[i] (depth is its
-// nesting depth) into c, appending to c.items; it fails on invalid JSON.
-// With max >= 0, it records at most max members: past that it still checks
-// the rest of the value but reports complete false and leaves c.items
-// holding the first max.
-func (c *container) parse(d []byte, i, depth, max int) (complete bool, err error) {
+// parse locates the object or array at d[i] (depth is its nesting depth)
+// into c and its members, appended to items, into out (c.items is left
+// alone: the caller sets it, so that items may be a scratch array that
+// does not escape); it fails on invalid JSON. With max >= 0, it records at
+// most max members: past that it still checks the rest of the value but
+// reports complete false and out holds the first max.
+func (c *container) parse(d []byte, i, depth, max int, items []item) (out []item, complete bool, err error) {
 	if depth >= MaxDepth {
-		return false, ErrSyntax
+		return nil, false, ErrSyntax
 	}
 	c.object, c.start, c.data = d[i] == '{', i, d
 	complete = true
@@ -77,52 +87,52 @@ func (c *container) parse(d []byte, i, depth, max int) (complete bool, err error
 	i = SkipSpace(d, i+1)
 	if i < len(d) && d[i] == close {
 		c.end = i + 1
-		return true, nil
+		return items, true, nil
 	}
 	for {
 		var it item
 		if c.object {
 			if i >= len(d) || d[i] != '"' {
-				return false, ErrSyntax
+				return nil, false, ErrSyntax
 			}
 			ke := ScanString(d, i)
 			if ke < 0 {
-				return false, ErrSyntax
+				return nil, false, ErrSyntax
 			}
 			it.ks, it.ke = i, ke
 			if complete && needsUnquote(d[i+1:ke-1]) {
 				key, err := unquote(d[i:ke])
 				if err != nil {
-					return false, err
+					return nil, false, err
 				}
 				it.key = key
 			}
 			i = SkipSpace(d, ke)
 			if i >= len(d) || d[i] != ':' {
-				return false, ErrSyntax
+				return nil, false, ErrSyntax
 			}
 			i = SkipSpace(d, i+1)
 		}
 		it.vs = i
 		if it.ve = ScanValue(d, i, depth+1); it.ve < 0 {
-			return false, ErrSyntax
+			return nil, false, ErrSyntax
 		}
-		if complete && max >= 0 && len(c.items) == max {
+		if complete && max >= 0 && len(items) == max {
 			complete = false
 		}
 		if complete {
-			c.items = append(c.items, it)
+			items = append(items, it)
 		}
 		i = SkipSpace(d, it.ve)
 		if i >= len(d) {
-			return false, ErrSyntax
+			return nil, false, ErrSyntax
 		}
 		if d[i] == close {
 			c.end = i + 1
-			return complete, nil
+			return items, complete, nil
 		}
 		if d[i] != ',' {
-			return false, ErrSyntax
+			return nil, false, ErrSyntax
 		}
 		i = SkipSpace(d, i+1)
 	}

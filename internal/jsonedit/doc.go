@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"slices"
+	"strings"
 
 	k8sjson "sigs.k8s.io/json"
 )
@@ -68,52 +69,84 @@ func (d *Doc) Get(path ...string) ([]byte, error) {
 // no value or it is null. Errors are Get's, or the decoding error with the
 // path.
 func (d *Doc) Decode(v any, path ...string) (found bool, err error) {
-	raw, err := d.Get(path...)
-	if err != nil || raw == nil || raw[0] == 'n' {
+	s, e, err := d.locate(path)
+	if err != nil || s < 0 || d.raw[s] == 'n' {
 		return false, err
 	}
-	if decodeFast(raw, v) {
+	if d.decodeFast(s, e, len(path), v) {
 		return true, nil
 	}
-	if err := k8sjson.UnmarshalCaseSensitivePreserveInts(raw, v); err != nil {
+	if err := k8sjson.UnmarshalCaseSensitivePreserveInts(d.raw[s:e], v); err != nil {
 		return false, fmt.Errorf("%s: %w", display(path), err)
 	}
 	return true, nil
 }
 
-// decodeFast decodes the valid JSON raw into v for the two shapes mutators
-// read most, a string and an object of strings (labels, annotations), as
-// the decoder would; it returns false, leaving v alone, for anything else.
-func decodeFast(raw []byte, v any) bool {
+// decodeFast decodes the valid JSON d.raw[s:e] (at nesting depth depth)
+// into v for the two shapes mutators read most, a string and an object of
+// strings (labels, annotations), as the decoder would; it returns false,
+// leaving v alone, for anything else. An object's members are located
+// through the memo, so a later Set or Doc on the same bytes finds them.
+func (d *Doc) decodeFast(s, e, depth int, v any) bool {
+	raw := d.raw[s:e]
 	switch v := v.(type) {
 	case *string:
 		if raw[0] != '"' {
 			return false
 		}
-		s, err := unquote(raw)
+		str, err := unquote(raw)
 		if err != nil {
 			return false
 		}
-		*v = s
+		*v = str
 		return true
 	case *map[string]string:
 		if raw[0] != '{' {
 			return false
 		}
-		c, err := parseContainer(raw, 0, 0)
-		if err != nil {
-			return false
+		c := d.memo.get(s)
+		if c == nil {
+			var err error
+			if c, err = parseContainer(d.raw, s, depth); err != nil {
+				return false
+			}
+			d.memo.put(c)
+		}
+		for _, it := range c.items {
+			if d.raw[it.vs] != '"' {
+				return false
+			}
+		}
+		// Keys and values without escapes are substrings of one string
+		// holding their bytes: one allocation instead of two per member.
+		n := 0
+		for _, it := range c.items {
+			n += it.ve - it.vs + it.ke - it.ks
+		}
+		var b strings.Builder
+		b.Grow(n)
+		for _, it := range c.items {
+			b.Write(d.raw[it.ks+1 : it.ke-1])
+			b.Write(d.raw[it.vs+1 : it.ve-1])
+		}
+		all, at := b.String(), 0
+		sub := func(raw []byte) string {
+			at += len(raw)
+			return all[at-len(raw) : at]
 		}
 		m := make(map[string]string, len(c.items))
-		for i, it := range c.items {
-			if raw[it.vs] != '"' {
-				return false
+		for _, it := range c.items {
+			key, val := sub(d.raw[it.ks+1:it.ke-1]), sub(d.raw[it.vs+1:it.ve-1])
+			if it.key != "" {
+				key = it.key
 			}
-			s, err := unquote(raw[it.vs:it.ve])
-			if err != nil {
-				return false
+			if needsUnquote(d.raw[it.vs+1 : it.ve-1]) {
+				var err error
+				if val, err = unquote(d.raw[it.vs:it.ve]); err != nil {
+					return false
+				}
 			}
-			m[c.keyOf(i)] = s
+			m[key] = val
 		}
 		*v = m
 		return true
@@ -145,7 +178,9 @@ func (d *Doc) set(raw []byte, path []string, owned bool) error {
 		return fmt.Errorf("set: the path is empty; the whole document cannot be replaced")
 	}
 	if d.ops == nil {
-		d.ops = make([]Op, 0, 16)
+		// Room for a mutator's few edits (an Op is 96 bytes, so not many
+		// more: Append grows it to what it adds).
+		d.ops = make([]Op, 0, 4)
 	}
 	if op, ok := d.setFast(raw, path); ok {
 		d.ops = append(d.ops, newOp(op, Pointer(path...), raw, owned))
@@ -306,6 +341,7 @@ func (d *Doc) appendRaw(path []string, raws [][]byte, owned bool) error {
 		return d.set(append(arr, ']'), path, true)
 	case '[':
 		p := Pointer(path...) + "/-"
+		d.ops = slices.Grow(d.ops, len(raws)) // once, not doubling per operation
 		for _, raw := range raws {
 			d.ops = append(d.ops, newOp("add", p, raw, owned))
 		}
@@ -382,11 +418,17 @@ func (d *Doc) locate(path []string) (int, int, error) {
 // memo caches the containers of a document by their start. A request
 // reads a handful of containers (root, metadata, spec, a list or two), so a
 // short list searched linearly beats a map, and its first entries need no
-// allocation beyond the Doc's own.
+// allocation beyond the Doc's own (five keep a Doc in a 192-byte size
+// class).
 type memo struct {
-	first [6]*container
-	n     int
+	first [5]*container
+	n     int // entries in first
 	more  []*container
+	// shared, when not nil, is the cache of the Index the Doc started
+	// from: get looks there too, and put records there while it has room,
+	// so that later Docs over the same bytes and ApplyIndexed find what
+	// this one located.
+	shared *located
 }
 
 // get returns the container starting at s, or nil; m may be nil.
@@ -394,7 +436,7 @@ func (m *memo) get(s int) *container {
 	if m == nil {
 		return nil
 	}
-	for _, c := range m.first[:min(m.n, len(m.first))] {
+	for _, c := range m.first[:m.n] {
 		if c.start == s {
 			return c
 		}
@@ -404,12 +446,16 @@ func (m *memo) get(s int) *container {
 			return c
 		}
 	}
-	return nil
+	return m.shared.get(s)
 }
 
-// put records c; m may be nil (nothing is cached).
+// put records c, in the shared cache while it has room; m may be nil
+// (nothing is cached).
 func (m *memo) put(c *container) {
 	if m == nil {
+		return
+	}
+	if m.shared != nil && m.shared.put(c) {
 		return
 	}
 	if m.n < len(m.first) {
@@ -418,6 +464,84 @@ func (m *memo) put(c *container) {
 		return
 	}
 	m.more = append(m.more, c)
+}
+
+// maxLocated bounds the containers an Index keeps for the Docs over its
+// bytes (Index.located): a pod's mutators and validators read about ten
+// (metadata, labels, annotations, spec, tolerations, containers and a
+// container's resources); past that a Doc keeps what it locates to itself,
+// so an Index stays the same size whatever a document or its policies do.
+const maxLocated = 32
+
+// located is the containers below the top level of an Index's bytes that
+// Docs over them located. Its first three (what one mutator of a pod
+// typically reads: metadata, labels, spec) need no allocation beyond the
+// Index's own, which keeps the admission envelope that embeds an Index in
+// its size class.
+type located struct {
+	first [3]*container // filled in order: the first nil ends them
+	more  []*container
+}
+
+// len returns how many containers l holds.
+func (l *located) len() int {
+	n := 0
+	for n < len(l.first) && l.first[n] != nil {
+		n++
+	}
+	return n + len(l.more)
+}
+
+// get returns the container starting at s, or nil; l may be nil.
+func (l *located) get(s int) *container {
+	if l == nil {
+		return nil
+	}
+	for _, c := range l.first {
+		if c == nil {
+			return nil
+		}
+		if c.start == s {
+			return c
+		}
+	}
+	for _, c := range l.more {
+		if c.start == s {
+			return c
+		}
+	}
+	return nil
+}
+
+// put records c and reports true, or false when l holds maxLocated.
+func (l *located) put(c *container) bool {
+	for i := range l.first {
+		if l.first[i] == nil {
+			l.first[i] = c
+			return true
+		}
+	}
+	if len(l.first)+len(l.more) >= maxLocated {
+		return false
+	}
+	l.more = append(l.more, c)
+	return true
+}
+
+// each calls f with each container l holds; l may be nil.
+func (l *located) each(f func(*container)) {
+	if l == nil {
+		return
+	}
+	for _, c := range l.first {
+		if c == nil {
+			return
+		}
+		f(c)
+	}
+	for _, c := range l.more {
+		f(c)
+	}
 }
 
 // locateIn is locate in a value an edit wrote (valid JSON).

@@ -15,16 +15,26 @@ const IndexMembers = 16
 // Index is the located top-level members of one JSON object: what a Doc's
 // first scan of the object would find. ScanIndexed fills it while checking
 // the object's syntax; Bind ties it to the bytes a Doc will read; from then
-// on it is read-only, and every Doc built over those bytes with
+// on its top level is read-only, and every Doc built over those bytes with
 // NewDocIndexed shares it (a Doc never changes a container it located, so
 // one policy's edits cannot change what another reads). Its zero value is
 // an empty Index, which NewDocIndexed ignores.
+//
+// A bound Index also keeps the containers below the top level that the
+// Docs over its bytes located (up to maxLocated of them): the next Doc, say
+// the next validator, finds them located, and ApplyIndexed carries them
+// over to the result it makes, so the next mutator in a chain does not
+// scan again the parts of the object the previous one read. Because Docs
+// record into it, an Index, like a Doc, is not safe for concurrent use.
 type Index struct {
 	c     container
 	buf   [IndexMembers]item
 	from  int  // where the indexed object started in the scanned buffer
 	ok    bool // ScanIndexed recorded every member
 	bound bool // Bind succeeded: c.data is the bytes Docs will read
+	// located holds containers of c.data other than the top level, each
+	// with every member or element (as parseContainer locates them).
+	located located
 }
 
 // ScanIndexed is ScanValue for the object starting at d[i] (d[i] == '{';
@@ -38,8 +48,8 @@ func ScanIndexed(d []byte, i, depth int, ix *Index) int {
 	if i >= len(d) || d[i] != '{' {
 		return ScanValue(d, i, depth)
 	}
-	ix.c.items = ix.buf[:0]
-	complete, err := ix.c.parse(d, i, depth, IndexMembers)
+	items, complete, err := ix.c.parse(d, i, depth, IndexMembers, ix.buf[:0])
+	ix.c.items = items
 	if err != nil {
 		*ix = Index{}
 		return -1
@@ -84,7 +94,8 @@ func NewDocIndexed(raw []byte, ix *Index) *Doc {
 	d := &Doc{raw: raw}
 	if ix.boundTo(raw) {
 		d.parsed, d.root, d.rootE = true, 0, len(raw)
-		d.memo.put(&ix.c)
+		d.memo.put(&ix.c) // before sharing: the top level stays the Doc's
+		d.memo.shared = &ix.located
 	}
 	return d
 }
@@ -112,40 +123,115 @@ func (ix *Index) Member(k int) (ks, ke, vs, ve int) {
 	return it.ks, it.ke, it.vs, it.ve
 }
 
-// shift fills ix with the top-level members of res, the document rc (the
-// located top level of the document res was made from, an object) became
-// when the bytes [s, e) inside one of its members' values were replaced,
-// growing the document by delta bytes, and binds it to res. It leaves ix
-// empty when rc is not an object, has more than IndexMembers members, or
-// no member's value holds [s, e), or space surrounds it.
-func (ix *Index) shift(rc *container, s, e, delta int, res []byte) {
+// carry fills ix (reset first) with what is located in res, the document
+// made from another, doc, by replacing the container rc.data[edited.start:e]
+// with edited (edited.data is res; its members located as they were
+// written), and binds it to res: rc is doc's top level (it may be the
+// edited container itself) and loc, when not nil, the containers
+// below it that Docs over doc located. Each is carried over with its
+// offsets moved: unchanged before the edit, grown by the edit when it
+// holds it, shifted after it; a container inside the edited one is
+// dropped (a later Doc locates it again if it needs it). ix stays empty
+// when res's top level cannot be an Index: not an object, more than
+// IndexMembers members, or space around it.
+func (ix *Index) carry(rc *container, loc *located, edited *container, e int, res []byte) {
 	*ix = Index{}
+	s, delta := edited.start, len(res)-len(rc.data)
 	// A Doc over res starts from an Index as the object spanning all of
 	// res, so a document with space around its object gets none.
-	if !rc.object || len(rc.items) > IndexMembers || rc.start != 0 || rc.end+delta != len(res) {
+	top := rc
+	if s == rc.start {
+		top = edited
+	}
+	if !top.object || len(top.items) > IndexMembers || rc.start != 0 || rc.end+delta != len(res) {
 		return
 	}
-	at := -1
-	for k := range rc.items {
-		if it := &rc.items[k]; it.vs <= s && e <= it.ve {
-			at = k
-			break
+	ix.c = container{object: true, start: 0, end: len(res), data: res, items: ix.buf[:0]}
+	if top == edited {
+		ix.c.items = append(ix.c.items, edited.items...)
+	} else {
+		ix.c.items = moved(ix.c.items, rc, s, e, delta)
+	}
+	ix.ok, ix.bound = true, true
+	// The containers below the top level, in one array, and the members of
+	// those around or after the edit, moved, in another: an Apply costs two
+	// allocations however many it keeps. Members never change once
+	// located, so a container before the edit shares its members' array.
+	n, ni := 0, 0
+	keep := func(x *container) bool { return x.start < s || x.start >= e }
+	loc.each(func(x *container) {
+		if keep(x) {
+			n++
+			if x.end > s { // around or after the edit: members moved
+				ni += len(x.items)
+			}
 		}
+	})
+	cs := make([]container, 0, n+1)
+	its := make([]item, 0, ni)
+	add := func(x container, members []item) {
+		k := len(its)
+		its = append(its, members...)
+		x.items = its[k:len(its):len(its)]
+		cs = append(cs, x)
+		ix.located.put(&cs[len(cs)-1])
 	}
-	if at < 0 {
-		return
-	}
-	ix.c.object, ix.c.start, ix.c.end = true, rc.start, rc.end+delta
-	ix.c.items = append(ix.buf[:0], rc.items...)
-	for k := range ix.c.items {
-		it := &ix.c.items[k]
+	loc.each(func(x *container) {
+		if !keep(x) { // the edited container, or inside it
+			return
+		}
+		nx := container{object: x.object, start: x.start, end: x.end, data: res}
 		switch {
-		case k == at:
+		case x.end <= s: // before the edit: the same members (never changed)
+			nx.items = x.items
+			cs = append(cs, nx)
+			ix.located.put(&cs[len(cs)-1])
+		case x.start >= e: // after it
+			nx.start, nx.end = x.start+delta, x.end+delta
+			k := len(its)
+			add(nx, x.items)
+			shiftItems(its[k:], x.object, delta)
+		default: // around it
+			nx.end += delta
+			k := len(its)
+			its = moved(its, x, s, e, delta)
+			nx.items = its[k:len(its):len(its)]
+			cs = append(cs, nx)
+			ix.located.put(&cs[len(cs)-1])
+		}
+	})
+	if top != edited { // its members were written for it: no copy
+		cs = append(cs, *edited)
+		ix.located.put(&cs[len(cs)-1])
+	}
+}
+
+// moved appends to dst the members of x, a container holding the bytes
+// [s, e) that an edit replaced, growing them by delta, as they are after
+// the edit: the member holding them grows, the ones after shift.
+func moved(dst []item, x *container, s, e, delta int) []item {
+	k := len(dst)
+	dst = append(dst, x.items...)
+	for i := range dst[k:] {
+		it := &dst[k+i]
+		switch {
+		case it.vs <= s && e <= it.ve:
 			it.ve += delta
-		case k > at:
-			it.ks, it.ke, it.vs, it.ve = it.ks+delta, it.ke+delta, it.vs+delta, it.ve+delta
+		case it.vs >= e:
+			shiftItems(dst[k+i:k+i+1], x.object, delta)
 		}
 	}
-	ix.ok = true
-	ix.c.data, ix.bound = res, true
+	return dst
+}
+
+// shiftItems moves members (elements) by delta bytes; an element has no
+// key, and its key offsets stay 0.
+func shiftItems(items []item, object bool, delta int) {
+	for i := range items {
+		it := &items[i]
+		if object {
+			it.ks, it.ke = it.ks+delta, it.ke+delta
+		}
+		it.vs, it.ve = it.vs+delta, it.ve+delta
+	}
 }

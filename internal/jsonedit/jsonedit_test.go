@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"reflect"
+	"slices"
 	"strings"
 	"testing"
 
@@ -80,6 +81,11 @@ var applyPatches = [][]Op{
 	{{Op: "remove", Path: "/dup"}},
 	{{Op: "add", Path: "/arr/1/1/-", Value: []byte(`4`)}, {Op: "remove", Path: "/arr/0"}},
 	{{Op: "add", Path: "/empty/0", Value: []byte(`1`)}, {Op: "add", Path: "/empty/-", Value: []byte(`2`)}},
+	// Appends only (appendRun), to compact arrays and, in the second
+	// document, to one with space in it.
+	{{Op: "add", Path: "/b/c/-", Value: []byte(`4`)}, {Op: "add", Path: "/b/c/-", Value: []byte(" {\"x\":5}\n")}},
+	{{Op: "add", Path: "/empty/-", Value: []byte(`1`)}, {Op: "add", Path: "/empty/-", Value: []byte(`[2]`)}},
+	{{Op: "add", Path: "/spec/tolerations/-", Value: []byte(`{"key":"new"}`)}, {Op: "add", Path: "/arr/1/1/-", Value: []byte(`4`)}},
 	{{Op: "add", Path: "/s/x", Value: []byte(`1`)}},
 	{{Op: "add", Path: "/1/b", Value: []byte(`1`)}, {Op: "add", Path: "/-", Value: []byte(`3`)}},
 	{{Op: "add", Path: "", Value: []byte(`{"root":true}`)}},
@@ -139,8 +145,15 @@ func checkApply(t *testing.T, doc []byte, ops []Op) {
 func checkApplyIndexed(t *testing.T, doc []byte, ops []Op, got []byte, err error) {
 	t.Helper()
 	var ix, out Index
-	if len(doc) > 0 && doc[0] == '{' && ScanIndexed(doc, 0, 0, &ix) == len(doc) {
-		ix.Bind(doc)
+	if len(doc) > 0 && doc[0] == '{' && ScanIndexed(doc, 0, 0, &ix) == len(doc) && ix.Bind(doc) {
+		// A Doc locates the containers the patch edits, and those on the
+		// way to them, as a mutator's would: the index keeps them.
+		d := NewDocIndexed(doc, &ix)
+		for _, op := range ops {
+			if p, err := ParsePointer(op.Path); err == nil {
+				_, _ = d.Get(p...)
+			}
+		}
 	}
 	gotIx, errIx := ApplyIndexed(doc, &ix, ops, &out)
 	if !bytes.Equal(gotIx, got) || (errIx == nil) != (err == nil) {
@@ -150,6 +163,7 @@ func checkApplyIndexed(t *testing.T, doc []byte, ops []Op, got []byte, err error
 	if !bound {
 		return
 	}
+	checkLocated(t, fmt.Sprintf("%s %v", doc, ops), gotIx, &out)
 	var fresh Index
 	if ScanIndexed(gotIx, 0, 0, &fresh) != len(gotIx) || !fresh.Bind(gotIx) {
 		t.Fatalf("%s %v: result %s indexed, but a scan does not index it", doc, ops, gotIx)
@@ -194,14 +208,54 @@ func TestApplyIndexedKeepsTheIndex(t *testing.T) {
 	if n, ok := out.Len(got); !ok || n != 3 {
 		t.Fatalf("result %s: index of %d members, bound %v; want 3, bound", got, n, ok)
 	}
-	// A top-level edit rebuilds the top level: no index, same result.
+	// A top-level edit rebuilds the top level: its members are located as
+	// they are written, and what was below it is located again when read.
 	top := []Op{{Op: "add", Path: "/kind", Value: []byte(`"Pod"`)}}
 	got, err = ApplyIndexed(doc, &ix, top, &out)
 	if err != nil || string(got) != `{"metadata":{"labels":{"a":"b"}},"spec":{"tolerations":[{"key":"k"}]},"status":{},"kind":"Pod"}` {
 		t.Fatalf("%s, %v", got, err)
 	}
-	if _, ok := out.Len(got); ok {
-		t.Fatal("a top-level edit left an index")
+	if n, ok := out.Len(got); !ok || n != 4 {
+		t.Fatalf("result %s: index of %d members, bound %v; want 4, bound", got, n, ok)
+	}
+	checkApplyIndexed(t, doc, top, got, nil)
+}
+
+// TestApplyIndexedCarriesWhatDocsLocated: the containers the first
+// mutator's Doc located are located in the result too, moved by the edit,
+// so the second mutator's Doc and the next Apply scan none of them.
+func TestApplyIndexedCarriesWhatDocsLocated(t *testing.T) {
+	doc := []byte(`{"metadata":{"labels":{"a":"b"}},"spec":{"containers":[{"name":"c"}],"tolerations":[{"key":"k"}],"z":{}},"status":{}}`)
+	var ix Index
+	if ScanIndexed(doc, 0, 0, &ix) != len(doc) || !ix.Bind(doc) {
+		t.Fatal("not indexed")
+	}
+	d := NewDocIndexed(doc, &ix)
+	var labels map[string]string
+	if _, err := d.Decode(&labels, "metadata", "labels"); err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range [][]string{{"spec", "tolerations", "0"}, {"spec", "z", "q"}, {"spec", "containers", "0", "name"}} {
+		if _, err := d.Get(p...); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := d.AppendJSON([]string{"spec", "tolerations"}, []byte(`{"key":"l"}`)); err != nil {
+		t.Fatal(err)
+	}
+	var out Index
+	got, err := ApplyIndexed(doc, &ix, d.Ops(), &out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	checkLocated(t, "carried", got, &out)
+	var starts []string
+	out.located.each(func(c *container) { starts = append(starts, string(got[c.start:c.end])) })
+	slices.Sort(starts)
+	want := []string{`[{"key":"k"},{"key":"l"}]`, `[{"name":"c"}]`, `{"a":"b"}`, `{"containers":[{"name":"c"}],"tolerations":[{"key":"k"},{"key":"l"}],"z":{}}`,
+		`{"labels":{"a":"b"}}`, `{"name":"c"}`, `{}`}
+	if !slices.Equal(starts, want) {
+		t.Fatalf("kept %q\nwant %q", starts, want)
 	}
 }
 

@@ -175,7 +175,7 @@ func Pointer(segments ...string) string {
 	b.Grow(n + 4)
 	for _, s := range segments {
 		b.WriteByte('/')
-		if strings.IndexAny(s, "~/") < 0 {
+		if !strings.ContainsAny(s, "~/") {
 			b.WriteString(s)
 			continue
 		}
@@ -205,26 +205,37 @@ func ParsePointer(p string) ([]string, error) {
 	}
 	segs := strings.Split(p[1:], "/")
 	for i, s := range segs {
-		if !strings.Contains(s, "~") {
-			continue
+		seg, ok := unescapeSegment(s)
+		if !ok {
+			return nil, fmt.Errorf("JSON pointer %q: ~ must be followed by 0 or 1", p)
 		}
-		var b strings.Builder
-		for j := 0; j < len(s); j++ {
-			if s[j] != '~' {
-				b.WriteByte(s[j])
-				continue
-			}
-			if j+1 >= len(s) || (s[j+1] != '0' && s[j+1] != '1') {
-				return nil, fmt.Errorf("JSON pointer %q: ~ must be followed by 0 or 1", p)
-			}
-			if s[j+1] == '0' {
-				b.WriteByte('~')
-			} else {
-				b.WriteByte('/')
-			}
-			j++
-		}
-		segs[i] = b.String()
+		segs[i] = seg
 	}
 	return segs, nil
+}
+
+// unescapeSegment returns the segment of a JSON pointer s stands for ("~1"
+// is "/", "~0" is "~"), s itself when it has no "~"; ok is false when a
+// "~" is not followed by 0 or 1.
+func unescapeSegment(s string) (_ string, ok bool) {
+	if !strings.Contains(s, "~") {
+		return s, true
+	}
+	var b strings.Builder
+	for j := 0; j < len(s); j++ {
+		if s[j] != '~' {
+			b.WriteByte(s[j])
+			continue
+		}
+		if j+1 >= len(s) || (s[j+1] != '0' && s[j+1] != '1') {
+			return "", false
+		}
+		if s[j+1] == '0' {
+			b.WriteByte('~')
+		} else {
+			b.WriteByte('/')
+		}
+		j++
+	}
+	return b.String(), true
 }

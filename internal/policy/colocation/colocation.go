@@ -272,7 +272,22 @@ type Object struct {
 	PreemptionPolicy    *corev1.PreemptionPolicy
 	NodeSelector        map[string]string
 	Tolerations         []corev1.Toleration
+
+	// shared marks the maps that are still the very maps of the object
+	// the profiles started from (Profiles.Apply copies a map only when a
+	// matching profile may change it): Write, given that object as have,
+	// has nothing to compare in them.
+	shared mapSet
 }
+
+// mapSet is a set of an Object's maps.
+type mapSet uint8
+
+const (
+	mLabels mapSet = 1 << iota
+	mAnnotations
+	mNodeSelector
+)
 
 // SpecPath is where an object keeps its pod spec, with the paths of the
 // fields profiles read precomputed (a request allocates none of them).
@@ -315,7 +330,7 @@ func ReadObject(doc *jsonedit.Doc, sp *SpecPath) (*Object, error) {
 	if _, err := doc.Decode(&o.Labels, "metadata", "labels"); err != nil {
 		return nil, err
 	}
-	if err := readRest(doc, sp, o, allSpecFields); err != nil {
+	if err := readRest(doc, sp, o, allSpecFields, nil); err != nil {
 		return nil, err
 	}
 	return o, nil
@@ -350,8 +365,11 @@ func specFieldsOf(cs []*compiled) specFields {
 }
 
 // readRest decodes, into o whose labels are read, the annotations and the
-// spec fields of need.
-func readRest(doc *jsonedit.Doc, sp *SpecPath, o *Object, need specFields) error {
+// spec fields of need. With adding (the tolerations the matching profiles
+// add) not empty, o.Tolerations is only those of the object's that equal
+// one of them, when tolerationsHave can tell without decoding the list:
+// all that apply and Write need of it.
+func readRest(doc *jsonedit.Doc, sp *SpecPath, o *Object, need specFields, adding []corev1.Toleration) error {
 	if _, err := doc.Decode(&o.Annotations, "metadata", "annotations"); err != nil {
 		return err
 	}
@@ -376,6 +394,16 @@ func readRest(doc *jsonedit.Doc, sp *SpecPath, o *Object, need specFields) error
 		}
 	}
 	if need&(1<<fTolerations) != 0 {
+		if len(adding) > 0 {
+			ts, ok, err := tolerationsHave(doc, sp.fields[fTolerations], adding)
+			if err != nil {
+				return err
+			}
+			if ok {
+				o.Tolerations = ts
+				return nil
+			}
+		}
 		// A pod lifespan has just given a dozen tolerations: read them
 		// without reflection, as lifespan itself does.
 		ts, err := toleration.Of(doc, sp.fields[fTolerations]...)
@@ -387,10 +415,31 @@ func readRest(doc *jsonedit.Doc, sp *SpecPath, o *Object, need specFields) error
 	return nil
 }
 
-func (o *Object) clone() *Object {
+// clone copies o, with room for extra more tolerations, and its maps of
+// change; the others it shares with o (marked in shared).
+// own copies the maps of m that o still shares.
+func (o *Object) own(m mapSet) {
+	m &= o.shared
+	if m&mLabels != 0 {
+		o.Labels = maps.Clone(o.Labels)
+	}
+	if m&mAnnotations != 0 {
+		o.Annotations = maps.Clone(o.Annotations)
+	}
+	if m&mNodeSelector != 0 {
+		o.NodeSelector = maps.Clone(o.NodeSelector)
+	}
+	o.shared &^= m
+}
+
+func (o *Object) clone(extra int, change mapSet) *Object {
 	c := *o
-	c.Labels, c.Annotations, c.NodeSelector = maps.Clone(o.Labels), maps.Clone(o.Annotations), maps.Clone(o.NodeSelector)
-	c.Tolerations = slices.Clone(o.Tolerations)
+	c.shared = mLabels | mAnnotations | mNodeSelector
+	c.own(change)
+	c.Tolerations = nil
+	if len(o.Tolerations)+extra > 0 {
+		c.Tolerations = append(make([]corev1.Toleration, 0, len(o.Tolerations)+extra), o.Tolerations...)
+	}
 	return &c
 }
 
@@ -429,7 +478,22 @@ func (ps *Profiles) apply(o *Object, matched []*compiled, classes PriorityClasse
 	if !res.Matched {
 		return res, nil
 	}
-	w := o.clone()
+	// The maps a matching profile may change are copied; the others stay
+	// the object's (Write then skips them).
+	extra, change := 0, mapSet(0)
+	for _, c := range matched {
+		extra += len(c.Tolerations)
+		if len(c.Labels)+len(c.LabelKeysMapping)+len(c.LabelSuffixes) > 0 || c.QoSClass != "" || c.KoordinatorPriority != nil {
+			change |= mLabels
+		}
+		if len(c.Annotations)+len(c.AnnotationKeysMapping) > 0 {
+			change |= mAnnotations
+		}
+		if len(c.NodeSelector) > 0 {
+			change |= mNodeSelector
+		}
+	}
+	w := o.clone(extra, change)
 	res.Want = w
 	for _, c := range matched {
 		// Upstream reads the skip annotation before the probability draw
@@ -510,6 +574,7 @@ func shorten(s string) string {
 // RecordApplied sets ProfilesAnnotation on w to the applied profiles.
 func (r *Result) RecordApplied() {
 	if len(r.Applied) > 0 {
+		r.Want.own(mAnnotations)
 		setMap(&r.Want.Annotations, map[string]string{ProfilesAnnotation: strings.Join(r.Applied, ",")}, false)
 	}
 }
@@ -517,7 +582,8 @@ func (r *Result) RecordApplied() {
 // Write states the difference from have to want as operations on doc (sp
 // as given to ReadObject): map entries in key order, then the scalars, then
 // the added tolerations. Profiles never remove a label, annotation or node
-// selector entry.
+// selector entry. have is the object the profiles were applied to (want is
+// Result.Want): a map of want's that is still have's own is not compared.
 func Write(doc *jsonedit.Doc, sp *SpecPath, have, want *Object) error {
 	var err error
 	set := func(v any, path ...string) {
@@ -530,13 +596,17 @@ func Write(doc *jsonedit.Doc, sp *SpecPath, have, want *Object) error {
 	for i, m := range []struct {
 		have, want map[string]string
 		path       []string
+		which      mapSet
 	}{
-		{have.Labels, want.Labels, []string{"metadata", "labels"}},
-		{have.Annotations, want.Annotations, []string{"metadata", "annotations"}},
-		{have.NodeSelector, want.NodeSelector, sp.fields[fNodeSelector]},
+		{have.Labels, want.Labels, []string{"metadata", "labels"}, mLabels},
+		{have.Annotations, want.Annotations, []string{"metadata", "annotations"}, mAnnotations},
+		{have.NodeSelector, want.NodeSelector, sp.fields[fNodeSelector], mNodeSelector},
 	} {
 		if i == 2 && !want.HasSpec {
 			break
+		}
+		if want.shared&m.which != 0 {
+			continue
 		}
 		for _, k := range sortedChanged(m.have, m.want) {
 			set(m.want[k], append(append(buf[:0], m.path...), k)...)

@@ -68,6 +68,15 @@ func diffPods(t *testing.T) map[string]string {
 		"stale annotation":   `{"metadata":{"annotations":{"node.koordinator.sh/extended-resource-spec":"{\"containers\":{\"gone\":{\"requests\":{\"kubernetes.io/batch-cpu\":\"1\"}}}}"}},"spec":{"containers":[{"name":"c"}]}}`,
 		"current annotation": `{"metadata":{"annotations":{"node.koordinator.sh/extended-resource-spec":"{\"containers\":{\"c\":{\"requests\":{\"kubernetes.io/batch-cpu\":\"500\"}}}}"}},"spec":{"containers":[{"name":"c","resources":{"requests":{"kubernetes.io/batch-cpu":"500"}}}]}}`,
 		"other team":         `{"metadata":{"labels":{"team":"other","qos":"ls"}},"spec":{"schedulerName":"s","priority":3,"nodeSelector":{"a":"b"},"tolerations":[{"key":"k","operator":"Exists"}],"containers":[{"name":"c","resources":{"requests":{"cpu":"1"}}}]}}`,
+		// Tolerations lists, read without decoding (tolerationsHave) or,
+		// for the forms it leaves to the decoder, decoded.
+		"has a profile's toleration": `{"metadata":{"labels":{"qos":"be"}},"spec":{"tolerations":[{"key":"x"},{"effect":"NoExecute","operator":"Exists","key":"t","tolerationSeconds":9007199254740993},{"key":"colocation","operator":"Exists","effect":"NoSchedule"}]}}`,
+		"toleration seconds differ":  `{"metadata":{"name":"p"},"spec":{"tolerations":[{"key":"t","operator":"Exists","effect":"NoExecute","tolerationSeconds":9007199254740992},{"key":"t","operator":"Exists","effect":"NoExecute"}]}}`,
+		"toleration repeats members": `{"metadata":{"name":"p"},"spec":{"tolerations":[{"key":"t","operator":"Exists","effect":"NoExecute","tolerationSeconds":null,"tolerationSeconds":9007199254740993,"key":"t"}]}}`,
+		"toleration escaped":         `{"metadata":{"name":"p"},"spec":{"tolerations":[{"key":"\u0074","operator":"Exists","effect":"NoExecute","tolerationSeconds":9007199254740993}]}}`,
+		"toleration unknown member":  `{"metadata":{"name":"p"},"spec":{"tolerations":[{"key":"t","operator":"Exists","effect":"NoExecute","tolerationSeconds":9007199254740993,"extra":[1]}]}}`,
+		"toleration null value":      `{"metadata":{"name":"p"},"spec":{"tolerations":[{"key":"t","operator":"Exists","effect":"NoExecute","tolerationSeconds":9007199254740993,"value":null}]}}`,
+		"tolerations null":           `{"metadata":{"name":"p"},"spec":{"tolerations":null}}`,
 	} {
 		pods[k] = v
 	}

@@ -199,7 +199,13 @@ func (p *Policy) Mutate(_ context.Context, req *admission.Request) ([]jsonedit.O
 	if translate {
 		need |= 1 << fPriority
 	}
-	if err := readRest(doc, PodSpec, have, need); err != nil {
+	var adding []corev1.Toleration
+	if need&(1<<fTolerations) != 0 {
+		for _, c := range matched {
+			adding = append(adding, c.Tolerations...)
+		}
+	}
+	if err := readRest(doc, PodSpec, have, need, adding); err != nil {
 		return nil, admission.Invalid("%s: cannot parse the pod: %v", Name, err)
 	}
 	res, err := p.profiles.apply(have, matched, p.classes)
