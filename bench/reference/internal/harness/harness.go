@@ -127,6 +127,10 @@ type Result struct {
 	// Allowed and Denied count the correct answers by response.allowed,
 	// so a caller can check each answer's decision, not only its form.
 	Allowed, Denied int64
+	// GenCPU is the load generator's own user plus system CPU time over
+	// the run; GenCPU / Duration near the cores it may use means the
+	// generator, not the server, set the pace.
+	GenCPU time.Duration
 }
 
 // benchJSON is the part of `kadmit bench -o json` read here.
@@ -191,6 +195,9 @@ func (l Load) Run(ctx context.Context) (Result, error) {
 	}
 	res := Result{Requests: b.Requests, RPS: b.Throughput, P50: b.Latency.P50, P99: b.Latency.P99, P999: b.Latency.P999,
 		Allowed: b.Allowed, Denied: b.Denied}
+	if ps := cmd.ProcessState; ps != nil {
+		res.GenCPU = ps.UserTime() + ps.SystemTime()
+	}
 	for _, n := range b.Errors {
 		res.Errors += n
 	}
