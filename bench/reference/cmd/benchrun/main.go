@@ -102,7 +102,7 @@ type result struct {
 	// its one pinned core was busy all along, so it set the pace).
 	CPUPerReq, GenBusy float64
 	RSSIdleKB          int64 `json:",omitempty"`
-	RSSLoadKB    int64 `json:",omitempty"`
+	RSSLoadKB          int64 `json:",omitempty"`
 }
 
 type server struct {
