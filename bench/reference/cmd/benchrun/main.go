@@ -293,14 +293,11 @@ func measure(ctx context.Context, c config, s server) ([]result, error) {
 		defer stopCP()
 		s.args = append(append([]string(nil), s.args...), "--kubeconfig", kubeconfig)
 	}
-	proc, err := harness.Start(harness.Pinned(c.pin, 0, s.args), logf)
+	proc, err := startReady(ctx, s, harness.Pinned(c.pin, 0, s.args), logf)
 	if err != nil {
 		return nil, err
 	}
 	defer proc.Stop()
-	if err := proc.WaitTLS(ctx, s.caFile, s.port); err != nil {
-		return nil, fmt.Errorf("%w (log: %s)", err, logf.Name())
-	}
 	pid := proc.PID()
 	idle := harness.VmRSS(pid)
 	if _, err := load(ctx, c, s, run{path: s.runs[0].path, manifest: s.runs[0].manifest}, 2*time.Second, c.concurrency, nil); err != nil {
@@ -333,6 +330,21 @@ func measure(ctx context.Context, c config, s server) ([]result, error) {
 		fmt.Printf("  %-20s %-32s %9.0f req/s  p99 %6.2f ms\n", s.name, r.label, res.RPS, res.P99)
 	}
 	return out, nil
+}
+
+// startReady starts s's argv (the caller's pinning or environment
+// prefixed) with its output in logf, and returns once it accepts TLS; on
+// failure the process is stopped and the error names the log.
+func startReady(ctx context.Context, s server, argv []string, logf *os.File) (*harness.Proc, error) {
+	proc, err := harness.Start(argv, logf)
+	if err != nil {
+		return nil, err
+	}
+	if err := proc.WaitTLS(ctx, s.caFile, s.port); err != nil {
+		proc.Stop()
+		return nil, fmt.Errorf("%w (log: %s)", err, logf.Name())
+	}
+	return proc, nil
 }
 
 // loadMixed loads the seed profile's three busy paths at once, splitting the

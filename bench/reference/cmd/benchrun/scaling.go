@@ -80,14 +80,11 @@ func scaleServer(ctx context.Context, c config, s server, runs []run, procs, rep
 		_ = os.Remove(s.caFile)
 	}
 	argv := append([]string{"env", fmt.Sprintf("GOMAXPROCS=%d", procs)}, s.args...)
-	proc, err := harness.Start(argv, logf)
+	proc, err := startReady(ctx, s, argv, logf)
 	if err != nil {
 		return nil, err
 	}
 	defer proc.Stop()
-	if err := proc.WaitTLS(ctx, s.caFile, s.port); err != nil {
-		return nil, fmt.Errorf("%w (log: %s)", err, logf.Name())
-	}
 	pid := proc.PID()
 	var out []scalePoint
 	for _, r := range runs {
