@@ -31,10 +31,10 @@ func Of(doc *jsonedit.Doc, path ...string) ([]corev1.Toleration, error) {
 	return have, err
 }
 
-// maxRead bounds the tolerations Read reads itself; a longer list goes
+// MaxRead bounds the tolerations Read and ScanList read themselves; a longer list goes
 // through the decoder (same result, higher cost), so a hostile pod cannot
 // make Read's fast path grow without bound.
-const maxRead = 256
+const MaxRead = 256
 
 // Read reads a tolerations list, the valid JSON raw (an array, as
 // jsonedit.Doc.Get returns it), appending to dst exactly what
@@ -44,38 +44,81 @@ const maxRead = 256
 // for anything the decoder might read differently or refuse: a non-array,
 // an element that is not an object, a member that is not one of the five
 // fields, a null or escaped string, a tolerationSeconds that is not a plain
-// int64, or more than maxRead elements.
+// int64, or more than MaxRead elements.
 func Read(raw []byte, dst []corev1.Toleration) (_ []corev1.Toleration, ok bool) {
-	if len(raw) == 0 || raw[0] != '[' {
+	ok = ScanList(raw, func(r Raw) {
+		t := corev1.Toleration{Key: string(r.Key), Operator: corev1.TolerationOperator(r.Operator),
+			Value: string(r.Value), Effect: corev1.TaintEffect(r.Effect)}
+		if r.HasSeconds {
+			n := r.Seconds
+			t.TolerationSeconds = &n
+		}
+		dst = append(dst, t)
+	})
+	if !ok {
 		return nil, false
+	}
+	return dst, true
+}
+
+// Raw is one element of a tolerations list as its bytes spell it: the
+// strings' contents (never escaped: ScanList refuses escapes) and
+// tolerationSeconds. Its slices point into the list's bytes and are valid
+// only during the ScanList callback.
+type Raw struct {
+	Key, Operator, Value, Effect []byte
+	HasSeconds                   bool // tolerationSeconds is a number, not null or absent
+	Seconds                      int64
+}
+
+// Equal reports whether r decodes to a toleration equal to t, field by
+// field (TolerationSeconds by value).
+func (r *Raw) Equal(t corev1.Toleration) bool {
+	return string(r.Key) == t.Key && string(r.Operator) == string(t.Operator) && string(r.Value) == t.Value &&
+		string(r.Effect) == string(t.Effect) &&
+		r.HasSeconds == (t.TolerationSeconds != nil) && (!r.HasSeconds || r.Seconds == *t.TolerationSeconds)
+}
+
+// ScanList calls f for each element of the tolerations list raw (valid
+// JSON, as jsonedit.Doc.Get returns it), in order, without allocating.
+// It returns false, possibly after calling f for the elements before it,
+// for anything Read refuses (see Read): the caller then decodes instead.
+// The one object-member loop for tolerations: Read builds
+// corev1.Tolerations from it, colocation asks whether a toleration is in
+// a pod's list without building any.
+func ScanList(raw []byte, f func(Raw)) bool {
+	if len(raw) == 0 || raw[0] != '[' {
+		return false
 	}
 	i := jsonedit.SkipSpace(raw, 1)
 	if i < len(raw) && raw[i] == ']' {
-		return dst, true
+		return true
 	}
-	for {
-		if len(dst) == maxRead || i >= len(raw) || raw[i] != '{' {
-			return nil, false
+	for n := 0; ; n++ {
+		if n == MaxRead || i >= len(raw) || raw[i] != '{' {
+			return false
 		}
-		var t corev1.Toleration
-		if i, ok = readOne(raw, i, &t); !ok {
-			return nil, false
+		var r Raw
+		var ok bool
+		if i, ok = scanObject(raw, i, &r); !ok {
+			return false
 		}
-		dst = append(dst, t)
+		f(r)
 		i = jsonedit.SkipSpace(raw, i)
 		if i < len(raw) && raw[i] == ']' {
-			return dst, true
+			return true
 		}
 		if i >= len(raw) || raw[i] != ',' {
-			return nil, false
+			return false
 		}
 		i = jsonedit.SkipSpace(raw, i+1)
 	}
 }
 
-// readOne reads the object at raw[i] into t and returns the index past
-// it.
-func readOne(raw []byte, i int, t *corev1.Toleration) (int, bool) {
+// scanObject reads the object at raw[i] (raw[i] == '{') into r and
+// returns the index past it. A repeated member counts last, as the decoder
+// takes it.
+func scanObject(raw []byte, i int, r *Raw) (int, bool) {
 	i = jsonedit.SkipSpace(raw, i+1)
 	if i < len(raw) && raw[i] == '}' {
 		return i + 1, true
@@ -94,31 +137,36 @@ func readOne(raw []byte, i int, t *corev1.Toleration) (int, bool) {
 			return 0, false
 		}
 		vs = jsonedit.SkipSpace(raw, vs+1)
-		ve := jsonedit.ScanValue(raw, vs, 3)
+		// A string without escapes, the form read, in one pass; anything
+		// else is scanned as any value.
+		ve := plainString(raw, vs)
+		if ve < 0 {
+			ve = jsonedit.ScanValue(raw, vs, 3)
+		}
 		if ve < 0 {
 			return 0, false
 		}
 		v := raw[vs:ve]
-		var dst *string
+		var dst *[]byte
 		switch string(key) {
 		case "key":
-			dst = &t.Key
+			dst = &r.Key
 		case "operator":
-			dst = (*string)(&t.Operator)
+			dst = &r.Operator
 		case "value":
-			dst = &t.Value
+			dst = &r.Value
 		case "effect":
-			dst = (*string)(&t.Effect)
+			dst = &r.Effect
 		case "tolerationSeconds":
 			if v[0] == 'n' {
-				t.TolerationSeconds = nil
+				r.HasSeconds = false
 				break
 			}
 			n, err := strconv.ParseInt(string(v), 10, 64)
 			if err != nil {
 				return 0, false
 			}
-			t.TolerationSeconds = &n
+			r.HasSeconds, r.Seconds = true, n
 		default:
 			return 0, false
 		}
@@ -126,7 +174,7 @@ func readOne(raw []byte, i int, t *corev1.Toleration) (int, bool) {
 			if v[0] != '"' || bytes.IndexByte(v, '\\') >= 0 {
 				return 0, false
 			}
-			*dst = string(v[1 : len(v)-1])
+			*dst = v[1 : len(v)-1]
 		}
 		i = jsonedit.SkipSpace(raw, ve)
 		if i < len(raw) && raw[i] == '}' {
@@ -137,6 +185,23 @@ func readOne(raw []byte, i int, t *corev1.Toleration) (int, bool) {
 		}
 		i = jsonedit.SkipSpace(raw, i+1)
 	}
+}
+
+// plainString returns the index past the string at raw[i] when it has no
+// escape and no control character (what the scanner would check), else -1.
+func plainString(raw []byte, i int) int {
+	if i >= len(raw) || raw[i] != '"' {
+		return -1
+	}
+	for j := i + 1; j < len(raw); j++ {
+		switch c := raw[j]; {
+		case c == '"':
+			return j + 1
+		case c == '\\' || c < 0x20:
+			return -1
+		}
+	}
+	return -1
 }
 
 // AppendJSON appends t as json.Marshal writes a corev1.Toleration

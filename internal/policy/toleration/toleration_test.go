@@ -13,7 +13,7 @@ import (
 
 // Read must read what the decoder reads, or decline.
 func TestReadMatchesDecoder(t *testing.T) {
-	long := "[" + strings.Repeat(`{"key":"k"},`, maxRead) + `{"key":"k"}]`
+	long := "[" + strings.Repeat(`{"key":"k"},`, MaxRead) + `{"key":"k"}]`
 	for _, raw := range []string{
 		`[]`, `[ ]`, `[{}]`, `[{"key":"a","operator":"Exists","effect":"NoSchedule"}]`,
 		`[{"key":"node.kubernetes.io/not-ready","operator":"Exists","effect":"NoExecute","tolerationSeconds":300}]`,
