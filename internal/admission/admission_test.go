@@ -117,7 +117,7 @@ func TestHandlerEchoesVersionAndUID(t *testing.T) {
 func TestHandlerBadInput(t *testing.T) {
 	var decisions []Decision
 	h := NewHandler(validating(func(context.Context, *Request) Verdict { return Allow() }),
-		HandlerOptions{MaxRequestBytes: 4096, Observe: func(d Decision) { decisions = append(decisions, d) }})
+		HandlerOptions{MaxRequestBytes: 4096, Observe: func(_ context.Context, d Decision) { decisions = append(decisions, d) }})
 	big := reviewBody(APIVersionV1, "u", `{"kind":"Pod","metadata":{"name":"`+strings.Repeat("x", 5000)+`"}}`)
 	for _, tc := range []struct {
 		name, ct string
@@ -154,7 +154,7 @@ func TestHandlerBadInput(t *testing.T) {
 func TestHandlerPanicIs500(t *testing.T) {
 	var got Decision
 	h := NewHandler(validating(func(context.Context, *Request) Verdict { panic("boom") }),
-		HandlerOptions{Observe: func(d Decision) { got = d }})
+		HandlerOptions{Observe: func(_ context.Context, d Decision) { got = d }})
 	w, _ := post(t, h, "application/json", reviewBody(APIVersionV1, "panic-uid", podJSON))
 	if w.Code != http.StatusInternalServerError || !strings.Contains(w.Body.String(), "policy test panicked: boom") {
 		t.Fatalf("code %d body %q", w.Code, w.Body.String())

@@ -54,8 +54,10 @@ type HandlerOptions struct {
 	// and body bytes buffered at once, and abandoned reviews (see call.run);
 	// nil means a private NewLimits(0, 0).
 	Limits *Limits
-	// Observe, when set, is called once per request after the answer is written.
-	Observe func(Decision)
+	// Observe, when set, is called once per request after the answer is
+	// written, with the request's context (a tracing span, if any, is in
+	// it).
+	Observe func(ctx context.Context, d Decision)
 	// AbandonedRan, when set, is called when an abandoned review's policy
 	// returns, with how long it ran after the review's answer was sent
 	// (wall time: Go has no per-goroutine CPU clock).
@@ -120,7 +122,7 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	defer func() {
 		d.Latency = time.Since(start)
 		if h.opts.Observe != nil {
-			h.opts.Observe(d)
+			h.opts.Observe(r.Context(), d)
 		}
 	}()
 	bodyRead := false

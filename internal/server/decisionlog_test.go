@@ -2,6 +2,7 @@ package server
 
 import (
 	"bytes"
+	"context"
 	"errors"
 	"fmt"
 	"io"
@@ -192,17 +193,17 @@ func TestSamplerBound(t *testing.T) {
 	d := admission.Decision{Webhook: "/mutate-pod", UID: "u", Kind: "Pod", Namespace: "default", Name: "p",
 		Operation: "CREATE", HTTPCode: 200, Allowed: true, Patched: true, Latency: time.Millisecond}
 	for i := 0; i < DefaultLogAllowedBurst; i++ {
-		srv.observe(d)
+		srv.observe(context.Background(), d)
 	}
 	// Sampled-out decisions: the sampled-in one every 100 allocates (it
 	// is logged), the other 99 allocate only what the metrics do (the
 	// label values' slice).
 	metricsOnly := testing.AllocsPerRun(99, func() { srv.metrics.Observe(d) })
 	for i := 0; i < 100; i++ { // up to the 110th, logged: 111th to 209th are not
-		srv.observe(d)
+		srv.observe(context.Background(), d)
 	}
 	// AllocsPerRun: one warm-up call and 98 counted, the 111th to 209th.
-	if a := testing.AllocsPerRun(98, func() { srv.observe(d) }); a > metricsOnly {
+	if a := testing.AllocsPerRun(98, func() { srv.observe(context.Background(), d) }); a > metricsOnly {
 		t.Fatalf("an unlogged allowed decision allocates %.2f times, the metrics alone %.2f: logging allocates", a, metricsOnly)
 	}
 }
@@ -241,14 +242,14 @@ func TestObserveLogs(t *testing.T) {
 		s, buf := newObserveServer(t, level, c)
 		fakeClock(s.sampler)
 		for i := 0; i < n; i++ {
-			s.observe(allowed)
-			s.observe(denied)
+			s.observe(context.Background(), allowed)
+			s.observe(context.Background(), denied)
 			if i < 10 { // within the throttle's burst of 20
-				s.observe(failed)
-				s.observe(panicked)
+				s.observe(context.Background(), failed)
+				s.observe(context.Background(), panicked)
 			}
 			if i < 5 {
-				s.observe(slow)
+				s.observe(context.Background(), slow)
 			}
 		}
 		out = map[string]int{}
@@ -342,7 +343,7 @@ func BenchmarkObserve(b *testing.B) {
 			b.ReportAllocs()
 			b.ResetTimer()
 			for i := 0; i < b.N; i++ {
-				s.observe(d)
+				s.observe(context.Background(), d)
 			}
 		})
 	}

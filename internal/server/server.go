@@ -443,14 +443,9 @@ func (s *Server) buildMetricsServer() error {
 func (s *Server) SetWebhooks(webhooks []*admission.Webhook) {
 	routes := make(map[string]http.Handler, len(webhooks))
 	for _, wh := range webhooks {
-		hopts := admission.HandlerOptions{MaxRequestBytes: s.opts.MaxRequestBytes, Limits: s.limits, Observe: s.observe, AbandonedRan: s.boundsM.AbandonedRan}
-		h := admission.NewHandler(wh, hopts)
+		h := admission.NewHandler(wh, admission.HandlerOptions{MaxRequestBytes: s.opts.MaxRequestBytes, Limits: s.limits, Observe: s.observe, AbandonedRan: s.boundsM.AbandonedRan})
 		if s.opts.Tracing != nil {
-			h = s.opts.Tracing.Wrap(wh.Path, h, func(traced func(admission.Decision)) http.Handler {
-				o := hopts
-				o.Observe = func(d admission.Decision) { s.observe(d); traced(d) }
-				return admission.NewHandler(wh, o)
-			})
+			h = s.opts.Tracing.Wrap(wh.Path, h)
 		}
 		routes[wh.Path] = s.metrics.InFlight(wh.Path, h)
 	}
@@ -673,8 +668,11 @@ func (s *Server) paths() []string {
 	return out
 }
 
-func (s *Server) observe(d admission.Decision) {
+func (s *Server) observe(ctx context.Context, d admission.Decision) {
 	s.metrics.Observe(d)
+	if s.opts.Tracing != nil {
+		tracing.Record(ctx, d)
+	}
 	switch {
 	case errors.Is(d.Err, admission.ErrInFlightLimit):
 		s.limitsM.Refused("in-flight")

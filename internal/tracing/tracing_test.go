@@ -34,31 +34,28 @@ func recorded() (*Tracer, *tracetest.SpanRecorder) {
 	return newTracer(tp, true), rec
 }
 
-// webhook is a route whose handler reports decision d to its Observe, as
-// admission.NewHandler does, and counts how it was served.
+// webhook is a route whose handler reports decision d to Record, as
+// kadmit's Observe does, and counts how it was served: traced (its request
+// carries a span) or plain.
 type webhook struct {
 	d             admission.Decision
 	plain, traced int
 }
 
-func (wh *webhook) handlers() (http.Handler, func(func(admission.Decision)) http.Handler) {
-	plain := http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { wh.plain++; w.WriteHeader(wh.d.HTTPCode) })
-	build := func(observe func(admission.Decision)) http.Handler {
-		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+func (wh *webhook) handler() http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if trace.SpanContextFromContext(r.Context()).IsValid() {
 			wh.traced++
-			if !trace.SpanContextFromContext(r.Context()).IsValid() {
-				panic("the traced handler's request carries no span")
-			}
-			w.WriteHeader(wh.d.HTTPCode)
-			observe(wh.d)
-		})
-	}
-	return plain, build
+		} else {
+			wh.plain++
+		}
+		w.WriteHeader(wh.d.HTTPCode)
+		Record(r.Context(), wh.d)
+	})
 }
 
 func wrap(tr *Tracer, path string, wh *webhook) http.Handler {
-	plain, build := wh.handlers()
-	return tr.Wrap(path, plain, build)
+	return tr.Wrap(path, wh.handler())
 }
 
 func serve(h http.Handler, traceparent string) {
@@ -222,7 +219,7 @@ func TestExportToReceiver(t *testing.T) {
 // (recorded, not exported).
 func BenchmarkWrap(b *testing.B) {
 	wh := &webhook{d: admission.Decision{Kind: "Pod", Operation: "CREATE", HTTPCode: 200, Allowed: true}}
-	plain, build := wh.handlers()
+	plain := wh.handler()
 	tr := newTracer(sdktrace.NewTracerProvider(sdktrace.WithSampler(sdktrace.ParentBased(sdktrace.TraceIDRatioBased(0)))), true)
 	trRatio := newTracer(sdktrace.NewTracerProvider(sdktrace.WithSampler(sdktrace.ParentBased(sdktrace.TraceIDRatioBased(1e-9)))), false)
 	for _, c := range []struct {
@@ -230,10 +227,10 @@ func BenchmarkWrap(b *testing.B) {
 		h                 http.Handler
 	}{
 		{"off", "", plain},
-		{"on-no-traceparent", "", tr.Wrap("/mutate-pod", plain, build)},
-		{"on-unsampled-traceparent", unsampledParent, tr.Wrap("/mutate-pod", plain, build)},
-		{"on-ratio-not-sampled", "", trRatio.Wrap("/mutate-pod", plain, build)},
-		{"on-sampled", sampledParent, tr.Wrap("/mutate-pod", plain, build)},
+		{"on-no-traceparent", "", tr.Wrap("/mutate-pod", plain)},
+		{"on-unsampled-traceparent", unsampledParent, tr.Wrap("/mutate-pod", plain)},
+		{"on-ratio-not-sampled", "", trRatio.Wrap("/mutate-pod", plain)},
+		{"on-sampled", sampledParent, tr.Wrap("/mutate-pod", plain)},
 	} {
 		b.Run(c.name, func(b *testing.B) {
 			r := httptest.NewRequest(http.MethodPost, "/mutate-pod", nil)
