@@ -110,14 +110,14 @@ fuzz: ## a short run of each fuzz target
 	bash hack/fuzz.sh ./internal/admission FuzzScanValid $(FUZZTIME)
 	bash hack/fuzz.sh ./internal/jsonedit FuzzValid $(FUZZTIME)
 	bash hack/fuzz.sh ./internal/jsonedit FuzzApply $(FUZZTIME)
-	bash hack/fuzz.sh ./internal/policy/builtin FuzzPodName $(FUZZTIME)
-	bash hack/fuzz.sh ./internal/policy/builtin FuzzLifespan $(FUZZTIME)
-	bash hack/fuzz.sh ./internal/policy/builtin FuzzColocation $(FUZZTIME)
-	bash hack/fuzz.sh ./internal/policy/builtin FuzzNodeOvercommit $(FUZZTIME)
-	bash hack/fuzz.sh ./internal/policy/builtin FuzzJobQueue $(FUZZTIME)
-	bash hack/fuzz.sh ./internal/policy/builtin FuzzElasticQuota $(FUZZTIME)
-	bash hack/fuzz.sh ./internal/policy/builtin FuzzResourceFlavor $(FUZZTIME)
-	bash hack/fuzz.sh ./internal/policy/builtin FuzzKadmitConfig $(FUZZTIME)
+	bash hack/fuzz.sh ./internal/builtin FuzzPodName $(FUZZTIME)
+	bash hack/fuzz.sh ./internal/builtin FuzzLifespan $(FUZZTIME)
+	bash hack/fuzz.sh ./internal/builtin FuzzColocation $(FUZZTIME)
+	bash hack/fuzz.sh ./internal/builtin FuzzNodeOvercommit $(FUZZTIME)
+	bash hack/fuzz.sh ./internal/builtin FuzzJobQueue $(FUZZTIME)
+	bash hack/fuzz.sh ./internal/builtin FuzzElasticQuota $(FUZZTIME)
+	bash hack/fuzz.sh ./internal/builtin FuzzResourceFlavor $(FUZZTIME)
+	bash hack/fuzz.sh ./internal/builtin FuzzKadmitConfig $(FUZZTIME)
 
 # Order on a fresh machine: controlplane (the multi-call binary), then the
 # older minors start in the background at nice 19, then cluster builds

@@ -4,18 +4,19 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"github.com/kadmit/kadmit/internal/cmdexit"
 	"io"
 	"strings"
+
+	"github.com/kadmit/kadmit/internal/cmdexit"
 
 	"github.com/spf13/cobra"
 	admissionv1 "k8s.io/api/admission/v1"
 	authenticationv1 "k8s.io/api/authentication/v1"
 
 	"github.com/kadmit/kadmit/internal/admission"
+	"github.com/kadmit/kadmit/internal/builtin"
 	"github.com/kadmit/kadmit/internal/celpolicy"
 	"github.com/kadmit/kadmit/internal/policy"
-	"github.com/kadmit/kadmit/internal/policy/builtin"
 	"github.com/kadmit/kadmit/internal/review"
 )
 

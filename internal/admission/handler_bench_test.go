@@ -28,10 +28,10 @@ import (
 	"github.com/kadmit/kadmit/internal/admission"
 	"github.com/kadmit/kadmit/internal/bench"
 	"github.com/kadmit/kadmit/internal/jsonedit"
-	"github.com/kadmit/kadmit/internal/policy/colocation"
-	"github.com/kadmit/kadmit/internal/policy/lifespan"
-	"github.com/kadmit/kadmit/internal/policy/nodeovercommit"
-	"github.com/kadmit/kadmit/internal/policy/podname"
+	"github.com/kadmit/kadmit/internal/policy/koordinator/colocation"
+	"github.com/kadmit/kadmit/internal/policy/seed/lifespan"
+	"github.com/kadmit/kadmit/internal/policy/seed/nodeovercommit"
+	"github.com/kadmit/kadmit/internal/policy/seed/podname"
 )
 
 // benchPodJSON is bench.DefaultPod() as JSON (about 4.6 KB).

@@ -12,8 +12,8 @@ import (
 
 	"github.com/kadmit/kadmit/internal/admission"
 	"github.com/kadmit/kadmit/internal/gcpace"
-	"github.com/kadmit/kadmit/internal/policy/lifespan"
-	"github.com/kadmit/kadmit/internal/policy/podname"
+	"github.com/kadmit/kadmit/internal/policy/seed/lifespan"
+	"github.com/kadmit/kadmit/internal/policy/seed/podname"
 )
 
 // The parallel benchmarks answer the question of how the handler's cost

@@ -13,8 +13,8 @@ import (
 	"github.com/kadmit/kadmit/internal/admission"
 	"github.com/kadmit/kadmit/internal/celpolicy"
 	"github.com/kadmit/kadmit/internal/jsonedit"
-	"github.com/kadmit/kadmit/internal/policy/lifespan"
-	"github.com/kadmit/kadmit/internal/policy/podname"
+	"github.com/kadmit/kadmit/internal/policy/seed/lifespan"
+	"github.com/kadmit/kadmit/internal/policy/seed/podname"
 )
 
 // seedPods are pods as the API server sends them (metadata and spec set),

@@ -11,12 +11,12 @@ import (
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	corev1 "k8s.io/api/core/v1"
 
+	"github.com/kadmit/kadmit/internal/builtin"
 	. "github.com/kadmit/kadmit/internal/config"
 	"github.com/kadmit/kadmit/internal/policy"
-	"github.com/kadmit/kadmit/internal/policy/builtin"
-	"github.com/kadmit/kadmit/internal/policy/lifespan"
-	"github.com/kadmit/kadmit/internal/policy/nodeovercommit"
-	"github.com/kadmit/kadmit/internal/policy/podname"
+	"github.com/kadmit/kadmit/internal/policy/seed/lifespan"
+	"github.com/kadmit/kadmit/internal/policy/seed/nodeovercommit"
+	"github.com/kadmit/kadmit/internal/policy/seed/podname"
 )
 
 // The loader under test is the built-in registry's.

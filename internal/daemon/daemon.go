@@ -27,11 +27,11 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/kadmit/kadmit/internal/admission"
+	"github.com/kadmit/kadmit/internal/builtin"
 	"github.com/kadmit/kadmit/internal/celpolicy"
 	"github.com/kadmit/kadmit/internal/certs"
 	"github.com/kadmit/kadmit/internal/kubeconfig"
 	"github.com/kadmit/kadmit/internal/metrics"
-	"github.com/kadmit/kadmit/internal/policy/builtin"
 	"github.com/kadmit/kadmit/internal/readiness"
 	"github.com/kadmit/kadmit/internal/registration"
 	"github.com/kadmit/kadmit/internal/server"

@@ -13,9 +13,9 @@ import (
 	"k8s.io/client-go/rest"
 
 	"github.com/kadmit/kadmit/internal/admission"
+	"github.com/kadmit/kadmit/internal/builtin"
 	"github.com/kadmit/kadmit/internal/celpolicy"
 	"github.com/kadmit/kadmit/internal/metrics"
-	"github.com/kadmit/kadmit/internal/policy/builtin"
 )
 
 // withMetrics gives r real reload metrics on a fresh registry.

@@ -15,9 +15,9 @@ import (
 	"k8s.io/client-go/kubernetes/fake"
 
 	"github.com/kadmit/kadmit/internal/admission"
+	"github.com/kadmit/kadmit/internal/builtin"
 	"github.com/kadmit/kadmit/internal/celpolicy"
 	"github.com/kadmit/kadmit/internal/clustercache"
-	"github.com/kadmit/kadmit/internal/policy/builtin"
 )
 
 // maxReplicasVAP is a ValidatingAdmissionPolicy named name that denies

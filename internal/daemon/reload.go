@@ -16,12 +16,12 @@ import (
 	"k8s.io/client-go/rest"
 
 	"github.com/kadmit/kadmit/internal/admission"
+	"github.com/kadmit/kadmit/internal/builtin"
 	"github.com/kadmit/kadmit/internal/celpolicy"
 	"github.com/kadmit/kadmit/internal/clustercache"
 	"github.com/kadmit/kadmit/internal/config"
 	"github.com/kadmit/kadmit/internal/metrics"
 	"github.com/kadmit/kadmit/internal/policy"
-	"github.com/kadmit/kadmit/internal/policy/builtin"
 )
 
 // loadConfig reads the configuration serve starts with: the ConfigMap, the

@@ -10,9 +10,9 @@ import (
 	authenticationv1 "k8s.io/api/authentication/v1"
 
 	"github.com/kadmit/kadmit/internal/admission"
+	"github.com/kadmit/kadmit/internal/builtin"
 	"github.com/kadmit/kadmit/internal/celpolicy"
 	"github.com/kadmit/kadmit/internal/policy"
-	"github.com/kadmit/kadmit/internal/policy/builtin"
 )
 
 // fixedName is a names.NameGenerator with a known suffix.

@@ -7,9 +7,9 @@ import (
 	"testing"
 
 	"github.com/kadmit/kadmit/internal/admission"
+	"github.com/kadmit/kadmit/internal/builtin"
 	"github.com/kadmit/kadmit/internal/clustercache"
 	"github.com/kadmit/kadmit/internal/policy"
-	"github.com/kadmit/kadmit/internal/policy/builtin"
 )
 
 // wholeStateWebhooks is stateWebhooks with caches that keep whole objects:

@@ -15,8 +15,8 @@ import (
 	corev1 "k8s.io/api/core/v1"
 
 	"github.com/kadmit/kadmit/internal/admission"
+	"github.com/kadmit/kadmit/internal/builtin"
 	"github.com/kadmit/kadmit/internal/policy"
-	"github.com/kadmit/kadmit/internal/policy/builtin"
 )
 
 const offensivePod = `apiVersion: v1

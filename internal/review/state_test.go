@@ -12,10 +12,10 @@ import (
 	"testing"
 
 	"github.com/kadmit/kadmit/internal/admission"
+	"github.com/kadmit/kadmit/internal/builtin"
 	"github.com/kadmit/kadmit/internal/clustercache"
 	"github.com/kadmit/kadmit/internal/manifests"
 	"github.com/kadmit/kadmit/internal/policy"
-	"github.com/kadmit/kadmit/internal/policy/builtin"
 )
 
 // stateWebhooks builds the webhooks of the configuration cfg (YAML) as

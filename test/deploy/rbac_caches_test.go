@@ -9,7 +9,7 @@ import (
 
 	appsv1 "k8s.io/api/apps/v1"
 
-	"github.com/kadmit/kadmit/internal/policy/builtin"
+	"github.com/kadmit/kadmit/internal/builtin"
 	"github.com/kadmit/kadmit/test/deploy/internal/audit"
 )
 
