@@ -16,17 +16,17 @@ import (
 
 	"github.com/kadmit/kadmit/internal/admission"
 	"github.com/kadmit/kadmit/internal/celpolicy"
-	"github.com/kadmit/kadmit/internal/daemon"
 	"github.com/kadmit/kadmit/internal/gcpace"
 	"github.com/kadmit/kadmit/internal/logging"
 	"github.com/kadmit/kadmit/internal/registration"
+	"github.com/kadmit/kadmit/internal/serve"
 	"github.com/kadmit/kadmit/internal/server"
 	"github.com/kadmit/kadmit/internal/tracing"
 	"k8s.io/apimachinery/pkg/api/resource"
 )
 
 func newServeCmd() *cobra.Command {
-	var o daemon.Options
+	var o serve.Options
 	decisionLog := server.DefaultDecisionLog()
 	o.DecisionLog = &decisionLog
 	var logFormat, logLevel, gcHeapFloor string
@@ -77,9 +77,9 @@ per-call latency from the API server's traces").`,
 			if !cmd.Flags().Changed("tls") {
 				switch {
 				case selfSignedFlag:
-					o.TLSMode = daemon.TLSSelfSigned
+					o.TLSMode = serve.TLSSelfSigned
 				case o.CertDir != "":
-					o.TLSMode = daemon.TLSFiles
+					o.TLSMode = serve.TLSFiles
 				}
 			}
 			if traceOpts.Endpoint != "" {
@@ -109,8 +109,8 @@ per-call latency from the API server's traces").`,
 				defer p.Stop()
 				log.Debug("garbage collector heap floor set", "floorBytes", p.Floor())
 			}
-			if err := daemon.Run(cmd.Context(), o, log); err != nil {
-				if errors.Is(err, daemon.ErrUsage) {
+			if err := serve.Run(cmd.Context(), o, log); err != nil {
+				if errors.Is(err, serve.ErrUsage) {
 					return cmdexit.New(2, err)
 				}
 				return cmdexit.New(1, err)
@@ -146,7 +146,7 @@ per-call latency from the API server's traces").`,
 	f.DurationVar(&o.ShutdownGrace, "shutdown-grace", 30*time.Second, "how long in-flight requests may take to finish after SIGTERM")
 	f.DurationVar(&o.ShutdownDrain, "shutdown-drain", 0, "after SIGTERM, keep accepting and answering this long (each answer closing its connection, /readyz failing) while the endpoint leaves the Service; counts against --shutdown-grace. The chart sets 12s: two failed readiness probes 5s apart, then kube-proxy's sync")
 	f.Int64Var(&o.MaxRequestBytes, "max-request-bytes", admission.DefaultMaxRequestBytes, "largest AdmissionReview body accepted (larger: HTTP 413)")
-	f.StringVar(&o.TLSMode, "tls", daemon.TLSSelfManaged, "certificate source: self-managed (a Secret kadmit rotates), files (--cert-dir, reloaded on change) or self-signed (in memory, development)")
+	f.StringVar(&o.TLSMode, "tls", serve.TLSSelfManaged, "certificate source: self-managed (a Secret kadmit rotates), files (--cert-dir, reloaded on change) or self-signed (in memory, development)")
 	f.StringVar(&o.CertDir, "cert-dir", "", "directory with tls.crt and tls.key (--tls=files)")
 	f.BoolVar(&selfSignedFlag, "self-signed", false, "shorthand for --tls=self-signed")
 	f.StringSliceVar(&o.SANs, "dns-name", nil, "extra SAN (DNS name or IP) of the serving certificate; repeatable")

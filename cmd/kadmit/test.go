@@ -9,9 +9,9 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/kadmit/kadmit/internal/celpolicy"
-	"github.com/kadmit/kadmit/internal/celtest"
 	"github.com/kadmit/kadmit/internal/cmdexit"
 	"github.com/kadmit/kadmit/internal/kubeconfig"
+	"github.com/kadmit/kadmit/internal/policysuite"
 )
 
 func newTestCmd() *cobra.Command {
@@ -49,16 +49,16 @@ any fails or differs, 2 on input errors or when the server run fails.`,
 			if output != "text" && output != "json" {
 				return cmdexit.New(2, fmt.Errorf("--output %q: must be text or json", output))
 			}
-			files, err := celtest.Find(args[0])
+			files, err := policysuite.Find(args[0])
 			if err != nil {
 				return cmdexit.New(2, err)
 			}
 			if len(files) == 0 {
-				return cmdexit.New(2, fmt.Errorf("no test suites (kind: %s) under %s", celtest.Kind, args[0]))
+				return cmdexit.New(2, fmt.Errorf("no test suites (kind: %s) under %s", policysuite.Kind, args[0]))
 			}
 			load := celpolicy.LoadOptions{AllowSensitiveGroups: allowSensitive}
-			run := func(ctx context.Context, s *celtest.Suite) ([]celtest.Result, error) {
-				return celtest.RunWith(ctx, s, load)
+			run := func(ctx context.Context, s *policysuite.Suite) ([]policysuite.Result, error) {
+				return policysuite.RunWith(ctx, s, load)
 			}
 			if !server {
 				for _, f := range []string{"kubeconfig", "context", "server-wait"} {
@@ -71,7 +71,7 @@ any fails or differs, 2 on input errors or when the server run fails.`,
 				if err != nil {
 					return cmdexit.New(2, err)
 				}
-				sv, err := celtest.NewServer(rc, celtest.ServerOptions{Load: load, ReadyTimeout: serverWait, Log: cmd.ErrOrStderr()})
+				sv, err := policysuite.NewServer(rc, policysuite.ServerOptions{Load: load, ReadyTimeout: serverWait, Log: cmd.ErrOrStderr()})
 				if err != nil {
 					return cmdexit.New(2, err)
 				}
@@ -85,22 +85,22 @@ any fails or differs, 2 on input errors or when the server run fails.`,
 			// report writes results on stdout in the chosen format and
 			// the JUnit file, if asked for: after the last suite, or after
 			// a suite whose server run failed (its results stand).
-			report := func(results []celtest.Result) error {
+			report := func(results []policysuite.Result) error {
 				if output == "text" {
-					celtest.Print(cmd.OutOrStdout(), results)
+					policysuite.Print(cmd.OutOrStdout(), results)
 				}
 				// After the report on stdout, so a report file that cannot
 				// be written still leaves the results in the log.
 				if junit != "" {
-					if err := celtest.WriteJUnitFile(junit, results); err != nil {
+					if err := policysuite.WriteJUnitFile(junit, results); err != nil {
 						return cmdexit.New(2, err)
 					}
 				}
 				return nil
 			}
-			var results []celtest.Result
+			var results []policysuite.Result
 			for _, f := range files {
-				s, err := celtest.ReadSuite(f)
+				s, err := policysuite.ReadSuite(f)
 				if err != nil {
 					return cmdexit.New(2, err)
 				}
@@ -110,7 +110,7 @@ any fails or differs, 2 on input errors or when the server run fails.`,
 				// Each suite's events as soon as it ran: a CI log shows
 				// progress, and a later suite's input error keeps them.
 				if output == "json" && len(rs) > 0 {
-					if err := celtest.WriteJSON(cmd.OutOrStdout(), rs); err != nil {
+					if err := policysuite.WriteJSON(cmd.OutOrStdout(), rs); err != nil {
 						return cmdexit.New(2, err)
 					}
 				}
@@ -143,7 +143,7 @@ any fails or differs, 2 on input errors or when the server run fails.`,
 	f.BoolVar(&server, "server", false, "also send each test as a server-side dry run to the API server of --kubeconfig/--context, with the suite's policies installed there for its run, and report every test whose offline and server outcomes differ (use a disposable cluster; docs/policies-cel.md)")
 	f.StringVar(&kubeconfigPath, "kubeconfig", "", "with --server: kubeconfig file (default: $KUBECONFIG, then ~/.kube/config)")
 	f.StringVar(&kubeContext, "context", "", "with --server: kubeconfig context (default: the current context)")
-	f.DurationVar(&serverWait, "server-wait", celtest.DefaultReadyTimeout, "with --server: how long to wait, per suite, until the API server enforces the installed policies")
+	f.DurationVar(&serverWait, "server-wait", policysuite.DefaultReadyTimeout, "with --server: how long to wait, per suite, until the API server enforces the installed policies")
 	f.BoolVar(&defaults, "defaults", false, "hand the policies every test's objects as the API server would, as a suite's defaults: true does: with the API's defaults (core, apps, batch v1) and the ServiceAccount, TaintNodesByCondition, Priority, DefaultTolerationSeconds and StorageObjectInUseProtection admission plugins applied first, and each mutating policy's result defaulted (docs/policies-cel.md)")
 	return cmd
 }

@@ -40,8 +40,8 @@ func TestTestOutputs(t *testing.T) {
 		}
 		return -1
 	}
-	pass := filepath.Join("..", "..", "internal", "celtest", "testdata", "pass")
-	fail := filepath.Join("..", "..", "internal", "celtest", "testdata", "fail")
+	pass := filepath.Join("..", "..", "internal", "policysuite", "testdata", "pass")
+	fail := filepath.Join("..", "..", "internal", "policysuite", "testdata", "fail")
 
 	out, err := run(pass)
 	if status(err) != 0 || !strings.Contains(out, "3 tests, 3 passed, 0 failed") {

@@ -75,7 +75,7 @@ func Hooks(cfg *config.Configuration, env policy.Env) ([]admission.Hook, error) 
 	for _, s := range cfg.Policies {
 		hs, err := s.Hooks(env)
 		if err != nil {
-			return nil, fmt.Errorf("policy %s: %w", s.Kind().Name(), err)
+			return nil, fmt.Errorf("policy %s: %w", s.Entry().Name(), err)
 		}
 		hooks = append(hooks, hs...)
 	}

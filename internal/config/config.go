@@ -50,7 +50,7 @@ type Configuration struct {
 // Section returns the section of the policy with key, e.g. "lifespan".
 func (c *Configuration) Section(key string) (policy.Section, bool) {
 	for _, s := range c.Policies {
-		if s.Kind().Key() == key {
+		if s.Entry().Key() == key {
 			return s, true
 		}
 	}

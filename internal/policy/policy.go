@@ -1,6 +1,6 @@
 // Package policy defines what a built-in policy is to the rest of kadmit:
-// a Kind that knows its name, its configuration section and its defaults,
-// how to build its hooks from that section and the cluster, and which
+// an Entry of the registry that knows its name, its configuration section
+// and its defaults, how to build its hooks from that section and the cluster, and which
 // cluster caches it reads. The configuration loader, the server and
 // `kadmit review` handle every policy through these values alone; the list
 // of policies lives in package builtin, one line each.
@@ -26,9 +26,10 @@ import (
 	"github.com/kadmit/kadmit/internal/clustercache"
 )
 
-// Kind is one built-in policy as the configuration loader and the server
-// see it. Definition is the only implementation.
-type Kind interface {
+// Entry is one built-in policy as the registry (package builtin), the
+// configuration loader and the server see it. Definition is the only
+// implementation. (It was called Kind, which read as a Kubernetes kind.)
+type Entry interface {
 	// Name is the policy's name, e.g. "pod-name": the webhook is registered
 	// as "<name>.kadmit.io" and metrics and logs carry it.
 	Name() string
@@ -46,7 +47,7 @@ type Kind interface {
 
 // Section is one policy's parsed configuration section.
 type Section interface {
-	Kind() Kind
+	Entry() Entry
 	// Enabled reports `enabled: true`.
 	Enabled() bool
 	// Caches lists the cluster caches the enabled policy reads; none for a
@@ -110,7 +111,7 @@ type EnabledValidator interface {
 // loader handles for every policy, `enabled` and `failurePolicy`, are not
 // part of C: they are parsed, validated and applied here.
 type Definition[C Validator] struct {
-	// PolicyName and SectionKey are Kind's Name and Key.
+	// PolicyName and SectionKey are Entry's Name and Key.
 	PolicyName string
 	SectionKey string
 	// EnabledByDefault turns the policy on in the seed profile.
@@ -128,7 +129,7 @@ type Definition[C Validator] struct {
 	Caches func(cfg C) []clustercache.Read
 }
 
-var _ Kind = (*Definition[Validator])(nil)
+var _ Entry = (*Definition[Validator])(nil)
 
 // Hooker is a built policy that lists its hooks.
 type Hooker interface {
@@ -147,13 +148,13 @@ func BuildWith[C Validator, P Hooker](newPolicy func(C) (P, error)) func(C, Env)
 	}
 }
 
-// Name implements Kind.
+// Name implements Entry.
 func (d *Definition[C]) Name() string { return d.PolicyName }
 
-// Key implements Kind.
+// Key implements Entry.
 func (d *Definition[C]) Key() string { return d.SectionKey }
 
-// Default implements Kind.
+// Default implements Entry.
 func (d *Definition[C]) Default() Section {
 	return &section[C]{def: d, enabled: d.EnabledByDefault, cfg: d.Defaults()}
 }
@@ -164,7 +165,7 @@ type common struct {
 	FailurePolicy *admissionregistrationv1.FailurePolicyType `json:"failurePolicy,omitempty"`
 }
 
-// Decode implements Kind. A field present in raw replaces the default whole
+// Decode implements Entry. A field present in raw replaces the default whole
 // (a map such as nodeOvercommit's ratios is not merged key by key, so a file
 // that lists only memory does not silently keep the cpu default); absent
 // fields keep their defaults. Unknown and duplicate fields are errors and
@@ -253,7 +254,7 @@ type section[C Validator] struct {
 	cfg           C
 }
 
-func (s *section[C]) Kind() Kind    { return s.def }
+func (s *section[C]) Entry() Entry  { return s.def }
 func (s *section[C]) Enabled() bool { return s.enabled }
 func (s *section[C]) Config() any   { return s.cfg }
 
@@ -305,7 +306,7 @@ func (s *section[C]) Hooks(env Env) ([]admission.Hook, error) {
 // tests and the demo.
 func ConfigOf[C Validator](sections []Section, d *Definition[C]) (C, bool) {
 	for _, s := range sections {
-		if s.Kind() == Kind(d) {
+		if s.Entry() == Entry(d) {
 			return s.Config().(C), s.Enabled()
 		}
 	}
@@ -315,10 +316,10 @@ func ConfigOf[C Validator](sections []Section, d *Definition[C]) (C, bool) {
 // Registry is an ordered list of policy kinds. The order is the order of
 // hooks on a shared path: on /validate-pod pod-name runs before the quota
 // check, on /mutate-pod lifespan before the colocation profiles.
-type Registry []Kind
+type Registry []Entry
 
 // Lookup returns the kind whose section key is key.
-func (r Registry) Lookup(key string) (Kind, bool) {
+func (r Registry) Lookup(key string) (Entry, bool) {
 	for _, k := range r {
 		if k.Key() == key {
 			return k, true

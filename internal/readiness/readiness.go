@@ -1,6 +1,6 @@
 // Package readiness composes kadmit's one readiness answer, /readyz: ready
 // means "the API server can call me now", and every condition that decides
-// it is listed in one place (internal/daemon) as a Gate.
+// it is listed in one place (internal/serve) as a Gate.
 package readiness
 
 import "fmt"

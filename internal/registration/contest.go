@@ -97,7 +97,7 @@ const UnknownManager = "unknown"
 // ContestObserver receives what the registrar writes and the fights it
 // sees, per configuration: kind is "MutatingWebhookConfiguration" or
 // "ValidatingWebhookConfiguration", name the configuration's name. The
-// daemon hands it kadmit's metrics (metrics.Registration).
+// serve hands it kadmit's metrics (metrics.Registration).
 type ContestObserver interface {
 	// Wrote counts one server-side apply of the configuration by this
 	// replica (a first registration, a change, a repair).
@@ -566,7 +566,7 @@ func (r *Registrar) expireContests(now time.Time) {
 // caBundle of either configuration (more than ContestFreeRepairs reverts in
 // a row, the last less than ContestQuiet ago), else one sentence per such
 // configuration: who, how often, when the registrar repairs next. It is a
-// degraded readiness condition, never a gating one (internal/daemon).
+// degraded readiness condition, never a gating one (internal/serve).
 func (r *Registrar) Contested() error {
 	now := r.o.Now()
 	r.mu.Lock()

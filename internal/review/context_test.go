@@ -60,10 +60,10 @@ func reviewWith(t *testing.T, whs []*admission.Webhook, manifest string, opts Op
 	return res
 }
 
-// The suite's policies of internal/celtest: a MutatingAdmissionPolicy that
+// The suite's policies of internal/policysuite: a MutatingAdmissionPolicy that
 // records the name it saw in an annotation, and a ValidatingAdmission-
 // Policy reading object.metadata.name and request.name.
-const generateNamePolicies = "../celtest/testdata/generatename"
+const generateNamePolicies = "../policysuite/testdata/generatename"
 
 const generateNamePod = `apiVersion: v1
 kind: Pod

@@ -25,7 +25,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/kadmit/kadmit/internal/celpolicy"
-	"github.com/kadmit/kadmit/internal/celtest"
+	"github.com/kadmit/kadmit/internal/policysuite"
 )
 
 // effectLimit bounds the wait for the API server's policy informers to
@@ -60,7 +60,7 @@ func (o outcome) String() string {
 func TestCorpus(t *testing.T) {
 	requireWorld(t)
 	root := filepath.Join("..", "..", "..", "examples", "cel")
-	suites, err := celtest.Find(root)
+	suites, err := policysuite.Find(root)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -68,7 +68,7 @@ func TestCorpus(t *testing.T) {
 		t.Fatalf("found %d suites under %s, want the whole corpus", len(suites), root)
 	}
 	for _, f := range suites {
-		s, err := celtest.ReadSuite(f)
+		s, err := policysuite.ReadSuite(f)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -81,7 +81,7 @@ func TestCorpus(t *testing.T) {
 }
 
 type request struct {
-	test   *celtest.Test
+	test   *policysuite.Test
 	gvr    schema.GroupVersionResource
 	obj    *unstructured.Unstructured
 	old    *unstructured.Unstructured // created for real for UPDATE
@@ -91,7 +91,7 @@ type request struct {
 	admitted *unstructured.Unstructured
 }
 
-func diffSuite(ctx context.Context, t *testing.T, file string, s *celtest.Suite) {
+func diffSuite(ctx context.Context, t *testing.T, file string, s *policysuite.Suite) {
 	dir := filepath.Dir(file)
 	var paths []string
 	for _, p := range s.Policies {
@@ -165,7 +165,7 @@ func diffSuite(ctx context.Context, t *testing.T, file string, s *celtest.Suite)
 	want := make([]outcome, len(reqs))
 	probe := -1
 	for i, r := range reqs {
-		d, err := celtest.Evaluate(ctx, engine, engineRequest(t, r))
+		d, err := policysuite.Evaluate(ctx, engine, engineRequest(t, r))
 		if err != nil {
 			t.Fatalf("%s: engine: %v", r.test.Name, err)
 		}
@@ -358,7 +358,7 @@ func createObject(ctx context.Context, t *testing.T, u *unstructured.Unstructure
 	}
 }
 
-func buildRequest(ctx context.Context, t *testing.T, dir string, tc *celtest.Test) *request {
+func buildRequest(ctx context.Context, t *testing.T, dir string, tc *policysuite.Test) *request {
 	t.Helper()
 	load := func(inline json.RawMessage, file string) *unstructured.Unstructured {
 		var data []byte
@@ -395,13 +395,13 @@ func buildRequest(ctx context.Context, t *testing.T, dir string, tc *celtest.Tes
 }
 
 // send makes the request a server-side dry run and reads the outcome,
-// with celtest.Server.Send (what `kadmit test --server` sends); the
+// with policysuite.Server.Send (what `kadmit test --server` sends); the
 // Audit-ID header it carries finds its audit annotations.
 func send(ctx context.Context, r *request) (outcome, error) {
 	id := string(uuid.NewUUID())
 	world.auditID.Store(id)
 	defer world.auditID.Store("")
-	sr := &celtest.ServerRequest{Resource: r.gvr, Namespace: r.obj.GetNamespace(), Name: r.obj.GetName(),
+	sr := &policysuite.ServerRequest{Resource: r.gvr, Namespace: r.obj.GetNamespace(), Name: r.obj.GetName(),
 		Operation: apiserveradmission.Create, Object: r.obj}
 	if r.update {
 		sr.Operation = apiserveradmission.Update
@@ -498,7 +498,7 @@ func installPolicies(ctx context.Context, t *testing.T, written []*unstructured.
 
 func waitFor(ctx context.Context, t *testing.T, what string, cond func() bool) {
 	t.Helper()
-	if err := celtest.WaitFor(ctx, what, effectLimit, cond); err != nil {
+	if err := policysuite.WaitFor(ctx, what, effectLimit, cond); err != nil {
 		t.Fatal(err)
 	}
 }

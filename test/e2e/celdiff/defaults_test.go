@@ -16,7 +16,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/kadmit/kadmit/internal/apidefaults"
-	"github.com/kadmit/kadmit/internal/celtest"
+	"github.com/kadmit/kadmit/internal/policysuite"
 	"github.com/kadmit/kadmit/test/controlplane"
 )
 
@@ -163,7 +163,7 @@ spec:
 			t.Fatal(err)
 		}
 		r := &request{obj: u}
-		r.test = &celtest.Test{Name: u.GetKind() + " " + u.GetName()}
+		r.test = &policysuite.Test{Name: u.GetKind() + " " + u.GetName()}
 		r.gvr, _ = resourceFor(t, u.GroupVersionKind())
 		res, err := send(ctx, r)
 		if err != nil || !res.Allowed {

@@ -11,13 +11,13 @@ import (
 
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 
-	"github.com/kadmit/kadmit/internal/celtest"
 	"github.com/kadmit/kadmit/internal/jsonedit"
+	"github.com/kadmit/kadmit/internal/policysuite"
 )
 
 // checkExpect compares one side's outcome with what the suite's test
 // records (expect:), so that a bug both sides share still fails. It is
-// celtest's comparison (internal/celtest/suite.go compare) with two
+// policysuite's comparison (internal/policysuite/suite.go compare) with two
 // differences, because here the object went through the API server's own
 // admission and defaulting before and after the policies (a container
 // gains imagePullPolicy, DefaultTolerationSeconds prepends two
@@ -29,7 +29,7 @@ import (
 //     without policies (admitted) left the pointer's parent and target as
 //     the suite wrote them (raw); the others are returned in skipped, as
 //     their positions mean something else here.
-func checkExpect(e celtest.Expect, o outcome, raw, admitted map[string]any) (f, skipped []string) {
+func checkExpect(e policysuite.Expect, o outcome, raw, admitted map[string]any) (f, skipped []string) {
 	if *e.Allowed != o.Allowed {
 		f = append(f, fmt.Sprintf("allowed: got %v (%d %s), want %v", o.Allowed, o.Code, o.Message, *e.Allowed))
 	}
@@ -178,7 +178,7 @@ func subset(want, have any) bool {
 }
 
 // policyDocuments reads the suite's policy files as written
-// (celtest.PolicyDocuments, what `kadmit test --server` installs): the
+// (policysuite.PolicyDocuments, what `kadmit test --server` installs): the
 // four policy kinds, to create in the API server without going through
 // kadmit's loader (a loading bug in kadmit, such as a dropped
 // namespaceSelector, then shows up as a difference), and every other
@@ -186,7 +186,7 @@ func subset(want, have any) bool {
 // version the server serves (world.mapVersion; the fields are the same).
 func policyDocuments(t *testing.T, paths []string) (policies, params []*unstructured.Unstructured) {
 	t.Helper()
-	policies, params, err := celtest.PolicyDocuments(paths, world.mapVersion, celtest.DefaultMaxObjects)
+	policies, params, err := policysuite.PolicyDocuments(paths, world.mapVersion, policysuite.DefaultMaxObjects)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -13,7 +13,7 @@ import (
 	"k8s.io/apiserver/pkg/storage/names"
 
 	"github.com/kadmit/kadmit/internal/celpolicy"
-	"github.com/kadmit/kadmit/internal/celtest"
+	"github.com/kadmit/kadmit/internal/policysuite"
 )
 
 // fixedName is names.SimpleNameGenerator with a known suffix: the base
@@ -35,9 +35,9 @@ var generatedSuffix = regexp.MustCompile(`^[bcdfghjklmnpqrstvwxz2456789]{5}$`)
 // mutating and validating admission (the mutating policy sees no name, the
 // validating one sees it in object.metadata.name and request.name), which
 // `kadmit test` and `kadmit review` repeat offline (admission.GenerateName).
-// The suite internal/celtest/testdata/generatename records that; here its
+// The suite internal/policysuite/testdata/generatename records that; here its
 // expectations must hold on a real API server, and the engine's outcome
-// (celtest.Evaluate, the name generated with a known suffix) must equal
+// (policysuite.Evaluate, the name generated with a known suffix) must equal
 // the API server's once its random suffix is replaced by the same one.
 // Not in the corpus TestCorpus runs: its engine side starts from the
 // object the API server admitted, already named.
@@ -45,8 +45,8 @@ func TestGenerateName(t *testing.T) {
 	requireWorld(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
 	defer cancel()
-	file := filepath.Join("..", "..", "..", "internal", "celtest", "testdata", "generatename", "suite.yaml")
-	s, err := celtest.ReadSuite(file)
+	file := filepath.Join("..", "..", "..", "internal", "policysuite", "testdata", "generatename", "suite.yaml")
+	s, err := policysuite.ReadSuite(file)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -91,7 +91,7 @@ func TestGenerateName(t *testing.T) {
 			}
 			req.Name = ""
 		}
-		d, err := celtest.EvaluateWith(ctx, engine, req, fixedName("xxxxx"))
+		d, err := policysuite.EvaluateWith(ctx, engine, req, fixedName("xxxxx"))
 		if err != nil {
 			t.Fatalf("%s: engine: %v", r.test.Name, err)
 		}

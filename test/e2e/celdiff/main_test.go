@@ -36,7 +36,7 @@ import (
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/rest"
 
-	"github.com/kadmit/kadmit/internal/celtest"
+	"github.com/kadmit/kadmit/internal/policysuite"
 	"github.com/kadmit/kadmit/test/controlplane"
 )
 
@@ -44,8 +44,8 @@ var world struct {
 	cp  *controlplane.ControlPlane
 	dyn dynamic.Interface
 	// server sends the dry runs and creates the policies: the code of
-	// `kadmit test --server` (internal/celtest/server.go).
-	server *celtest.Server
+	// `kadmit test --server` (internal/policysuite/server.go).
+	server *policysuite.Server
 	minor  int
 	// mapVersion is the admissionregistration version the server serves
 	// MutatingAdmissionPolicy in: v1 from 1.36, v1beta1 on 1.35.
@@ -145,7 +145,7 @@ func run(m *testing.M) int {
 		fmt.Fprintln(os.Stderr, "celdiff:", err)
 		return 1
 	}
-	if world.server, err = celtest.NewServer(cfg, celtest.ServerOptions{RequestTimeout: 30 * time.Second, ReadyTimeout: effectLimit}); err != nil {
+	if world.server, err = policysuite.NewServer(cfg, policysuite.ServerOptions{RequestTimeout: 30 * time.Second, ReadyTimeout: effectLimit}); err != nil {
 		fmt.Fprintln(os.Stderr, "celdiff:", err)
 		return 1
 	}

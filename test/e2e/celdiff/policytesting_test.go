@@ -6,7 +6,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/kadmit/kadmit/internal/celtest"
+	"github.com/kadmit/kadmit/internal/policysuite"
 )
 
 // TestPolicyTestingExamples runs the examples of docs/policy-testing.md
@@ -21,14 +21,14 @@ import (
 func TestPolicyTestingExamples(t *testing.T) {
 	requireWorld(t)
 	for _, d := range []string{"cluster-state", "mutate-then-validate", "file-formats"} {
-		files, err := celtest.Find(filepath.Join("..", "..", "..", "examples", "policy-testing", d))
+		files, err := policysuite.Find(filepath.Join("..", "..", "..", "examples", "policy-testing", d))
 		if err != nil {
 			t.Fatal(err)
 		}
 		if len(files) != 1 {
 			t.Fatalf("%s: want one suite, found %v", d, files)
 		}
-		s, err := celtest.ReadSuite(files[0])
+		s, err := policysuite.ReadSuite(files[0])
 		if err != nil {
 			t.Fatal(err)
 		}

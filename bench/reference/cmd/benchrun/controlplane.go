@@ -38,7 +38,7 @@ func defaultControlPlaneDir() string {
 // writes an admin kubeconfig to kubeconfig (mode 0600) and returns the
 // function that stops both. `kadmit serve --policies` needs a cluster: the
 // declared policies' namespaceSelector and namespaceObject read namespaces
-// from its informer (internal/daemon/reload.go). The API server idles while
+// from its informer (internal/serve/reload.go). The API server idles while
 // kadmit is measured: nothing is created.
 func startControlPlane(ctx context.Context, dir, kubeconfig string, out io.Writer) (stop func(), err error) {
 	for _, b := range []string{"kube-apiserver", "etcd"} {

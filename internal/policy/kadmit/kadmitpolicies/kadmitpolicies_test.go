@@ -19,7 +19,7 @@ import (
 )
 
 // load is what serve hands the policy: LoadAll and New over the
-// ConfigMap's documents (internal/daemon declaredHooks).
+// ConfigMap's documents (internal/serve declaredHooks).
 func load(cm *corev1.ConfigMap) error {
 	set, err := celpolicy.LoadAll(nil, celpolicy.ConfigMapDocuments(cm))
 	if err != nil {

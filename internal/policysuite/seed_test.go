@@ -1,4 +1,4 @@
-package celtest
+package policysuite
 
 import (
 	"context"

@@ -1,4 +1,4 @@
-package celtest
+package policysuite
 
 // Differential runs (`kadmit test --server`): each suite runs offline as
 // `kadmit test` does, and each of its tests is also sent to a real API

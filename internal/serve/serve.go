@@ -1,9 +1,9 @@
-// Package daemon wires the `kadmit serve` process together: configuration
+// Package serve wires the `kadmit serve` process together: configuration
 // and policies, one certificate source (certs.Source, one per --tls mode),
 // the registrar (registration.Registrar) that writes and repairs the webhook
 // configurations, one readiness gate and the HTTPS server. It holds no logic
 // of its own beyond choosing and connecting those parts.
-package daemon
+package serve
 
 import (
 	"context"

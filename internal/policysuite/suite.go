@@ -1,4 +1,4 @@
-// Package celtest runs test suites for declared admission policies
+// Package policysuite runs test suites for declared admission policies
 // (`kadmit test DIR`): each suite names policy files (policies, bindings,
 // params), and its tests give an object, an operation and what the API
 // server must decide — allowed or denied, code, message, warnings, audit
@@ -6,7 +6,7 @@
 // celpolicy exactly as the API server's in-tree plugins do: every
 // MutatingAdmissionPolicy first, then every ValidatingAdmissionPolicy on
 // the mutated object. The format is documented in docs/policies-cel.md.
-package celtest
+package policysuite
 
 import (
 	"bytes"
