@@ -14,7 +14,7 @@ import (
 	"time"
 )
 
-// TargetText states issue 14's target as the report prints it.
+// TargetText states the histogram target as the report prints it.
 var TargetText = fmt.Sprintf("every webhook's p99 in the API server's lowest bucket (<= %s) at %d creates/s, with all seed webhooks registered",
 	fmtSeconds(TargetBucket), TargetRate)
 
@@ -298,10 +298,10 @@ func (r *APIServerReport) WriteJSON(w io.Writer) error {
 	return nil
 }
 
-// SpanTargetText states issue 24's span target as the report prints it.
+// SpanTargetText states the span target as the report prints it.
 var SpanTargetText = fmt.Sprintf("every webhook call's p99 <= %s as the API server's spans measure it, at %d creates/s", fmtSeconds(TargetBucket), SpanTargetRate)
 
-// SpanTargetRate is the rate issue 24's span target is stated at.
+// SpanTargetRate is the rate the span target is stated at, in creates/s.
 const SpanTargetRate = 1000
 
 // writeText writes the span table: per webhook, the four parts' exact

@@ -51,7 +51,7 @@ const (
 	maxErrorSample = 300
 )
 
-// The target of issue 14, printed next to every through-API-server result:
+// The histogram target, printed next to every through-API-server result:
 // at TargetRate creates/s, every webhook's p99 in the API server's lowest
 // bucket (<= TargetBucket seconds), i.e. at least 99% of its calls there.
 const (

@@ -193,7 +193,7 @@ func (r *run) checkInterception(ctx context.Context, w *Webhook) []Finding {
 	// make (pod and ReplicaSet creates, Deployment updates): the rules are
 	// matched once per request here, not once per backend and object, and
 	// only the backends left are sorted (2,000 webhooks over 2,000 backends
-	// were 12 million rule matches per run, issue 23's scale test). The
+	// were 12 million rule matches per run in test/e2e/scale). The
 	// webhooks by Service are indexed once, when a backend is first
 	// intercepted.
 	ruleMatch := map[Request]bool{}

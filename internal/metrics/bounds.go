@@ -7,7 +7,7 @@ import (
 )
 
 // BoundsSource reports the use of the metrics listener's connection bound
-// and of abandoned reviews (issue 20).
+// and of abandoned reviews, so an operator sees a bound before it bites.
 type BoundsSource struct {
 	// MetricsConnections is the number of open metrics/health connections;
 	// MaxMetricsConnections its bound (--metrics-max-connections).

@@ -96,7 +96,8 @@ type Options struct {
 	ClientCAFile              string
 	ClientAllowedNames        []string
 	MetricsSecure             bool
-	// MetricsMaxConnections and MaxAbandonedReviews: issue 20's bounds
+	// MetricsMaxConnections and MaxAbandonedReviews: the metrics
+	// listener's connection bound and the abandoned-review bound
 	// (server.Options).
 	MetricsMaxConnections int
 	MaxAbandonedReviews   int

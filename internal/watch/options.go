@@ -30,7 +30,7 @@ var ErrUsage = errors.New("invalid options")
 
 // Defaults of the options, as the flags of `kadmit watch` show them.
 const (
-	// DefaultHandshakeInterval is 20 s, not the 30 s issue 15 first named:
+	// DefaultHandshakeInterval is 20 s, not the 30 s first planned:
 	// a fault that appears in place on an endpoint already handshaken (its
 	// certificate swapped, its port refusing, a hang) is found at the next
 	// handshake, confirmed DefaultConfirmDelay later, and a hang costs two

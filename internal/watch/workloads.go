@@ -27,8 +27,7 @@ import (
 // reads), whatever its namespace (workloadTransform, prune.go). Pods are
 // cached by selection too (podCache): so 50,000 pods and 6,000 workloads
 // of which 4,000 and 4,000 serve webhooks cost what those do plus a few
-// hundred bytes each for the rest (issue 23's scale test,
-// test/e2e/scale). The checks only
+// hundred bytes each for the rest (test/e2e/scale). The checks only
 // read pods and workloads behind a webhook Service (snapshot.go backend).
 type workloads struct {
 	// sel is the selection the workload informers' transform keeps
