@@ -90,6 +90,14 @@ vet:
 	@! $(GO) list -deps ./cmd/... ./internal/... | grep -E '^($(TEST_ONLY_MODULES))' || { echo "kadmit's packages import a test-only module (above)"; exit 1; }
 	@! (cd $(WEBHOOKCERTS) && $(GO) list -deps . | grep -E '^(sigs.k8s.io/controller-runtime|k8s.io/apiserver|github.com/kadmit/kadmit/internal)') || { echo "the webhookcerts root package imports what only crmanager may (controller-runtime) or nothing may (above)"; exit 1; }
 	bash hack/samedeps.sh
+	bash hack/check-layers.sh
+
+# The chart's RBAC for the cluster caches policies read is generated from
+# their Go declarations; internal/served's TestChartCachesGenerated fails
+# until this is run after a policy's caches change.
+.PHONY: generate
+generate: ## regenerate the chart's RBAC for the policies' caches (deploy/helm/kadmit/templates/_policycaches.tpl) from the Go declarations
+	$(GO) run ./internal/served/chartrbac
 
 # test/cluster/... runs in e2e, not here: its tests start a real cluster
 # (root, namespaces, the node binaries make cluster builds).

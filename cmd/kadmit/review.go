@@ -16,8 +16,9 @@ import (
 	"github.com/kadmit/kadmit/internal/admission"
 	"github.com/kadmit/kadmit/internal/builtin"
 	"github.com/kadmit/kadmit/internal/celpolicy"
-	"github.com/kadmit/kadmit/internal/policy"
+	"github.com/kadmit/kadmit/internal/clustercache"
 	"github.com/kadmit/kadmit/internal/review"
+	"github.com/kadmit/kadmit/internal/served"
 )
 
 func newReviewCmd() *cobra.Command {
@@ -67,28 +68,24 @@ or input errors.`,
 					return cmdexit.New(2, err)
 				}
 			}
-			env := policy.Env{} // offline: no cluster caches
+			src := served.Sources{Config: cfg}
+			if len(policyPaths) > 0 {
+				src.Declared = &served.Declared{Paths: policyPaths, Load: celpolicy.LoadOptions{AllowSensitiveGroups: allowSensitive}}
+			}
 			if state != "" {
 				ctx, cancel := context.WithCancel(cmd.Context())
 				defer cancel() // stops the state's informers
-				resources := builtin.Caches(cfg)
-				if len(policyPaths) > 0 {
-					resources = append(resources, celpolicy.Caches()...)
+				src.Cluster = func(reads []clustercache.Read) (*clustercache.Caches, error) {
+					return review.LoadState(ctx, state, reads)
 				}
-				if env.Cluster, err = review.LoadState(ctx, state, resources); err != nil {
-					return cmdexit.New(2, err)
-				}
-			}
-			webhooks, err := builtin.Webhooks(cfg, env)
+			} // else offline: no cluster caches
+			policies, err := served.Assemble(src)
 			if err != nil {
 				return cmdexit.New(2, err)
 			}
-			if len(policyPaths) > 0 {
-				declared, _, err := celpolicy.LoadWebhooksWith(celpolicy.LoadOptions{AllowSensitiveGroups: allowSensitive}, celpolicy.Options{}.WithCluster(env.Cluster), policyPaths...)
-				if err != nil {
-					return cmdexit.New(2, err)
-				}
-				webhooks = append(webhooks, declared...)
+			webhooks, err := policies.Webhooks()
+			if err != nil {
+				return cmdexit.New(2, err)
 			}
 			docs, err := review.Read(file, cmd.InOrStdin())
 			if err != nil {

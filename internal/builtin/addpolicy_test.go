@@ -1,9 +1,12 @@
-package builtin
+package builtin_test
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 
@@ -13,12 +16,17 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 
 	"github.com/kadmit/kadmit/internal/admission"
+	"github.com/kadmit/kadmit/internal/builtin"
+	"github.com/kadmit/kadmit/internal/clustercache"
 	"github.com/kadmit/kadmit/internal/config"
 	"github.com/kadmit/kadmit/internal/policy"
+	"github.com/kadmit/kadmit/internal/served"
 )
 
 // This file follows docs/architecture.md's "How to add a policy" step by
-// step with a trivial policy, so the recipe stays true.
+// step with a trivial policy, so the recipe stays true. It is an external
+// test package so that step 5 can run the chart generator (package served,
+// which imports builtin).
 
 // Step 1: the policy's config, with Validate naming the field.
 type denyLabelConfig struct {
@@ -72,18 +80,20 @@ var denyLabelDefinition = &policy.Definition[denyLabelConfig]{
 
 func TestAddPolicy(t *testing.T) {
 	// Step 4: one line in the registry (here a copy of it).
-	reg := append(append(policy.Registry{}, Registry...), denyLabelDefinition)
+	reg := append(append(policy.Registry{}, builtin.Registry...), denyLabelDefinition)
 	if err := reg.Validate(); err != nil {
 		t.Fatal(err)
 	}
 	loader := config.Loader{Registry: reg}
 
-	// Step 5: the section parses, validates and builds like any other.
+	// Step 5: RBAC, below (TestAddPolicyRBAC).
+
+	// Step 6: the section parses, validates and builds like any other.
 	cfg, err := loader.Parse([]byte("apiVersion: kadmit.io/v1alpha1\nkind: Configuration\npolicies:\n  denyLabel: {enabled: true, label: team/banned, failurePolicy: Ignore}\n"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	hooks, err := Hooks(cfg, policy.Env{})
+	hooks, err := builtin.Hooks(cfg, policy.Env{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -128,7 +138,7 @@ func TestAddPolicy(t *testing.T) {
 		t.Fatalf("empty label: %v", err)
 	}
 	// The seed loader does not know the new section.
-	if _, err := Config.Parse([]byte("apiVersion: kadmit.io/v1alpha1\nkind: Configuration\npolicies:\n  denyLabel: {}\n")); err == nil ||
+	if _, err := builtin.Config.Parse([]byte("apiVersion: kadmit.io/v1alpha1\nkind: Configuration\npolicies:\n  denyLabel: {}\n")); err == nil ||
 		!strings.Contains(err.Error(), "policies.denyLabel: unknown policy") {
 		t.Fatalf("unknown section: %v", err)
 	}
@@ -143,7 +153,57 @@ func TestHookNamingAnotherPolicyIsRefused(t *testing.T) {
 		},
 	}
 	cfg := config.Loader{Registry: policy.Registry{bad}}.Default()
-	if _, err := Hooks(cfg, policy.Env{}); err == nil || !strings.HasPrefix(err.Error(), "policy bad: hook on /validate-pod names policy \"deny-label\"") {
+	if _, err := builtin.Hooks(cfg, policy.Env{}); err == nil || !strings.HasPrefix(err.Error(), "policy bad: hook on /validate-pod names policy \"deny-label\"") {
 		t.Fatalf("err = %v", err)
+	}
+}
+
+// Step 5, RBAC: a policy without Caches leaves the chart's grants as they
+// are; one that declares Caches (here deny-label reading namespace labels)
+// changes them, so the committed chart is stale (TestChartCachesGenerated
+// in internal/served fails) until `make generate` rewrites it from the
+// registry, and the rewritten chart grants the read when the section is
+// enabled. The recipe says so.
+func TestAddPolicyRBAC(t *testing.T) {
+	committed, err := os.ReadFile(filepath.Join("..", "..", served.ChartCachesPath))
+	if err != nil {
+		t.Fatal(err)
+	}
+	without, err := served.ChartCachesTemplate(append(append(policy.Registry{}, builtin.Registry...), denyLabelDefinition))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(without, committed) {
+		t.Fatalf("a policy without caches changed the chart's grants, or %s is stale (make generate)", served.ChartCachesPath)
+	}
+
+	withCache := *denyLabelDefinition
+	withCache.Caches = func(denyLabelConfig) []clustercache.Read {
+		return []clustercache.Read{clustercache.Namespaces.Keep(clustercache.P("metadata", "labels"))}
+	}
+	generated, err := served.ChartCachesTemplate(append(append(policy.Registry{}, builtin.Registry...), &withCache))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if bytes.Equal(generated, committed) {
+		t.Fatal("the generator ignores the new policy's cache: make generate would not grant it")
+	}
+	for _, want := range []string{
+		`{{- if dig "policies" "denyLabel" "enabled" false .Values.config }}{{ $on = true }}{{ end }}`,
+		"deny-label (denyLabel.enabled)",
+	} {
+		if !bytes.Contains(generated, []byte(want)) {
+			t.Errorf("generated chart lacks %s", want)
+		}
+	}
+
+	doc, err := os.ReadFile(filepath.Join("..", "..", "docs", "architecture.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, recipe, _ := strings.Cut(string(doc), "## How to add a policy")
+	recipe, _, _ = strings.Cut(recipe, "\n## ")
+	if !strings.Contains(recipe, "**RBAC.**") || !strings.Contains(recipe, "`make generate`") || !strings.Contains(recipe, served.ChartCachesPath) {
+		t.Errorf("docs/architecture.md's recipe does not give the RBAC step (make generate, %s)", served.ChartCachesPath)
 	}
 }

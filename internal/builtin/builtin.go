@@ -1,6 +1,8 @@
 // Package builtin is kadmit's policy registry: the list of built-in
 // policies, one line each, and the two things done with it: parsing a
 // configuration (Config) and building the enabled policies' hooks (Hooks).
+// What kadmit serves, these and the declared policies together, is
+// assembled above it, by package served.
 package builtin
 
 import (

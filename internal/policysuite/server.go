@@ -605,11 +605,12 @@ func WaitFor(ctx context.Context, what string, limit time.Duration, cond func() 
 // reachable, a param kind it does not serve, policies not in effect in
 // time, a cleanup that failed).
 func (sv *Server) RunServer(ctx context.Context, s *Suite) (results []Result, err error) {
-	set, err := celpolicy.LoadWith(sv.opts.Load, s.policyPaths(), nil)
+	e, err := s.engine(sv.opts.Load)
 	if err != nil {
-		return nil, fmt.Errorf("%w: %s: %w", ErrInput, s.file, err)
+		return nil, err
 	}
-	results, runs, err := s.runOffline(ctx, set, true)
+	set := e.Set()
+	results, runs, err := s.runOffline(ctx, e, true)
 	if err != nil {
 		return nil, err
 	}

@@ -36,6 +36,7 @@ import (
 	"github.com/kadmit/kadmit/internal/celpolicy"
 	"github.com/kadmit/kadmit/internal/jsonedit"
 	"github.com/kadmit/kadmit/internal/manifests"
+	"github.com/kadmit/kadmit/internal/served"
 )
 
 // Kind and APIVersion identify a suite file.
@@ -299,12 +300,24 @@ func Run(ctx context.Context, s *Suite) ([]Result, error) {
 // RunWith is Run loading the suite's policies with load (`kadmit test
 // --policies-allow-sensitive-groups`).
 func RunWith(ctx context.Context, s *Suite, load celpolicy.LoadOptions) ([]Result, error) {
-	set, err := celpolicy.LoadWith(load, s.policyPaths(), nil)
+	e, err := s.engine(load)
+	if err != nil {
+		return nil, err
+	}
+	out, _, err := s.runOffline(ctx, e, false)
+	return out, err
+}
+
+// engine loads and compiles the suite's policies with load through
+// served.Assemble, the door `kadmit serve` and `kadmit review --policies`
+// load declared policies through, with no built-in policy. Errors wrap
+// ErrInput and name the suite file.
+func (s *Suite) engine(load celpolicy.LoadOptions) (*celpolicy.Engine, error) {
+	policies, err := served.Assemble(served.Sources{Declared: &served.Declared{Paths: s.policyPaths(), Load: load, Options: engineOptions(s)}})
 	if err != nil {
 		return nil, fmt.Errorf("%w: %s: %w", ErrInput, s.file, err)
 	}
-	out, _, err := s.runOffline(ctx, set, false)
-	return out, err
+	return policies.Engine, nil
 }
 
 // offline is one test's offline run: the request kadmit built and the
@@ -320,13 +333,10 @@ type offline struct {
 	dry    *celpolicy.Decision
 }
 
-// runOffline evaluates every test of s with the policies of set; with
-// asDryRun, also each test that is not a dry run as one (offline.dry).
-func (s *Suite) runOffline(ctx context.Context, set *celpolicy.Set, asDryRun bool) ([]Result, []offline, error) {
-	e, err := celpolicy.New(set, engineOptions(s))
-	if err != nil {
-		return nil, nil, fmt.Errorf("%w: %s: %w", ErrInput, s.file, err)
-	}
+// runOffline evaluates every test of s with the suite's policies compiled
+// in e (Suite.engine); with asDryRun, also each test that is not a dry run
+// as one (offline.dry).
+func (s *Suite) runOffline(ctx context.Context, e *celpolicy.Engine, asDryRun bool) ([]Result, []offline, error) {
 	var out []Result
 	var runs []offline
 	for i := range s.Tests {

@@ -10,31 +10,23 @@ import (
 
 	"github.com/kadmit/kadmit/internal/admission"
 	"github.com/kadmit/kadmit/internal/celpolicy"
-	"github.com/kadmit/kadmit/internal/clustercache"
+	"github.com/kadmit/kadmit/internal/served"
 )
 
 // declaredHooks loads (with load: see celpolicy.LoadOptions) and compiles
 // the declared policies at paths and in docs (--policies-configmap's data
-// keys) as one set and returns their hooks, namespace lookups answered by
-// the cluster's namespace cache (nil offline: every namespace then has
-// only its kubernetes.io/metadata.name label). opts carries the bounds
-// (Budget, MaxObjectBytes).
-func declaredHooks(load celpolicy.LoadOptions, paths []string, docs []celpolicy.Document, cluster *clustercache.Caches, opts celpolicy.Options) ([]admission.Hook, error) {
-	opts = opts.WithCluster(cluster)
-	set, err := celpolicy.LoadWith(load, paths, docs)
+// keys) as one set, through served.Assemble as a start and a reload do,
+// and returns their hooks, offline (every namespace has only its
+// kubernetes.io/metadata.name label) and without serve's bounds: what the
+// kadmit-policies guard checks a ConfigMap write with. Errors start with
+// "declared policies: ".
+func declaredHooks(load celpolicy.LoadOptions, paths []string, docs []celpolicy.Document) ([]admission.Hook, error) {
+	policies, err := assemble(served.Sources{Declared: &served.Declared{Paths: paths, Docs: docs, Load: load}})
 	if err != nil {
 		return nil, fmt.Errorf("declared policies: %w", err)
 	}
-	e, err := newEngine(set, opts)
-	if err != nil {
-		return nil, fmt.Errorf("declared policies: %w", err)
-	}
-	return e.Hooks(), nil
+	return policies.Hooks, nil
 }
-
-// newEngine is celpolicy.New; TestReloadReleasesOldEngine records the
-// engines it builds to prove a reload lets the previous one go.
-var newEngine = celpolicy.New
 
 // declaredLoad is how opts load declared policies.
 func declaredLoad(opts Options) celpolicy.LoadOptions {

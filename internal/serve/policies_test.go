@@ -11,7 +11,7 @@ import (
 )
 
 func TestDeclaredHooks(t *testing.T) {
-	hooks, err := declaredHooks(celpolicy.LoadOptions{}, []string{"../../examples/cel/lifespan"}, nil, nil, celpolicy.Options{})
+	hooks, err := declaredHooks(celpolicy.LoadOptions{}, []string{"../../examples/cel/lifespan"}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -31,7 +31,7 @@ func TestDeclaredHooks(t *testing.T) {
 	if err := os.WriteFile(bad, []byte("apiVersion: admissionregistration.k8s.io/v1\nkind: ValidatingAdmissionPolicyBinding\nmetadata: {name: b}\nspec: {policyName: none, validationActions: [Deny]}\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := declaredHooks(celpolicy.LoadOptions{}, []string{bad}, nil, nil, celpolicy.Options{}); !errors.Is(err, celpolicy.ErrInput) {
+	if _, err := declaredHooks(celpolicy.LoadOptions{}, []string{bad}, nil); !errors.Is(err, celpolicy.ErrInput) {
 		t.Errorf("bad policy file: %v", err)
 	}
 }

@@ -140,7 +140,7 @@ spec: {policyName: lifespan}
 	if len(docs) != 2 || docs[0].Name != "ConfigMap kadmit-system/policies data[a.yaml]" {
 		t.Fatalf("documents %+v", docs)
 	}
-	hooks, err := declaredHooks(celpolicy.LoadOptions{}, []string{"../../examples/cel/lifespan"}, docs, nil, celpolicy.Options{})
+	hooks, err := declaredHooks(celpolicy.LoadOptions{}, []string{"../../examples/cel/lifespan"}, docs)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -153,7 +153,7 @@ spec: {policyName: lifespan}
 	}
 	// An error names the ConfigMap key.
 	docs = celpolicy.ConfigMapDocuments(policyCM(map[string]string{"bad.yaml": "kind: 3"}))
-	if _, err := declaredHooks(celpolicy.LoadOptions{}, nil, docs, nil, celpolicy.Options{}); err == nil || !strings.Contains(err.Error(), "ConfigMap kadmit-system/policies data[bad.yaml]") {
+	if _, err := declaredHooks(celpolicy.LoadOptions{}, nil, docs); err == nil || !strings.Contains(err.Error(), "ConfigMap kadmit-system/policies data[bad.yaml]") {
 		t.Errorf("error %v, want one naming the key", err)
 	}
 }

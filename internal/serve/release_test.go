@@ -17,6 +17,7 @@ import (
 
 	"github.com/kadmit/kadmit/internal/admission"
 	"github.com/kadmit/kadmit/internal/celpolicy"
+	"github.com/kadmit/kadmit/internal/served"
 )
 
 // labelMAP is a MutatingAdmissionPolicy on pods setting one label.
@@ -54,17 +55,17 @@ spec: {policyName: ` + name + `}
 func TestReloadReleasesOldEngine(t *testing.T) {
 	var mu sync.Mutex
 	var engines []weak.Pointer[celpolicy.Engine]
-	build := newEngine
-	newEngine = func(set *celpolicy.Set, opts celpolicy.Options) (*celpolicy.Engine, error) {
-		e, err := build(set, opts)
-		if err == nil {
+	build := assemble
+	assemble = func(src served.Sources) (*served.Policies, error) {
+		p, err := build(src)
+		if err == nil && p.Engine != nil {
 			mu.Lock()
-			engines = append(engines, weak.Make(e))
+			engines = append(engines, weak.Make(p.Engine))
 			mu.Unlock()
 		}
-		return e, err
+		return p, err
 	}
-	t.Cleanup(func() { newEngine = build })
+	t.Cleanup(func() { assemble = build })
 
 	// The daemon assembled as Run assembles it (validate, loadPolicies,
 	// newMetrics, newSource, newRegistrar, newRotator, newServer), with the test
@@ -98,7 +99,7 @@ func TestReloadReleasesOldEngine(t *testing.T) {
 	serve, register := d.srv.SetWebhooks, d.registrar.SetHooks
 	r.serve = func(whs []*admission.Webhook) { serve(whs); recordServe(whs) }
 	r.register = func(hooks []admission.Hook) { register(hooks); recordRegister(hooks) }
-	served, err := admission.NewWebhooks(started)
+	webhooks, err := admission.NewWebhooks(started)
 	started = nil
 	if err != nil {
 		t.Fatal(err)
@@ -114,7 +115,7 @@ func TestReloadReleasesOldEngine(t *testing.T) {
 	// (shared decoded objects) and mutating (a run of MAPs, the shared
 	// meter), CREATE and UPDATE.
 	limits := admission.NewLimits(0, 0)
-	for _, wh := range served {
+	for _, wh := range webhooks {
 		if wh.Path != celpolicy.ValidatePath && wh.Path != celpolicy.MutatePath {
 			continue
 		}
@@ -152,7 +153,7 @@ func TestReloadReleasesOldEngine(t *testing.T) {
 	if got := declared(); strings.Join(got, ",") != "map-m1,vap-a" {
 		t.Fatalf("declared hooks after the reload %v", got)
 	}
-	served = nil
+	webhooks = nil
 	deadline := time.Now().Add(10 * time.Second)
 	for old.Value() != nil {
 		if time.Now().After(deadline) {

@@ -22,6 +22,7 @@ import (
 	"github.com/kadmit/kadmit/internal/config"
 	"github.com/kadmit/kadmit/internal/metrics"
 	"github.com/kadmit/kadmit/internal/policy"
+	"github.com/kadmit/kadmit/internal/served"
 )
 
 // loadConfig reads the configuration serve starts with: the ConfigMap, the
@@ -125,48 +126,54 @@ func (r *reloader) declared() bool {
 }
 
 // build returns the hooks of cfg and, with withDeclared, of the declared
-// policies (the --policies files, read now, and docs), starting the
-// cluster caches cfg needs (and waiting for them to sync) when they differ
-// from the running ones. A declared policy error is a *declaredError.
+// policies (the --policies files, read now, and docs), assembled by
+// served.Assemble, starting the cluster caches they need (and waiting for
+// them to sync) when they differ from the running ones. Without
+// withDeclared a server with declared policies assembles an empty declared
+// set, which serves none but keeps the namespace cache the set will need.
+// A declared policy error is a *declaredError.
 func (r *reloader) build(ctx context.Context, cfg *config.Configuration, docs []celpolicy.Document, withDeclared bool) ([]admission.Hook, error) {
-	cluster, stop := r.cluster, context.CancelFunc(nil)
-	resources := builtin.Caches(cfg)
+	src := served.Sources{Config: cfg, Env: r.env()}
 	if r.declared() {
-		// Declared policies' namespaceSelector and namespaceObject read
-		// namespaces, as the API server's plugins do from its informer.
-		resources = append(resources, celpolicy.Caches()...)
-	}
-	key := clustercache.Key(resources)
-	if key != r.clusterKey {
-		cluster = nil
-		if len(resources) > 0 {
-			rc, err := r.kube()
-			if err != nil {
-				return nil, err
-			}
-			// The caches outlive this call: they stop when a later reload
-			// replaces them or when serve's context ends.
-			cctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
-			if cluster, err = clustercache.Start(cctx, rc, resources, r.log); err != nil {
-				cancel()
-				return nil, err
-			}
-			context.AfterFunc(ctx, cancel)
-			stop = cancel
+		src.Declared = &served.Declared{Load: declaredLoad(r.opts),
+			Options: celpolicy.Options{Budget: r.decodeBudget(), MaxObjectBytes: r.opts.PolicyMaxObjectBytes}}
+		if withDeclared {
+			src.Declared.Paths, src.Declared.Docs = r.opts.PolicyPaths, docs
 		}
 	}
-	hooks, err := builtin.Hooks(cfg, r.env(cluster))
-	if err == nil && withDeclared && r.declared() {
-		var declared []admission.Hook
-		if declared, err = declaredHooks(declaredLoad(r.opts), r.opts.PolicyPaths, docs, cluster, celpolicy.Options{Budget: r.decodeBudget(), MaxObjectBytes: r.opts.PolicyMaxObjectBytes}); err == nil {
-			hooks = append(hooks, declared...)
-		} else {
-			err = &declaredError{err}
+	var key string
+	var cluster *clustercache.Caches
+	var stop context.CancelFunc
+	src.Cluster = func(resources []clustercache.Read) (*clustercache.Caches, error) {
+		if key = clustercache.Key(resources); key == r.clusterKey {
+			cluster = r.cluster
+			return cluster, nil
 		}
+		if len(resources) == 0 {
+			return nil, nil
+		}
+		rc, err := r.kube()
+		if err != nil {
+			return nil, err
+		}
+		// The caches outlive this call: they stop when a later reload
+		// replaces them or when serve's context ends.
+		cctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+		if cluster, err = clustercache.Start(cctx, rc, resources, r.log); err != nil {
+			cancel()
+			return nil, err
+		}
+		context.AfterFunc(ctx, cancel)
+		stop = cancel
+		return cluster, nil
 	}
+	policies, err := assemble(src)
 	if err != nil {
 		if stop != nil {
 			stop()
+		}
+		if de := (*served.DeclaredError)(nil); errors.As(err, &de) {
+			return nil, &declaredError{fmt.Errorf("declared policies: %w", de.Err)}
 		}
 		return nil, err
 	}
@@ -176,18 +183,23 @@ func (r *reloader) build(ctx context.Context, cfg *config.Configuration, docs []
 		}
 		r.cluster, r.clusterKey, r.stopCluster = cluster, key, stop
 	}
-	return hooks, nil
+	return policies.Hooks, nil
 }
 
-// env is what the built-in policies get: the cluster caches and, with
-// --policies-configmap, the ConfigMap and the loader the kadmit-policies
-// guard checks its writes with (declaredHooks, as a start and a reload
-// load it, with the --policies files as they are then).
-func (r *reloader) env(cluster *clustercache.Caches) policy.Env {
-	env := policy.Env{Cluster: cluster, Log: r.log}
+// assemble is served.Assemble; TestReloadReleasesOldEngine records the
+// declared policies' engines it builds to prove a reload lets the previous
+// one go.
+var assemble = served.Assemble
+
+// env is what the built-in policies get besides the cluster caches: the
+// log and, with --policies-configmap, the ConfigMap and the loader the
+// kadmit-policies guard checks its writes with (declaredHooks, as a start
+// and a reload load it, with the --policies files as they are then).
+func (r *reloader) env() policy.Env {
+	env := policy.Env{Log: r.log}
 	if ns, name, err := policyConfigMapName(r.opts); err == nil && r.opts.PolicyConfigMap != "" {
 		env.PoliciesConfigMap = &policy.PoliciesConfigMap{Namespace: ns, Name: name, Load: func(cm *corev1.ConfigMap) error {
-			_, err := declaredHooks(declaredLoad(r.opts), r.opts.PolicyPaths, celpolicy.ConfigMapDocuments(cm), nil, celpolicy.Options{})
+			_, err := declaredHooks(declaredLoad(r.opts), r.opts.PolicyPaths, celpolicy.ConfigMapDocuments(cm))
 			return err
 		}}
 	}

@@ -25,10 +25,10 @@ func TestDeclaredHooksSensitiveGroups(t *testing.T) {
 		paths []string
 		docs  []celpolicy.Document
 	}{"file": {paths: []string{file}}, "configmap": {docs: docs}} {
-		if _, err := declaredHooks(declaredLoad(Options{}), in.paths, in.docs, nil, celpolicy.Options{}); err == nil || !strings.Contains(err.Error(), "declared policies may not match") {
+		if _, err := declaredHooks(declaredLoad(Options{}), in.paths, in.docs); err == nil || !strings.Contains(err.Error(), "declared policies may not match") {
 			t.Errorf("%s, default: %v", name, err)
 		}
-		hooks, err := declaredHooks(declaredLoad(Options{PolicyAllowSensitiveGroups: true}), in.paths, in.docs, nil, celpolicy.Options{})
+		hooks, err := declaredHooks(declaredLoad(Options{PolicyAllowSensitiveGroups: true}), in.paths, in.docs)
 		if err != nil || len(hooks) != 1 {
 			t.Errorf("%s, allowed: %d hooks, %v", name, len(hooks), err)
 		}

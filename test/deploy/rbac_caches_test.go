@@ -17,9 +17,10 @@ import (
 // built-in policy can declare (policy.Definition.Caches), the chart grants
 // its ServiceAccount list and watch on exactly those resources, at the
 // declared scope (a namespace-limited cache gets a Role in that namespace),
-// and nothing more. The chart's needs* helpers copy the Go definitions; this
-// test is what keeps the copy true, so a policy that adds a cache fails here
-// until the chart grants it.
+// and nothing more. The chart's rules are generated from the Go definitions
+// (templates/_policycaches.tpl, `make generate`, internal/served); this test
+// renders them, so a generator that grants too much or too little, or a
+// generated file not regenerated after a policy adds a cache, fails here.
 func TestRBACCoversPolicyCaches(t *testing.T) {
 	profile := map[string]any{"name": "batch", "selector": map[string]any{"matchLabels": map[string]any{"qos": "be"}},
 		"namespaceSelector": map[string]any{"matchLabels": map[string]any{"colocation": "on"}}, "priorityClassName": "koord-batch"}

@@ -64,51 +64,6 @@ each other's webhooks. RBAC resourceNames and `kadmit uninstall` use it too.
 {{- default (include "kadmit.fullname" .) .Values.webhookConfigurationName | trunc 63 | trimSuffix "-" -}}
 {{- end -}}
 
-{{/*
-Which cluster-state reads the enabled policies need: the chart's copy of each
-policy's Definition.Caches (each internal/policy package's definition.go); test/deploy's
-TestRBACCoversPolicyCaches checks the two agree.
-*/}}
-{{- define "kadmit.needsLocalQueues" -}}
-{{- if dig "policies" "jobQueue" "enabled" false .Values.config }}true{{ end -}}
-{{- end -}}
-{{- define "kadmit.needsElasticQuotas" -}}
-{{- if dig "policies" "elasticQuota" "enabled" false .Values.config }}true{{ end -}}
-{{- end -}}
-{{- define "kadmit.needsNamespaces" -}}
-{{- if dig "policies" "colocation" "enabled" false .Values.config -}}
-{{- range (dig "policies" "colocation" "profiles" list .Values.config) -}}
-{{- if .namespaceSelector }}true{{ end -}}
-{{- end -}}
-{{- end -}}
-{{- if and (dig "policies" "jobQueue" "enabled" false .Values.config) (dig "policies" "jobQueue" "manageJobsWithoutQueueName" false .Values.config) }}true{{ end -}}
-{{- if (dig "configMap" "" (.Values.policies | default dict)) }}true{{ end -}}
-{{- end -}}
-{{- define "kadmit.needsPriorityClasses" -}}
-{{- if dig "policies" "colocation" "enabled" false .Values.config -}}
-{{- range (dig "policies" "colocation" "profiles" list .Values.config) -}}
-{{- if .priorityClassName }}true{{ end -}}
-{{- end -}}
-{{- end -}}
-{{- if dig "policies" "reservation" "enabled" false .Values.config -}}
-{{- range (dig "policies" "reservation" "profiles" list .Values.config) -}}
-{{- if .priorityClassName }}true{{ end -}}
-{{- end -}}
-{{- end -}}
-{{- end -}}
-{{- define "kadmit.needsReservations" -}}
-{{- if and (dig "policies" "reservation" "enabled" false .Values.config) (dig "policies" "reservation" "checkAllocations" false .Values.config) }}true{{ end -}}
-{{- end -}}
-{{- define "kadmit.needsNodes" -}}
-{{- if dig "policies" "sloConfig" "enabled" false .Values.config }}true{{ end -}}
-{{- end -}}
-{{/* slo-config's node check reads slo-controller-config's namespace only. */}}
-{{- define "kadmit.sloConfigMapNamespace" -}}
-{{- if and (dig "policies" "sloConfig" "enabled" false .Values.config) (dig "policies" "sloConfig" "nodeCheck" true .Values.config) -}}
-{{- dig "policies" "sloConfig" "namespace" "koordinator-system" .Values.config -}}
-{{- end -}}
-{{- end -}}
-
 {{- define "kadmit.restrictedPodSecurityContext" -}}
 runAsNonRoot: true
 runAsUser: 65532

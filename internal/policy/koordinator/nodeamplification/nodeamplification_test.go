@@ -12,11 +12,10 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/runtime"
 
 	"github.com/kadmit/kadmit/internal/admission"
 	"github.com/kadmit/kadmit/internal/policy/policytest"
-	"github.com/kadmit/kadmit/internal/policy/seed/nodeovercommit"
+	"github.com/kadmit/kadmit/internal/testkit"
 )
 
 func nodeJSON(t testing.TB, annotations map[string]string, alloc corev1.ResourceList) string {
@@ -34,15 +33,7 @@ func nodeJSON(t testing.TB, annotations map[string]string, alloc corev1.Resource
 }
 
 func statusReq(op admissionv1.Operation, obj, old string) *admission.Request {
-	r := &admission.Request{AdmissionRequest: admissionv1.AdmissionRequest{
-		UID: "u", Name: "test-node", Operation: op, SubResource: "status",
-		Resource: metav1.GroupVersionResource{Version: "v1", Resource: "nodes"},
-		Object:   runtime.RawExtension{Raw: []byte(obj)},
-	}}
-	if old != "" {
-		r.OldObject = runtime.RawExtension{Raw: []byte(old)}
-	}
-	return r
+	return testkit.Request(op, testkit.Nodes, obj, old, testkit.Name("test-node"), testkit.SubResource("status"))
 }
 
 func decode(t testing.TB, b []byte) *corev1.Node {
@@ -307,54 +298,6 @@ func TestErrors(t *testing.T) {
 	}
 	if _, ok := multiplyMilli(resource.MustParse("1"), math.Inf(1)); ok {
 		t.Fatal("infinite product accepted")
-	}
-}
-
-// TestWithNodeOvercommit: both policies enabled on /mutate-node-status.
-// node-overcommit runs first (registry order) and amplifies cpu; the
-// Koordinator ratio then amplifies only memory, records only memory as
-// raw, and warns that its cpu ratio is ignored. cpu is never amplified
-// twice.
-func TestWithNodeOvercommit(t *testing.T) {
-	oc, err := nodeovercommit.New(nodeovercommit.DefaultConfig()) // cpu ×2
-	if err != nil {
-		t.Fatal(err)
-	}
-	na, _ := New(Config{})
-	whs, err := admission.NewWebhooks(append(oc.Hooks(), na.Hooks()...))
-	if err != nil {
-		t.Fatal(err)
-	}
-	var wh *admission.Webhook
-	for _, w := range whs {
-		if w.Path == Path {
-			wh = w
-		}
-	}
-	in := nodeJSON(t, map[string]string{AnnotationRatio: `{"cpu":1.5,"memory":2}`},
-		corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("4"), corev1.ResourceMemory: resource.MustParse("8Gi")})
-	out, err := wh.Review(context.Background(), statusReq(admissionv1.Update, in, in))
-	if err != nil || !out.Response.Allowed || out.Matched != 2 {
-		t.Fatalf("%+v %v", out, err)
-	}
-	n := decode(t, out.Object)
-	if cpu := n.Status.Allocatable.Cpu(); cpu.Cmp(resource.MustParse("8")) != 0 {
-		t.Fatalf("cpu %s, want 8 (node-overcommit's ×2 only)", cpu)
-	}
-	if mem := n.Status.Allocatable.Memory(); mem.Cmp(resource.MustParse("16Gi")) != 0 {
-		t.Fatalf("memory %s, want 16Gi", mem)
-	}
-	if raw := n.Annotations[AnnotationRawAllocatable]; raw != `{"memory":"8Gi"}` {
-		t.Fatalf("raw-allocatable %q", raw)
-	}
-	if len(out.Response.Warnings) != 1 || !strings.Contains(out.Response.Warnings[0], "cpu is amplified by node-overcommit") {
-		t.Fatalf("warnings %v", out.Response.Warnings)
-	}
-	// Applied again on its own output (the kubelet's next status write
-	// that carries the same values), nothing moves.
-	again, err := wh.Review(context.Background(), statusReq(admissionv1.Update, string(out.Object), string(out.Object)))
-	if err != nil || len(again.Patch) != 0 {
-		t.Fatalf("second review: %+v %v", again.Patch, err)
 	}
 }
 
