@@ -352,10 +352,3 @@ func asVerdict(d *Decision) admission.Verdict {
 	}
 	return v
 }
-
-// LoadWebhooks loads the policies at paths (see Load), compiles them (see
-// New) and returns their webhooks (see Hooks): what `kadmit review
-// --policies` and `kadmit serve --policies` add to the built-in ones.
-func LoadWebhooks(opts Options, paths ...string) ([]*admission.Webhook, *Engine, error) {
-	return LoadWebhooksWith(LoadOptions{}, opts, paths...)
-}

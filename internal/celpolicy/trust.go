@@ -6,8 +6,6 @@ import (
 	"strings"
 
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
-
-	"github.com/kadmit/kadmit/internal/admission"
 )
 
 // SensitiveGroups are the API groups declared policies may not match
@@ -42,24 +40,6 @@ type LoadOptions struct {
 	// name one of those groups, or the wildcard group "*" not narrowed by
 	// excludeResourceRules (see checkSensitive), is refused at load.
 	AllowSensitiveGroups bool
-}
-
-// LoadWebhooksWith is LoadWebhooks with load options: what `kadmit review
-// --policies` runs next to the built-in webhooks.
-func LoadWebhooksWith(lo LoadOptions, opts Options, paths ...string) ([]*admission.Webhook, *Engine, error) {
-	set, err := LoadWith(lo, paths, nil)
-	if err != nil {
-		return nil, nil, err
-	}
-	e, err := New(set, opts)
-	if err != nil {
-		return nil, nil, err
-	}
-	whs, err := admission.NewWebhooks(e.Hooks())
-	if err != nil {
-		return nil, nil, err
-	}
-	return whs, e, nil
 }
 
 // checkSensitive refuses match constraints that can reach SensitiveGroups.

@@ -12,7 +12,8 @@ import (
 	"github.com/kadmit/kadmit/internal/admission"
 	"github.com/kadmit/kadmit/internal/builtin"
 	"github.com/kadmit/kadmit/internal/celpolicy"
-	"github.com/kadmit/kadmit/internal/policy"
+	"github.com/kadmit/kadmit/internal/clustercache"
+	"github.com/kadmit/kadmit/internal/served"
 )
 
 // fixedName is a names.NameGenerator with a known suffix.
@@ -26,25 +27,29 @@ func (f fixedName) GenerateName(base string) string { return base + string(f) }
 // set (the namespaces through celpolicy.Caches and Options.WithCluster).
 func declaredWebhooks(t *testing.T, dir, stateDir string) []*admission.Webhook {
 	t.Helper()
-	cfg := builtin.Config.Default()
-	env := policy.Env{}
+	src := served.Sources{Config: builtin.Config.Default(), Declared: &served.Declared{Paths: []string{dir}}}
 	if stateDir != "" {
 		ctx, cancel := context.WithCancel(context.Background())
 		t.Cleanup(cancel)
-		var err error
-		if env.Cluster, err = LoadState(ctx, stateDir, append(builtin.Caches(cfg), celpolicy.Caches()...)); err != nil {
-			t.Fatal(err)
+		src.Cluster = func(caches []clustercache.Read) (*clustercache.Caches, error) {
+			return LoadState(ctx, stateDir, caches)
 		}
 	}
-	whs, err := builtin.Webhooks(cfg, env)
+	return assembled(t, src)
+}
+
+// assembled is what the command serves from src (served.Assemble).
+func assembled(t *testing.T, src served.Sources) []*admission.Webhook {
+	t.Helper()
+	p, err := served.Assemble(src)
 	if err != nil {
 		t.Fatal(err)
 	}
-	declared, _, err := celpolicy.LoadWebhooksWith(celpolicy.LoadOptions{}, celpolicy.Options{}.WithCluster(env.Cluster), dir)
+	whs, err := p.Webhooks()
 	if err != nil {
 		t.Fatal(err)
 	}
-	return append(whs, declared...)
+	return whs
 }
 
 func reviewWith(t *testing.T, whs []*admission.Webhook, manifest string, opts Options) *Result {

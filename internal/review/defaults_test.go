@@ -7,18 +7,15 @@ import (
 
 	admissionv1 "k8s.io/api/admission/v1"
 
-	"github.com/kadmit/kadmit/internal/celpolicy"
 	"github.com/kadmit/kadmit/internal/jsonedit"
+	"github.com/kadmit/kadmit/internal/served"
 )
 
 // The example MutatingAdmissionPolicy appends to /spec/tolerations with a
 // JSONPatch: on the API server DefaultTolerationSeconds has made the list
 // before the policy runs, so --defaults is what makes review agree.
 func TestRunDefaults(t *testing.T) {
-	whs, _, err := celpolicy.LoadWebhooksWith(celpolicy.LoadOptions{}, celpolicy.Options{}, "../../examples/cel/defaults-tolerations/policy.yaml")
-	if err != nil {
-		t.Fatal(err)
-	}
+	whs := assembled(t, served.Sources{Declared: &served.Declared{Paths: []string{"../../examples/cel/defaults-tolerations/policy.yaml"}}})
 	pod := []byte(`{"apiVersion":"v1","kind":"Pod","metadata":{"name":"p","namespace":"default"},"spec":{"containers":[{"name":"c","image":"nginx","resources":{"limits":{"cpu":"500m"}}}]}}`)
 	doc := Document{Source: "pod.json", Object: pod}
 
@@ -71,10 +68,7 @@ func TestRunDefaults(t *testing.T) {
 // the documentation's sidecar, added by a declared policy, has a
 // container's defaults.
 func TestRunDefaultsAfterMutation(t *testing.T) {
-	whs, _, err := celpolicy.LoadWebhooksWith(celpolicy.LoadOptions{}, celpolicy.Options{}, "../../examples/cel/docs-map-jsonpatch/policy.yaml")
-	if err != nil {
-		t.Fatal(err)
-	}
+	whs := assembled(t, served.Sources{Declared: &served.Declared{Paths: []string{"../../examples/cel/docs-map-jsonpatch/policy.yaml"}}})
 	doc := Document{Source: "pod.json", Object: []byte(`{"apiVersion":"v1","kind":"Pod","metadata":{"name":"p","namespace":"default"},"spec":{"initContainers":[{"name":"i","image":"busybox"}],"containers":[{"name":"c","image":"nginx"}]}}`)}
 	for _, defaults := range []bool{false, true} {
 		res, err := Run(context.Background(), whs, doc, Options{Defaults: defaults})
