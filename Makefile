@@ -91,6 +91,7 @@ vet:
 	@! (cd $(WEBHOOKCERTS) && $(GO) list -deps . | grep -E '^(sigs.k8s.io/controller-runtime|k8s.io/apiserver|github.com/kadmit/kadmit/internal)') || { echo "the webhookcerts root package imports what only crmanager may (controller-runtime) or nothing may (above)"; exit 1; }
 	bash hack/samedeps.sh
 	bash hack/check-layers.sh
+	GO=$(GO) bash hack/check-jsonlayer.sh
 
 # The chart's RBAC for the cluster caches policies read is generated from
 # their Go declarations; internal/served's TestChartCachesGenerated fails

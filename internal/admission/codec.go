@@ -38,9 +38,11 @@ type Review struct {
 // DecodeReview parses an AdmissionReview request body (JSON, either version).
 // It returns an error wrapping ErrMalformedReview when the JSON is invalid, the
 // apiVersion or kind is not an AdmissionReview kadmit serves, or request or
-// request.uid is missing. The result is json.Unmarshal's into Review; the
-// fields the API server sends are read without reflection (envelope.go),
-// request.object and oldObject are checked and copied but not parsed.
+// request.uid is missing. The result is the API server's decoder's into
+// Review (jsonedit.Unmarshal: sigs.k8s.io/json, member names matched
+// case-sensitively); the fields the API server sends are read without
+// reflection (envelope.go), request.object and oldObject are checked and
+// copied but not parsed.
 func DecodeReview(body []byte) (*Review, error) {
 	r, _, err := decodeRequest(body)
 	return r, err
@@ -56,7 +58,7 @@ func decodeRequest(body []byte) (*Review, *Request, error) {
 		req = &blk.req
 	} else {
 		r = &Review{}
-		if err := json.Unmarshal(body, r); err != nil {
+		if err := jsonedit.Unmarshal(body, r); err != nil {
 			return nil, nil, fmt.Errorf("%w: %s", ErrMalformedReview, oneLine(err.Error()))
 		}
 	}

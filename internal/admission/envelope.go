@@ -9,39 +9,41 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/kadmit/kadmit/internal/jsonedit"
+	"github.com/kadmit/kadmit/internal/jsonedit/jsonscan"
 )
 
 // The AdmissionReview envelope is decoded here without reflection: one pass
-// of the scanner of package jsonedit over the body reads apiVersion, kind
-// and every field of request (admissionv1.AdmissionRequest as of
-// k8s.io/api v0.37.1, admission/v1/types.go), checks the syntax of
-// everything else, and records where request.object's top-level members
-// are (jsonedit.Index) on the way.
+// of the scanner (package jsonscan, through its one member loop, Members)
+// over the body reads apiVersion, kind and every field of request
+// (admissionv1.AdmissionRequest as of k8s.io/api v0.37.1,
+// admission/v1/types.go), checks the syntax of everything else, and records
+// where request.object's top-level members are (jsonedit.Index) on the way.
 //
-// The result must be json.Unmarshal's into Review, on every input. The
-// decoder therefore handles what the API server sends (each field once,
-// under its exact name, with its own JSON type, null where encoding/json
-// treats null simply) and declines anything else, after which DecodeReview
-// runs json.Unmarshal on the whole body, so that the answer and the error
-// message are encoding/json's own. It declines on:
+// The result must be the API server's decoder's into Review on every
+// input: jsonedit.Unmarshal, i.e. sigs.k8s.io/json's case-sensitive
+// UnmarshalCaseSensitivePreserveInts (see jsonedit's scan.go for the key
+// rule and its source). The decoder therefore handles what the API server
+// sends (each field once, under its exact name, with its own JSON type,
+// null where the decoder treats null simply), skips members whose name is
+// no field's exact name, and declines anything else, after which
+// DecodeReview runs jsonedit.Unmarshal on the whole body, so that the
+// answer and the error message are that decoder's own. It declines on:
 //   - invalid JSON anywhere in the body, or a body that is not an object;
-//   - a key with an escape or a non-ASCII byte, or one that is not a
-//     field's exact name but matches one ignoring case, '_' and '-'
-//     (encoding/json matches field names case-insensitively, and Unicode
-//     folding maps "K" (U+212A) to "k");
-//   - a top-level "response" member (Review has that field too);
+//   - a key with an escape (it might unescape to a field's name);
+//   - a key that names a field of the table below the decoder does not
+//     handle itself (the top-level "response", which Review has too);
 //   - a second occurrence of an object-, array- or map-valued field
-//     (encoding/json merges into the first one, and null resets pointers,
+//     (the decoder merges into the first one, and null resets pointers,
 //     slices and maps but not structs) or of request itself;
-//   - a value of another JSON type than the field's (encoding/json's
+//   - a value of another JSON type than the field's (an
 //     UnmarshalTypeError), and null elements in groups or extra values.
 //
 // Duplicates of string, boolean and RawExtension fields are decoded
 // natively: the last one wins, and null leaves a string or RawExtension as
 // it was (runtime.RawExtension.UnmarshalJSON ignores null) and sets dryRun
-// to nil, as encoding/json does. FuzzDecodeEnvelope and
-// TestDecodeEnvelopeMatchesUnmarshal check all this against the previous
-// decoder, kept in the test file.
+// to nil, as the decoder does. FuzzDecodeEnvelope and
+// TestDecodeEnvelopeMatchesUnmarshal check all this against
+// jsonedit.Unmarshal.
 
 // decoded is everything the envelope decoder allocates for one review but
 // the strings, the raw values and the extra map, in one allocation.
@@ -91,7 +93,7 @@ var envDecoders = sync.Pool{New: func() any {
 	return &envDecoder{arena: make([]byte, 0, 1024), refs: make([]strRef, 0, 32), spans: make([]span, 0, 16)}
 }}
 
-// decodeEnvelope decodes body as json.Unmarshal into Review would, or
+// decodeEnvelope decodes body as jsonedit.Unmarshal into Review would, or
 // returns false when it cannot be sure to (see above). When request.object
 // is an object with at most jsonedit.IndexMembers members, the Request's
 // ObjectDoc starts from the index of them the scan built.
@@ -110,7 +112,7 @@ func decodeEnvelope(body []byte) (*decoded, bool) {
 func (d *envDecoder) decode(body []byte) (*decoded, bool) {
 	d.b, d.blk = body, &decoded{}
 	ix := &d.blk.index
-	i := jsonedit.SkipSpace(body, 0)
+	i := jsonscan.SkipSpace(body, 0)
 	if i >= len(body) || body[i] != '{' {
 		return nil, false
 	}
@@ -125,7 +127,7 @@ func (d *envDecoder) decode(body []byte) (*decoded, bool) {
 		}
 		return d.unknown(key, vs, 1, reviewFields...)
 	})
-	if end < 0 || jsonedit.SkipSpace(body, end) != len(body) {
+	if end < 0 || jsonscan.SkipSpace(body, end) != len(body) {
 		return nil, false
 	}
 	return d.finish(), true
@@ -149,7 +151,7 @@ func (d *envDecoder) request(vs int, ix *jsonedit.Index) int {
 		return -1
 	}
 	if b[vs] != '{' {
-		return -1 // null, or a type error: let encoding/json say
+		return -1 // null, or a type error: let the decoder say
 	}
 	r := &blk.req.AdmissionRequest
 	blk.review.Request = r
@@ -212,11 +214,11 @@ func (d *envDecoder) request(vs int, ix *jsonedit.Index) int {
 			if vs < len(b) && b[vs] == '{' {
 				return d.raw(vs, jsonedit.ScanIndexed(b, vs, 2, ix), &d.obj)
 			}
-			return d.raw(vs, jsonedit.ScanValue(b, vs, 2), &d.obj)
+			return d.raw(vs, jsonscan.ScanValue(b, vs, 2), &d.obj)
 		case "oldObject":
-			return d.raw(vs, jsonedit.ScanValue(b, vs, 2), &d.old)
+			return d.raw(vs, jsonscan.ScanValue(b, vs, 2), &d.old)
 		case "options":
-			return d.raw(vs, jsonedit.ScanValue(b, vs, 2), &d.opts)
+			return d.raw(vs, jsonscan.ScanValue(b, vs, 2), &d.opts)
 		case "dryRun":
 			switch {
 			case isNull(b, vs):
@@ -235,15 +237,17 @@ func (d *envDecoder) request(vs int, ix *jsonedit.Index) int {
 	})
 }
 
-// The JSON field names of each type the decoder reads by hand
-// (k8s.io/api admission/v1 AdmissionReview and AdmissionRequest,
+// The decoder's field table: the JSON field names of each type it reads by
+// hand (k8s.io/api admission/v1 AdmissionReview and AdmissionRequest,
 // apimachinery's GroupVersionKind and GroupVersionResource,
-// authentication/v1 UserInfo). A key that case-folds to one of them but is
-// not handled exactly falls back to encoding/json; any other key is
-// skipped, as encoding/json skips a field its type does not have. So a
-// field a k8s.io/api release adds must be listed (and handled) here, or the
-// fast path would drop it where encoding/json keeps it:
-// TestDecoderKnowsEveryField walks the types by reflection and fails then.
+// authentication/v1 UserInfo). A key that is one of them but that the
+// decoder's switch does not handle (see unknown) declines to the decoder;
+// any other key is skipped, as the decoder skips a field its type does not
+// have. So a field a k8s.io/api release adds must be listed here, or the
+// fast path would drop it where the decoder keeps it:
+// TestDecoderKnowsEveryField walks the types by reflection and fails then,
+// and TestDecoderHandlesEveryField fills every field by reflection and
+// fails when the fast path declines or differs.
 var (
 	reviewFields  = []string{"apiVersion", "kind", "request", "response"}
 	requestFields = []string{"uid", "kind", "resource", "subResource", "requestKind", "requestResource",
@@ -252,6 +256,21 @@ var (
 	gvrFields      = []string{"group", "version", "resource"}
 	userInfoFields = []string{"username", "uid", "groups", "extra"}
 )
+
+// decoderFields is the field table by JSON path from the review's root
+// ("" is the AdmissionReview, "request.userInfo" the request's UserInfo):
+// for every object the decoder reads by hand, the names it knows there.
+// TestDecoderKnowsEveryField walks admissionv1.AdmissionReview by
+// reflection and compares it with this table both ways.
+var decoderFields = map[string][]string{
+	"":                        reviewFields,
+	"request":                 requestFields,
+	"request.kind":            gvkFields,
+	"request.requestKind":     gvkFields,
+	"request.resource":        gvrFields,
+	"request.requestResource": gvrFields,
+	"request.userInfo":        userInfoFields,
+}
 
 // raw records the value d.b[vs:ve] of a RawExtension field in *dst unless
 // it is null (RawExtension.UnmarshalJSON keeps the previous value then).
@@ -385,38 +404,20 @@ func (d *envDecoder) extraMap(vs int) int {
 
 // strings appends to d.spans the elements of the array of strings at
 // d.b[vs] (depth is its nesting depth) and returns the index past it; null
-// elements and other types decline.
+// elements and other types decline. The elements are walked by
+// jsonscan.Elements.
 func (d *envDecoder) strings(vs, depth int) int {
-	b := d.b
-	if vs >= len(b) || b[vs] != '[' || depth >= jsonedit.MaxDepth {
-		return -1
-	}
-	i := jsonedit.SkipSpace(b, vs+1)
-	if i < len(b) && b[i] == ']' {
-		return i + 1
-	}
-	for {
+	return jsonscan.Elements(d.b, vs, depth, func(i int) int {
 		sp, end := d.strSpan(i)
-		if end < 0 {
-			return -1
+		if end >= 0 {
+			d.spans = append(d.spans, sp)
 		}
-		d.spans = append(d.spans, sp)
-		i = jsonedit.SkipSpace(b, end)
-		if i >= len(b) {
-			return -1
-		}
-		if b[i] == ']' {
-			return i + 1
-		}
-		if b[i] != ',' {
-			return -1
-		}
-		i = jsonedit.SkipSpace(b, i+1)
-	}
+		return end
+	})
 }
 
 // str decodes the string at d.b[vs] into *dst (at finish); null leaves
-// *dst alone, as encoding/json does for a string field.
+// *dst alone, as the decoder does for a string field.
 func (d *envDecoder) str(vs int, dst *string) int {
 	if isNull(d.b, vs) {
 		return vs + 4
@@ -443,8 +444,9 @@ func (d *envDecoder) strSpan(i int) (span, int) {
 	if j < len(b) && b[j] == '"' {
 		return d.appendArena(b[i+1 : j]), j + 1
 	}
-	// Escapes, non-ASCII or invalid input: encoding/json's unquoting.
-	end := jsonedit.ScanString(b, i)
+	// Escapes, non-ASCII or invalid input: encoding/json's unquoting
+	// (sigs.k8s.io/json's is the same code; no key is matched here).
+	end := jsonscan.ScanString(b, i)
 	if end < 0 {
 		return span{}, -1
 	}
@@ -482,92 +484,34 @@ func (d *envDecoder) appendArena(v []byte) span {
 	return sp
 }
 
-// unknown handles a member whose key is no field's exact name: a key that
-// encoding/json might still match to one of fields (see above) declines,
-// any other is skipped after its value's syntax is checked (depth is the
-// value's nesting depth).
+// unknown handles a member whose key is no field's name the caller's switch
+// handles: a key with an escape, or one that is in fields (the type's
+// field table: a field listed but not handled here), declines; any other
+// is skipped after its value's syntax is checked (depth is the value's
+// nesting depth), as the decoder, matching names case-sensitively, skips
+// it.
 func (d *envDecoder) unknown(key []byte, vs, depth int, fields ...string) int {
-	for _, c := range key {
-		if c == '\\' || c >= utf8.RuneSelf {
-			return -1
-		}
+	if hasByte(key, '\\') {
+		return -1
 	}
 	for _, f := range fields {
-		if foldsTo(key, f) {
+		if string(key) == f {
 			return -1
 		}
 	}
-	return jsonedit.ScanValue(d.b, vs, depth)
-}
-
-// foldsTo reports whether the ASCII key equals name ignoring ASCII case
-// and any '_' or '-' in key: a superset of what encoding/json's
-// case-insensitive field matching accepts for ASCII keys.
-func foldsTo(key []byte, name string) bool {
-	j := 0
-	for _, c := range key {
-		if c == '_' || c == '-' {
-			continue
-		}
-		if j >= len(name) {
-			return false
-		}
-		n := name[j]
-		if 'A' <= c && c <= 'Z' {
-			c += 'a' - 'A'
-		}
-		if 'A' <= n && n <= 'Z' {
-			n += 'a' - 'A'
-		}
-		if c != n {
-			return false
-		}
-		j++
-	}
-	return j == len(name)
+	return jsonscan.ScanValue(d.b, vs, depth)
 }
 
 // object walks the members of the object at d.b[i] == '{' (depth is its
-// nesting depth), calling member with each raw key (without quotes, still
-// escaped) and the index of its value; member returns the index past the
-// value, or -1 to decline. object returns the index past the object, or -1.
+// nesting depth) with jsonscan.Members, calling member with each raw key
+// (without quotes, still escaped) and the index of its value; member
+// returns the index past the value, or -1 to decline. object returns the
+// index past the object, or -1.
 func (d *envDecoder) object(i, depth int, member func(key []byte, vs int) int) int {
 	b := d.b
-	if depth >= jsonedit.MaxDepth {
-		return -1
-	}
-	i = jsonedit.SkipSpace(b, i+1)
-	if i < len(b) && b[i] == '}' {
-		return i + 1
-	}
-	for {
-		if i >= len(b) || b[i] != '"' {
-			return -1
-		}
-		ke := jsonedit.ScanString(b, i)
-		if ke < 0 {
-			return -1
-		}
-		key := b[i+1 : ke-1]
-		i = jsonedit.SkipSpace(b, ke)
-		if i >= len(b) || b[i] != ':' {
-			return -1
-		}
-		if i = member(key, jsonedit.SkipSpace(b, i+1)); i < 0 {
-			return -1
-		}
-		i = jsonedit.SkipSpace(b, i)
-		if i >= len(b) {
-			return -1
-		}
-		if b[i] == '}' {
-			return i + 1
-		}
-		if b[i] != ',' {
-			return -1
-		}
-		i = jsonedit.SkipSpace(b, i+1)
-	}
+	return jsonscan.Members(b, i, depth, func(ks, ke, vs int) int {
+		return member(b[ks+1:ke-1], vs)
+	})
 }
 
 // finish makes the strings, the raw values and the extra map.
@@ -620,11 +564,9 @@ func (d *envDecoder) finish() *decoded {
 	return blk
 }
 
-func isNull(b []byte, i int) bool { return hasLiteral(b, i, "null") }
+func isNull(b []byte, i int) bool { return jsonscan.HasLiteral(b, i, "null") }
 
-func hasLiteral(b []byte, i int, lit string) bool {
-	return len(b)-i >= len(lit) && string(b[i:i+len(lit)]) == lit
-}
+func hasLiteral(b []byte, i int, lit string) bool { return jsonscan.HasLiteral(b, i, lit) }
 
 func hasByte(b []byte, c byte) bool {
 	for _, x := range b {

@@ -3,7 +3,6 @@ package admission
 import (
 	"bytes"
 	"context"
-	"encoding/json"
 	"fmt"
 	"reflect"
 	"strings"
@@ -46,7 +45,9 @@ var hostileValues = []string{
 	`nul`, `tru`, `"open`, `{`, `[1,]`, `{"a" 1}`, `01`,
 }
 
-// keyVariants rename a member's key in envelopeCorpus.
+// keyVariants rename a member's key in envelopeCorpus: case and Unicode
+// folding variants, which the case-sensitive decoder must not take for the
+// field (the fast path skips them), and escapes, which it must.
 func keyVariants(key string) []string {
 	out := []string{strings.ToUpper(key), strings.ToLower(key), strings.ToUpper(key[:1]) + key[1:], key + "_", "_" + key,
 		`\u00` + fmt.Sprintf("%02x", key[0]) + key[1:], key + "x", "x"}
@@ -230,8 +231,8 @@ func TestDecodeEnvelopeMatchesUnmarshal(t *testing.T) {
 }
 
 // TestDecodeEnvelopeFastPath checks that what the API server sends is
-// decoded without encoding/json (the envelope decoder does not decline)
-// and that the object's index is handed to the Request.
+// decoded without the reflecting decoder (the envelope decoder does not
+// decline) and that the object's index is handed to the Request.
 func TestDecodeEnvelopeFastPath(t *testing.T) {
 	for _, body := range [][]byte{
 		envelope(APIVersionV1, apiServerMembers),
@@ -260,8 +261,8 @@ func TestDecodeEnvelopeFastPath(t *testing.T) {
 	checkEnvelope(t, body)
 }
 
-// FuzzDecodeEnvelope holds the envelope decoder to the previous decoder
-// (json.Unmarshal) on any body: the same Review, or the same error.
+// FuzzDecodeEnvelope holds the envelope decoder to the API server's
+// decoder (jsonedit.Unmarshal) on any body: the same Review, or the same error.
 func FuzzDecodeEnvelope(f *testing.F) {
 	// Every 20th body of the corpus (the whole corpus is
 	// TestDecodeEnvelopeMatchesUnmarshal's): the engine's baseline pass
@@ -276,17 +277,14 @@ func FuzzDecodeEnvelope(f *testing.F) {
 	})
 }
 
-// oldDecodeReview is DecodeReview as it was before the envelope decoder
-// (commit 6eb4fda): json.Unmarshal, with request.object and oldObject
-// spliced out by decodeReviewFast. The differential tests hold the new
-// decoder to its answers and error messages.
+// oldDecodeReview is DecodeReview without the envelope decoder: the API
+// server's decoder (jsonedit.Unmarshal, sigs.k8s.io/json case-sensitive)
+// over the whole body, then the same checks. The differential tests hold
+// the envelope decoder to its answers and error messages.
 func oldDecodeReview(body []byte) (*Review, error) {
 	var r Review
-	if !decodeReviewFast(body, &r) {
-		r = Review{}
-		if err := json.Unmarshal(body, &r); err != nil {
-			return nil, fmt.Errorf("%w: %s", ErrMalformedReview, oneLine(err.Error()))
-		}
+	if err := jsonedit.Unmarshal(body, &r); err != nil {
+		return nil, fmt.Errorf("%w: %s", ErrMalformedReview, oneLine(err.Error()))
 	}
 	if r.APIVersion != APIVersionV1 && r.APIVersion != APIVersionV1beta1 {
 		return nil, fmt.Errorf("%w: apiVersion %q is not %s or %s", ErrMalformedReview, r.APIVersion, APIVersionV1, APIVersionV1beta1)
@@ -301,125 +299,6 @@ func oldDecodeReview(body []byte) (*Review, error) {
 		return nil, fmt.Errorf("%w: request.uid is missing", ErrMalformedReview)
 	}
 	return &r, nil
-}
-
-// decodeReviewFast decodes body into r as json.Unmarshal would, but hands
-// encoding/json the envelope with request.object and request.oldObject
-// replaced by null, and copies those two values (the bulk of the body) after
-// one pass of the fast scanner. It returns false, leaving r in any state,
-// whenever it cannot be sure of giving json.Unmarshal's result: invalid JSON,
-// a request that is not an object, keys with escapes, keys that match a
-// field only case-insensitively, or duplicate request/object/oldObject keys.
-// The caller then decodes body with json.Unmarshal.
-func decodeReviewFast(body []byte, r *Review) bool {
-	var obj, old [2]int // value ranges in body; {0, 0} when absent
-	i := jsonedit.SkipSpace(body, 0)
-	if i >= len(body) || body[i] != '{' {
-		return false
-	}
-	seenRequest := false
-	end := walkObject(body, i, func(key []byte, vs int) int {
-		if !strings.EqualFold(string(key), "request") {
-			return jsonedit.ScanValue(body, vs, 1)
-		}
-		if seenRequest || string(key) != "request" || vs >= len(body) || body[vs] != '{' {
-			return -1
-		}
-		seenRequest = true
-		return walkObject(body, vs, func(key []byte, vs int) int {
-			var dst *[2]int
-			switch {
-			case strings.EqualFold(string(key), "object"):
-				if string(key) != "object" || obj[1] != 0 {
-					return -1
-				}
-				dst = &obj
-			case strings.EqualFold(string(key), "oldObject"):
-				if string(key) != "oldObject" || old[1] != 0 {
-					return -1
-				}
-				dst = &old
-			}
-			ve := jsonedit.ScanValue(body, vs, 2)
-			if dst != nil && ve >= 0 {
-				*dst = [2]int{vs, ve}
-			}
-			return ve
-		})
-	})
-	if end < 0 || jsonedit.SkipSpace(body, end) != len(body) {
-		return false
-	}
-	if obj[1] == 0 && old[1] == 0 {
-		return json.Unmarshal(body, r) == nil
-	}
-	// Splice "null" in place of the objects, in body order.
-	first, second := obj, old
-	if second[1] != 0 && (first[1] == 0 || second[0] < first[0]) {
-		first, second = second, first
-	}
-	env := make([]byte, 0, 512)
-	prev := 0
-	for _, rg := range [][2]int{first, second} {
-		if rg[1] == 0 {
-			continue
-		}
-		env = append(env, body[prev:rg[0]]...)
-		env = append(env, "null"...)
-		prev = rg[1]
-	}
-	env = append(env, body[prev:]...)
-	if err := json.Unmarshal(env, r); err != nil || r.Request == nil {
-		return false
-	}
-	setRaw := func(raw *[]byte, rg [2]int) {
-		if v := body[rg[0]:rg[1]]; rg[1] != 0 && string(v) != "null" {
-			*raw = bytes.Clone(v)
-		}
-	}
-	setRaw(&r.Request.Object.Raw, obj)
-	setRaw(&r.Request.OldObject.Raw, old)
-	return true
-}
-
-// walkObject walks the members of the object starting at d[i] == '{',
-// calling member with each raw key (without quotes, still escaped; a key with
-// a backslash fails the walk) and the index of its value; member returns the
-// index past the value or -1. walkObject returns the index past the object,
-// or -1.
-func walkObject(d []byte, i int, member func(key []byte, vs int) int) int {
-	i = jsonedit.SkipSpace(d, i+1)
-	if i < len(d) && d[i] == '}' {
-		return i + 1
-	}
-	for {
-		if i >= len(d) || d[i] != '"' {
-			return -1
-		}
-		ke := jsonedit.ScanString(d, i)
-		if ke < 0 || bytes.IndexByte(d[i:ke], '\\') >= 0 {
-			return -1
-		}
-		key := d[i+1 : ke-1]
-		i = jsonedit.SkipSpace(d, ke)
-		if i >= len(d) || d[i] != ':' {
-			return -1
-		}
-		if i = member(key, jsonedit.SkipSpace(d, i+1)); i < 0 {
-			return -1
-		}
-		i = jsonedit.SkipSpace(d, i)
-		if i >= len(d) {
-			return -1
-		}
-		if d[i] == '}' {
-			return i + 1
-		}
-		if d[i] != ',' {
-			return -1
-		}
-		i = jsonedit.SkipSpace(d, i+1)
-	}
 }
 
 // TestObjectDocAfterMutator checks that the second mutator of a chain reads

@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"github.com/kadmit/kadmit/internal/jsonedit"
+	"github.com/kadmit/kadmit/internal/jsonedit/jsonscan"
 )
 
 var scanSeeds = []string{
@@ -18,9 +19,11 @@ var scanSeeds = []string{
 	strings.Repeat(`{"a":`, 10000) + "1" + strings.Repeat("}", 10000), strings.Repeat(`{"a":`, 10001) + "1" + strings.Repeat("}", 10001),
 }
 
-// FuzzScanValid checks the fast scanner against encoding/json: the same
-// documents are valid, and decoding a Prune result into a struct of the kept
-// fields gives what decoding the whole document gives.
+// FuzzScanValid checks the fast scanner against encoding/json (the same
+// documents are valid) and the pruner against the API server's decoder:
+// decoding a Prune result into a struct of the kept fields with
+// jsonedit.Unmarshal gives what decoding the whole document gives, the
+// case-sensitive key rule included ("Name", "METADATA" are not the fields).
 func FuzzScanValid(f *testing.F) {
 	for _, s := range scanSeeds {
 		f.Add([]byte(s))
@@ -45,11 +48,11 @@ type prunedNames struct {
 
 func checkScan(t *testing.T, d []byte) {
 	t.Helper()
-	if got, want := jsonedit.Valid(d), json.Valid(d); got != want {
+	if got, want := jsonscan.Valid(d), json.Valid(d); got != want {
 		t.Fatalf("validJSON(%q) = %v, json.Valid = %v", trunc(d), got, want)
 	}
 	var full, part prunedNames
-	errFull := json.Unmarshal(d, &full)
+	errFull := jsonedit.Unmarshal(d, &full)
 	_, errPart := DecodeFields(d, Keep{"metadata": {"name": nil, "generateName": nil}}, &part)
 	if (errFull == nil) != (errPart == nil) || full != part {
 		t.Fatalf("%q: whole decode %+v, %v; pruned decode %+v, %v", trunc(d), full, errFull, part, errPart)
@@ -64,4 +67,21 @@ func trunc(d []byte) string {
 		return string(d[:80]) + "..."
 	}
 	return string(d)
+}
+
+// TestDecodeFieldsIsCaseSensitive: member names that differ from a kept
+// field only in case are not that field (the API server's rule), and an
+// escaped name that unescapes to it is.
+func TestDecodeFieldsIsCaseSensitive(t *testing.T) {
+	for _, c := range []struct{ in, name string }{
+		{`{"metadata":{"Name":"q","name":"p"}}`, "p"},
+		{`{"metadata":{"name":"p","NAME":"q"}}`, "p"},
+		{`{"Metadata":{"name":"q"}}`, ""},
+		{`{"metadata":{"na\u006de":"e"}}`, "e"},
+	} {
+		var v prunedNames
+		if _, err := DecodeFields([]byte(c.in), Keep{"metadata": {"name": nil}}, &v); err != nil || v.Metadata.Name != c.name {
+			t.Errorf("%s: name %q, %v; want %q", c.in, v.Metadata.Name, err, c.name)
+		}
+	}
 }

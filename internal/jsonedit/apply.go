@@ -6,6 +6,7 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/kadmit/kadmit/internal/jsonedit/jsonscan"
 	jsonpatch4 "gopkg.in/evanphx/json-patch.v4"
 )
 
@@ -194,7 +195,7 @@ func (en *entry) itemKey() string {
 // located below it; out, when not nil, is filled with what is located in
 // the result when it can be (see ApplyIndexed and Index.carry).
 func applyRun(doc []byte, ix *Index, parent []string, ops []Op, out *Index) ([]byte, error) {
-	root := SkipSpace(doc, 0)
+	root := jsonscan.SkipSpace(doc, 0)
 	if root >= len(doc) || (doc[root] != '{' && doc[root] != '[') {
 		return nil, errSplice
 	}
@@ -205,7 +206,7 @@ func applyRun(doc []byte, ix *Index, parent []string, ops []Op, out *Index) ([]b
 	} else {
 		var err error
 		rc, err = parseContainer(doc, root, 0)
-		if err != nil || SkipSpace(doc, rc.end) != len(doc) {
+		if err != nil || jsonscan.SkipSpace(doc, rc.end) != len(doc) {
 			return nil, errSplice
 		}
 	}
@@ -278,8 +279,8 @@ func applyRun(doc []byte, ix *Index, parent []string, ops []Op, out *Index) ([]b
 				it.key = en.itemKey()
 			}
 			if en.op { // a valid JSON value, perhaps with space around it
-				it.vs = SkipSpace(res, it.vs)
-				for it.ve > it.vs && isSpace(res[it.ve-1]) {
+				it.vs = jsonscan.SkipSpace(res, it.vs)
+				for it.ve > it.vs && jsonscan.IsSpace(res[it.ve-1]) {
 					it.ve--
 				}
 			}
@@ -344,8 +345,8 @@ func appendRun(doc []byte, c *container, ops []Op, locate bool) (_ appended, ok 
 		vs := len(res)
 		res = append(res, ops[i].Value...)
 		if locate { // a valid JSON value, perhaps with space around it
-			it := item{vs: SkipSpace(res, vs), ve: len(res)}
-			for it.ve > it.vs && isSpace(res[it.ve-1]) {
+			it := item{vs: jsonscan.SkipSpace(res, vs), ve: len(res)}
+			for it.ve > it.vs && jsonscan.IsSpace(res[it.ve-1]) {
 				it.ve--
 			}
 			items = append(items, it)

@@ -10,6 +10,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/kadmit/kadmit/internal/jsonedit/jsonscan"
 	k8sjson "sigs.k8s.io/json"
 )
 
@@ -73,7 +74,7 @@ func containerPaths(doc []byte) [][]string {
 			visit(it.vs, append(slices.Clip(path), seg))
 		}
 	}
-	visit(SkipSpace(doc, 0), nil)
+	visit(jsonscan.SkipSpace(doc, 0), nil)
 	return out
 }
 

@@ -7,6 +7,8 @@ import (
 	"slices"
 	"strconv"
 	"unicode/utf8"
+
+	"github.com/kadmit/kadmit/internal/jsonedit/jsonscan"
 )
 
 // container is an object or array value of a document, with its members
@@ -73,69 +75,53 @@ func parseContainer(d []byte, i, depth int) (*container, error) {
 // alone: the caller sets it, so that items may be a scratch array that
 // does not escape); it fails on invalid JSON. With max >= 0, it records at
 // most max members: past that it still checks the rest of the value but
-// reports complete false and out holds the first max.
+// reports complete false and out holds the first max. The members are
+// walked by jsonscan.Members (elements by jsonscan.Elements), the one loop
+// every reader of an object uses.
 func (c *container) parse(d []byte, i, depth, max int, items []item) (out []item, complete bool, err error) {
-	if depth >= MaxDepth {
-		return nil, false, ErrSyntax
-	}
 	c.object, c.start, c.data = d[i] == '{', i, d
 	complete = true
-	close := byte(']')
-	if c.object {
-		close = '}'
-	}
-	i = SkipSpace(d, i+1)
-	if i < len(d) && d[i] == close {
-		c.end = i + 1
-		return items, true, nil
-	}
-	for {
-		var it item
-		if c.object {
-			if i >= len(d) || d[i] != '"' {
-				return nil, false, ErrSyntax
-			}
-			ke := ScanString(d, i)
-			if ke < 0 {
-				return nil, false, ErrSyntax
-			}
-			it.ks, it.ke = i, ke
-			if complete && needsUnquote(d[i+1:ke-1]) {
-				key, err := unquote(d[i:ke])
-				if err != nil {
-					return nil, false, err
-				}
-				it.key = key
-			}
-			i = SkipSpace(d, ke)
-			if i >= len(d) || d[i] != ':' {
-				return nil, false, ErrSyntax
-			}
-			i = SkipSpace(d, i+1)
-		}
-		it.vs = i
-		if it.ve = ScanValue(d, i, depth+1); it.ve < 0 {
-			return nil, false, ErrSyntax
-		}
+	add := func(it item) {
 		if complete && max >= 0 && len(items) == max {
 			complete = false
 		}
 		if complete {
 			items = append(items, it)
 		}
-		i = SkipSpace(d, it.ve)
-		if i >= len(d) {
-			return nil, false, ErrSyntax
-		}
-		if d[i] == close {
-			c.end = i + 1
-			return items, complete, nil
-		}
-		if d[i] != ',' {
-			return nil, false, ErrSyntax
-		}
-		i = SkipSpace(d, i+1)
 	}
+	if c.object {
+		c.end = jsonscan.Members(d, i, depth, func(ks, ke, vs int) int {
+			it := item{ks: ks, ke: ke, vs: vs}
+			if complete && needsUnquote(d[ks+1:ke-1]) {
+				key, kerr := unquote(d[ks:ke])
+				if kerr != nil {
+					err = kerr
+					return -1
+				}
+				it.key = key
+			}
+			if it.ve = jsonscan.ScanValue(d, vs, depth+1); it.ve < 0 {
+				return -1
+			}
+			add(it)
+			return it.ve
+		})
+	} else {
+		c.end = jsonscan.Elements(d, i, depth, func(vs int) int {
+			it := item{vs: vs, ve: jsonscan.ScanValue(d, vs, depth+1)}
+			if it.ve >= 0 {
+				add(it)
+			}
+			return it.ve
+		})
+	}
+	if c.end < 0 {
+		if err == nil {
+			err = ErrSyntax
+		}
+		return nil, false, err
+	}
+	return items, complete, nil
 }
 
 // unquote returns the value of the JSON string q (quotes included), as

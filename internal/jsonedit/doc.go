@@ -7,6 +7,7 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/kadmit/kadmit/internal/jsonedit/jsonscan"
 	k8sjson "sigs.k8s.io/json"
 )
 
@@ -391,7 +392,7 @@ func (d *Doc) kind(path []string) (byte, error) {
 func (d *Doc) locate(path []string) (int, int, error) {
 	if !d.parsed {
 		d.parsed = true
-		d.root = SkipSpace(d.raw, 0)
+		d.root = jsonscan.SkipSpace(d.raw, 0)
 		d.rootE = -1
 		if d.root < len(d.raw) && (d.raw[d.root] == '{' || d.raw[d.root] == '[') {
 			// Locating the root's members scans, and so checks, it all.
@@ -400,9 +401,9 @@ func (d *Doc) locate(path []string) (int, int, error) {
 				d.rootE = c.end
 			}
 		} else {
-			d.rootE = ScanValue(d.raw, d.root, 0)
+			d.rootE = jsonscan.ScanValue(d.raw, d.root, 0)
 		}
-		if d.rootE < 0 || SkipSpace(d.raw, d.rootE) != len(d.raw) {
+		if d.rootE < 0 || jsonscan.SkipSpace(d.raw, d.rootE) != len(d.raw) {
 			d.err = syntaxError(d.raw)
 		}
 	}
@@ -546,7 +547,7 @@ func (l *located) each(f func(*container)) {
 
 // locateIn is locate in a value an edit wrote (valid JSON).
 func locateIn(raw []byte, path []string) (int, int, error) {
-	return walk(raw, SkipSpace(raw, 0), path, nil)
+	return walk(raw, jsonscan.SkipSpace(raw, 0), path, nil)
 }
 
 // walk follows path from the valid JSON value at d[s]; memo, when not nil,
@@ -587,7 +588,7 @@ func walk(d []byte, s int, path []string, memo *memo) (int, int, error) {
 		s, e = c.items[at].vs, c.items[at].ve
 	}
 	if e < 0 {
-		if e = ScanValue(d, s, 0); e < 0 {
+		if e = jsonscan.ScanValue(d, s, 0); e < 0 {
 			return -1, -1, ErrSyntax
 		}
 	}

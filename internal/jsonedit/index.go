@@ -1,5 +1,7 @@
 package jsonedit
 
+import "github.com/kadmit/kadmit/internal/jsonedit/jsonscan"
+
 // An admission request's body is scanned once by the envelope decoder
 // (package admission), which must walk request.object to find where it
 // ends. Index lets that walk record where the object's top-level members
@@ -46,7 +48,7 @@ type Index struct {
 func ScanIndexed(d []byte, i, depth int, ix *Index) int {
 	*ix = Index{from: i}
 	if i >= len(d) || d[i] != '{' {
-		return ScanValue(d, i, depth)
+		return jsonscan.ScanValue(d, i, depth)
 	}
 	items, complete, err := ix.c.parse(d, i, depth, IndexMembers, ix.buf[:0])
 	ix.c.items = items

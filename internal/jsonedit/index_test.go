@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"strings"
 	"testing"
+
+	"github.com/kadmit/kadmit/internal/jsonedit/jsonscan"
 )
 
 var indexDocs = []string{
@@ -35,9 +37,9 @@ func TestScanIndexedMatchesScanValue(t *testing.T) {
 		body := []byte(`{"request":{"object":` + s + `}}`)
 		vs := bytes.IndexByte(body[1:], '{') + 1
 		vs = bytes.IndexByte(body[vs+1:], '{') + vs + 1
-		vs = SkipSpace(body, vs+len(`{"object":`))
+		vs = jsonscan.SkipSpace(body, vs+len(`{"object":`))
 		var ix Index
-		got, want := ScanIndexed(body, vs, 2, &ix), ScanValue(body, vs, 2)
+		got, want := ScanIndexed(body, vs, 2, &ix), jsonscan.ScanValue(body, vs, 2)
 		if got != want {
 			t.Fatalf("%.60q: ScanIndexed %d, ScanValue %d", s, got, want)
 		}

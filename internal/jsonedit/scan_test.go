@@ -2,34 +2,76 @@ package jsonedit
 
 import (
 	"encoding/json"
-	"strings"
+	"reflect"
 	"testing"
 )
 
-var scanSeeds = []string{
-	`{}`, `[]`, `null`, `true`, `false`, `0`, `-0`, `1.5e-3`, `-12E+2`, `"a\"b\\c\/\b\f\n\r\t\u00e9"`,
-	` {"a" : [1, 2, {"b": null}] } `, `{"a":1,}`, `[1,]`, `01`, `1.`, `.5`, `-`, `1e`, `"\x"`, `"\u12"`,
-	"\"\x01\"", "\"é\xff\"", `{"a" 1}`, `{1:2}`, `[1 2]`, `tru`, `nul`, `{"a":1}x`, ``, ` `, `"abc`,
-	strings.Repeat("[", 10000) + strings.Repeat("]", 10000), strings.Repeat("[", 10001) + strings.Repeat("]", 10001),
-	strings.Repeat(`{"a":`, 10000) + "1" + strings.Repeat("}", 10000), strings.Repeat(`{"a":`, 10001) + "1" + strings.Repeat("}", 10001),
-}
-
-// FuzzValid checks the scanner accepts exactly what json.Valid accepts.
-func FuzzValid(f *testing.F) {
-	for _, s := range scanSeeds {
-		f.Add([]byte(s))
+// TestEachMember: EachMember walks exactly the members encoding/json
+// reads (raw keys, values as spelled, in order), refuses what is not one
+// valid object, stops when fn says so, and allocates nothing.
+func TestEachMember(t *testing.T) {
+	for _, s := range []string{`{}`, ` {"a" : 1 , "b":[1,{"c":2}], "a":"x"} `, `{"k\u0065y":null}`} {
+		var keys []string
+		var vals []json.RawMessage
+		if !EachMember([]byte(s), func(k, v []byte) bool {
+			keys, vals = append(keys, string(k)), append(vals, json.RawMessage(v))
+			return true
+		}) {
+			t.Fatalf("%s: refused", s)
+		}
+		for _, v := range vals {
+			if !json.Valid(v) {
+				t.Fatalf("%s: value %q is not a whole value", s, v)
+			}
+		}
+		var m map[string]json.RawMessage
+		if err := json.Unmarshal([]byte(s), &m); err != nil || (len(m) == 0) != (len(keys) == 0) {
+			t.Fatalf("%s: %v, %d keys", s, err, len(keys))
+		}
 	}
-	f.Fuzz(func(t *testing.T, d []byte) {
-		if got, want := Valid(d), json.Valid(d); got != want {
-			t.Fatalf("Valid(%q) = %v, json.Valid = %v", d, got, want)
+	for _, s := range []string{``, `[]`, `{"a":1`, `{"a":1}x`, `{"a" 1}`, `{1:2}`, `null`} {
+		if EachMember([]byte(s), func(k, v []byte) bool { return true }) {
+			t.Errorf("%q: accepted", s)
 		}
-	})
+	}
+	n := 0
+	if EachMember([]byte(`{"a":1,"b":2,"c":3}`), func(k, v []byte) bool { n++; return n < 2 }) || n != 2 {
+		t.Fatalf("stop: walked %d members", n)
+	}
+	doc := []byte(`{"metadata":{"name":"p","labels":{"a":"b"}},"spec":{"containers":[{"name":"c"}]}}`)
+	if a := testing.AllocsPerRun(100, func() {
+		EachMember(doc, func(k, v []byte) bool { return true })
+	}); a != 0 {
+		t.Fatalf("EachMember allocates %v times per call", a)
+	}
 }
 
-func TestValidSeeds(t *testing.T) {
-	for _, s := range scanSeeds {
-		if got, want := Valid([]byte(s)), json.Valid([]byte(s)); got != want {
-			t.Errorf("Valid(%.40q) = %v, json.Valid = %v", s, got, want)
+// TestEachElement: the elements as spelled, in order; not an array or
+// invalid JSON is refused.
+func TestEachElement(t *testing.T) {
+	var got []string
+	if !EachElement([]byte(` [1, "a" ,{"b":[]}] `), func(v []byte) bool { got = append(got, string(v)); return true }) {
+		t.Fatal("refused")
+	}
+	if want := []string{`1`, `"a"`, `{"b":[]}`}; !reflect.DeepEqual(got, want) {
+		t.Fatalf("elements %q, want %q", got, want)
+	}
+	for _, s := range []string{`{}`, `[1,]`, `[1 2]`, `[`} {
+		if EachElement([]byte(s), func([]byte) bool { return true }) {
+			t.Errorf("%q: accepted", s)
 		}
+	}
+}
+
+// TestUnmarshalIsCaseSensitive: the key rule is the API server's.
+func TestUnmarshalIsCaseSensitive(t *testing.T) {
+	var v struct {
+		Name string `json:"name"`
+	}
+	if err := Unmarshal([]byte(`{"Name":"q","NAME":"r"}`), &v); err != nil || v.Name != "" {
+		t.Fatalf("name %q, %v: a case variant matched", v.Name, err)
+	}
+	if err := Unmarshal([]byte(`{"n\u0061me":"e"}`), &v); err != nil || v.Name != "e" {
+		t.Fatalf("name %q, %v: an escaped exact name did not match", v.Name, err)
 	}
 }

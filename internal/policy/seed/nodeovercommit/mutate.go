@@ -33,13 +33,15 @@ type rawQuantities struct {
 // one per configured resource and field, and a node has a few dozen resources.
 const maxRawValues = 256
 
-// parseRawValues decodes the raw-values annotation; every quantity goes
+// parseRawValues decodes the raw-values annotation with jsonedit.Unmarshal
+// (member names matched case-sensitively, as every reader in kadmit and
+// the API server match them); every quantity goes
 // through quantity.Parse, so an out-of-range one is an error naming it
 // ("allocatable.cpu: quantity 1e9999999 is out of range (...)") before any
 // big-number arithmetic.
 func parseRawValues(s string) (rawQuantities, error) {
 	var v RawValues
-	if err := json.Unmarshal([]byte(s), &v); err != nil {
+	if err := jsonedit.Unmarshal([]byte(s), &v); err != nil {
 		return rawQuantities{}, fmt.Errorf("decode %s: %w", AnnotationRaw, err)
 	}
 	out := rawQuantities{allocatable: map[corev1.ResourceName]resource.Quantity{}, capacity: map[corev1.ResourceName]resource.Quantity{}}

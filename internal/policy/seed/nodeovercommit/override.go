@@ -13,6 +13,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 
 	"github.com/kadmit/kadmit/internal/admission"
+	"github.com/kadmit/kadmit/internal/jsonedit"
 	"github.com/kadmit/kadmit/internal/quantity"
 )
 
@@ -25,7 +26,7 @@ import (
 // stable.
 func (p *Policy) ParseOverride(value string) (map[corev1.ResourceName]*inf.Dec, error) {
 	var raw map[corev1.ResourceName]string
-	if err := json.Unmarshal([]byte(value), &raw); err != nil || raw == nil {
+	if err := jsonedit.Unmarshal([]byte(value), &raw); err != nil || raw == nil {
 		if err == nil {
 			err = errors.New("got null")
 		}
@@ -68,14 +69,14 @@ func (p *Policy) ParseOverride(value string) (map[corev1.ResourceName]*inf.Dec, 
 // on UPDATE, when the old object carries the same problem, only a warning.
 func (p *Policy) Validate(_ context.Context, req *admission.Request) admission.Verdict {
 	var node nodeAnnotations
-	if _, err := req.DecodeObjectFields(nodeAnnotationsKeep, &node); err != nil {
+	if err := node.read(req.ObjectDoc()); err != nil {
 		return admission.Invalid("%s: cannot parse the node: %v", Name, err)
 	}
 	var qwarn []string
 	if qerr := node.quantityError(); qerr != nil {
 		var old nodeAnnotations
 		if req.Operation == admissionv1.Update && len(req.OldObject.Raw) > 0 &&
-			json.Unmarshal(req.OldObject.Raw, &old) == nil {
+			old.read(jsonedit.NewDoc(req.OldObject.Raw)) == nil {
 			if oerr := old.quantityError(); oerr != nil && oerr.Error() == qerr.Error() {
 				qwarn = append(qwarn, fmt.Sprintf("%s (unchanged by this update)", qerr))
 			}
@@ -108,26 +109,45 @@ func (p *Policy) Validate(_ context.Context, req *admission.Request) admission.V
 // object; ok is false when there is none or the old object cannot be read.
 func oldRatioAnnotation(req *admission.Request) (value string, ok bool) {
 	var old nodeAnnotations
-	if len(req.OldObject.Raw) == 0 || json.Unmarshal(req.OldObject.Raw, &old) != nil {
+	if len(req.OldObject.Raw) == 0 || old.read(jsonedit.NewDoc(req.OldObject.Raw)) != nil {
 		return "", false
 	}
 	value, ok = old.Metadata.Annotations[AnnotationRatio]
 	return value, ok
 }
 
-// nodeAnnotations is the part of a node Validate reads; the status maps
-// stay raw until quantityError parses them.
+// nodeAnnotations is the part of a node Validate reads (see read); the
+// status maps stay raw until quantityError parses them.
 type nodeAnnotations struct {
 	Metadata struct {
-		Annotations map[string]string `json:"annotations"`
-	} `json:"metadata"`
+		Annotations map[string]string
+	}
 	Status struct {
-		Capacity    json.RawMessage `json:"capacity"`
-		Allocatable json.RawMessage `json:"allocatable"`
-	} `json:"status"`
+		Capacity, Allocatable json.RawMessage
+	}
 }
 
-var nodeAnnotationsKeep = admission.Keep{"metadata": {"annotations": nil}, "status": {"capacity": nil, "allocatable": nil}}
+// read fills n from the node doc through jsonedit, as the mutator's plan
+// reads a node (member names matched as the API server matches them), so
+// that Validate, on the new and the old object alike, and Mutate read a
+// node the same way. The status lists stay raw; errors are the Doc's
+// (naming the path).
+func (n *nodeAnnotations) read(doc *jsonedit.Doc) error {
+	if _, err := doc.Decode(&n.Metadata.Annotations, "metadata", "annotations"); err != nil {
+		return err
+	}
+	for _, f := range []struct {
+		dst   *json.RawMessage
+		field string
+	}{{&n.Status.Capacity, "capacity"}, {&n.Status.Allocatable, "allocatable"}} {
+		raw, err := doc.Get("status", f.field)
+		if err != nil {
+			return err
+		}
+		*f.dst = raw
+	}
+	return nil
+}
 
 // quantityError returns the first quantity of status.capacity,
 // status.allocatable (in that order, resources in name order) or the

@@ -83,70 +83,36 @@ func (r *Raw) Equal(t corev1.Toleration) bool {
 // JSON, as jsonedit.Doc.Get returns it), in order, without allocating.
 // It returns false, possibly after calling f for the elements before it,
 // for anything Read refuses (see Read): the caller then decodes instead.
-// The one object-member loop for tolerations: Read builds
-// corev1.Tolerations from it, colocation asks whether a toleration is in
-// a pod's list without building any.
+// The one reader of tolerations: Read builds corev1.Tolerations from it,
+// colocation asks whether a toleration is in a pod's list without building
+// any. It walks the list and each element's members with
+// jsonedit.EachElement and jsonedit.EachMember (the JSON layer's one
+// member loop), matching member names exactly, as the decoder does.
 func ScanList(raw []byte, f func(Raw)) bool {
 	if len(raw) == 0 || raw[0] != '[' {
 		return false
 	}
-	i := jsonedit.SkipSpace(raw, 1)
-	if i < len(raw) && raw[i] == ']' {
-		return true
-	}
-	for n := 0; ; n++ {
-		if n == MaxRead || i >= len(raw) || raw[i] != '{' {
+	n := 0
+	return jsonedit.EachElement(raw, func(v []byte) bool {
+		if n == MaxRead || v[0] != '{' {
 			return false
 		}
+		n++
 		var r Raw
-		var ok bool
-		if i, ok = scanObject(raw, i, &r); !ok {
+		if !readObject(v, &r) {
 			return false
 		}
 		f(r)
-		i = jsonedit.SkipSpace(raw, i)
-		if i < len(raw) && raw[i] == ']' {
-			return true
-		}
-		if i >= len(raw) || raw[i] != ',' {
-			return false
-		}
-		i = jsonedit.SkipSpace(raw, i+1)
-	}
+		return true
+	})
 }
 
-// scanObject reads the object at raw[i] (raw[i] == '{') into r and
-// returns the index past it. A repeated member counts last, as the decoder
-// takes it.
-func scanObject(raw []byte, i int, r *Raw) (int, bool) {
-	i = jsonedit.SkipSpace(raw, i+1)
-	if i < len(raw) && raw[i] == '}' {
-		return i + 1, true
-	}
-	for {
-		if i >= len(raw) || raw[i] != '"' {
-			return 0, false
-		}
-		ke := jsonedit.ScanString(raw, i)
-		if ke < 0 {
-			return 0, false
-		}
-		key := raw[i+1 : ke-1]
-		vs := jsonedit.SkipSpace(raw, ke)
-		if vs >= len(raw) || raw[vs] != ':' {
-			return 0, false
-		}
-		vs = jsonedit.SkipSpace(raw, vs+1)
-		// A string without escapes, the form read, in one pass; anything
-		// else is scanned as any value.
-		ve := plainString(raw, vs)
-		if ve < 0 {
-			ve = jsonedit.ScanValue(raw, vs, 3)
-		}
-		if ve < 0 {
-			return 0, false
-		}
-		v := raw[vs:ve]
+// readObject reads the toleration object v into r. A repeated member
+// counts last, as the decoder takes it; an escaped or unknown name, a
+// null or escaped string, or a tolerationSeconds that is not a plain int64
+// refuses.
+func readObject(v []byte, r *Raw) bool {
+	return jsonedit.EachMember(v, func(key, val []byte) bool {
 		var dst *[]byte
 		switch string(key) {
 		case "key":
@@ -158,50 +124,25 @@ func scanObject(raw []byte, i int, r *Raw) (int, bool) {
 		case "effect":
 			dst = &r.Effect
 		case "tolerationSeconds":
-			if v[0] == 'n' {
+			if val[0] == 'n' {
 				r.HasSeconds = false
-				break
+				return true
 			}
-			n, err := strconv.ParseInt(string(v), 10, 64)
+			n, err := strconv.ParseInt(string(val), 10, 64)
 			if err != nil {
-				return 0, false
+				return false
 			}
 			r.HasSeconds, r.Seconds = true, n
+			return true
 		default:
-			return 0, false
+			return false
 		}
-		if dst != nil {
-			if v[0] != '"' || bytes.IndexByte(v, '\\') >= 0 {
-				return 0, false
-			}
-			*dst = v[1 : len(v)-1]
+		if val[0] != '"' || bytes.IndexByte(val, '\\') >= 0 {
+			return false
 		}
-		i = jsonedit.SkipSpace(raw, ve)
-		if i < len(raw) && raw[i] == '}' {
-			return i + 1, true
-		}
-		if i >= len(raw) || raw[i] != ',' {
-			return 0, false
-		}
-		i = jsonedit.SkipSpace(raw, i+1)
-	}
-}
-
-// plainString returns the index past the string at raw[i] when it has no
-// escape and no control character (what the scanner would check), else -1.
-func plainString(raw []byte, i int) int {
-	if i >= len(raw) || raw[i] != '"' {
-		return -1
-	}
-	for j := i + 1; j < len(raw); j++ {
-		switch c := raw[j]; {
-		case c == '"':
-			return j + 1
-		case c == '\\' || c < 0x20:
-			return -1
-		}
-	}
-	return -1
+		*dst = val[1 : len(val)-1]
+		return true
+	})
 }
 
 // AppendJSON appends t as json.Marshal writes a corev1.Toleration
