@@ -32,6 +32,11 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	admissionv1 "k8s.io/api/admission/v1"
+	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/kadmit/kadmit/internal/testkit"
 )
 
 func TestMain(m *testing.M) {
@@ -233,12 +238,11 @@ func (p *kadmitProc) stall(n int, declared int64, head string) []*tls.Conn {
 	return conns
 }
 
+// podReview is an AdmissionReview v1 of op on pod default/name.
 func podReview(uid, name, op string) []byte {
-	q := func(s string) string { b, _ := json.Marshal(s); return string(b) }
-	return []byte(fmt.Sprintf(`{"apiVersion":"admission.k8s.io/v1","kind":"AdmissionReview","request":{"uid":%s,
-		"kind":{"group":"","version":"v1","kind":"Pod"},"resource":{"group":"","version":"v1","resource":"pods"},
-		"namespace":"default","name":%s,"operation":%s,"userInfo":{"username":"u"},
-		"object":{"apiVersion":"v1","kind":"Pod","metadata":{"name":%s,"namespace":"default"}}}}`, q(uid), q(name), q(op), q(name)))
+	pod, _ := json.Marshal(map[string]any{"apiVersion": "v1", "kind": "Pod", "metadata": map[string]string{"name": name, "namespace": "default"}})
+	return testkit.ReviewBody(testkit.PodRequest(admissionv1.Operation(op), pod, nil,
+		testkit.UID(types.UID(uid)), testkit.Namespace("default"), testkit.Name(name)))
 }
 
 const (

@@ -23,25 +23,22 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
-	"sigs.k8s.io/yaml"
 
 	"github.com/kadmit/kadmit/internal/admission"
-	"github.com/kadmit/kadmit/internal/bench"
+	"github.com/kadmit/kadmit/internal/fixture"
 	"github.com/kadmit/kadmit/internal/jsonedit"
 	"github.com/kadmit/kadmit/internal/policy/koordinator/colocation"
 	"github.com/kadmit/kadmit/internal/policy/seed/lifespan"
 	"github.com/kadmit/kadmit/internal/policy/seed/nodeovercommit"
 	"github.com/kadmit/kadmit/internal/policy/seed/podname"
+	"github.com/kadmit/kadmit/internal/testkit"
 )
 
-// benchPodJSON is bench.DefaultPod() as JSON (about 4.6 KB).
+// benchPodJSON is fixture.DeploymentPodJSON(), `kadmit bench`'s default
+// pod (about 4.6 KB).
 func benchPodJSON(tb testing.TB) []byte {
 	tb.Helper()
-	b, err := yaml.YAMLToJSON(bench.DefaultPod())
-	if err != nil {
-		tb.Fatal(err)
-	}
-	return b
+	return fixture.DeploymentPodJSON()
 }
 
 // benchNodeJSON is testdata/node.json compacted (about 3.6 KB): a kubelet's
@@ -63,21 +60,13 @@ func benchNodeJSON(tb testing.TB) []byte {
 // resource (e.g. "pods") as the API server sends it.
 func reviewFor(tb testing.TB, kind, resource string, object []byte) []byte {
 	tb.Helper()
-	gvk := metav1.GroupVersionKind{Version: "v1", Kind: kind}
-	gvr := metav1.GroupVersionResource{Version: "v1", Resource: resource}
-	req := &admissionv1.AdmissionRequest{
-		UID: "705ab4f5-6393-11e8-b7cc-42010a800002", Kind: gvk, Resource: gvr, RequestKind: &gvk, RequestResource: &gvr,
-		Name: "x", Namespace: "shop", Operation: admissionv1.Create,
-		UserInfo: authenticationv1.UserInfo{Username: "system:serviceaccount:kube-system:replicaset-controller",
-			Groups: []string{"system:serviceaccounts", "system:serviceaccounts:kube-system", "system:authenticated"}},
-		Object:  runtime.RawExtension{Raw: object},
-		Options: runtime.RawExtension{Raw: []byte(`{"kind":"CreateOptions","apiVersion":"meta.k8s.io/v1"}`)},
-	}
-	b, err := json.Marshal(admission.Review{APIVersion: admission.APIVersionV1, Kind: admission.ReviewKind, Request: req})
-	if err != nil {
-		tb.Fatal(err)
-	}
-	return b
+	req := testkit.Request(admissionv1.Create, metav1.GroupVersionResource{Version: "v1", Resource: resource}, object, nil,
+		testkit.Kind(metav1.GroupVersionKind{Version: "v1", Kind: kind}), testkit.Requested(),
+		testkit.UID("705ab4f5-6393-11e8-b7cc-42010a800002"), testkit.Name("x"), testkit.Namespace("shop"))
+	req.UserInfo = authenticationv1.UserInfo{Username: "system:serviceaccount:kube-system:replicaset-controller",
+		Groups: []string{"system:serviceaccounts", "system:serviceaccounts:kube-system", "system:authenticated"}}
+	req.Options = runtime.RawExtension{Raw: []byte(`{"kind":"CreateOptions","apiVersion":"meta.k8s.io/v1"}`)}
+	return testkit.ReviewBody(req)
 }
 
 // seedWebhooks returns the seed profile's webhooks by path.

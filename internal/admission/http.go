@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"mime"
 	"net/http"
 	"os"
@@ -14,6 +15,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/kadmit/kadmit/internal/logging"
 )
 
 // DefaultMaxRequestBytes bounds an AdmissionReview body: 7 MiB. The API server
@@ -58,6 +61,10 @@ type HandlerOptions struct {
 	// written, with the request's context (a tracing span, if any, is in
 	// it).
 	Observe func(ctx context.Context, d Decision)
+	// Logger is the base of each review's request-scoped logger: the
+	// context a policy receives carries it with the webhook path and the
+	// request's uid (logging.FromContext). nil: slog.Default().
+	Logger *slog.Logger
 	// AbandonedRan, when set, is called when an abandoned review's policy
 	// returns, with how long it ran after the review's answer was sent
 	// (wall time: Go has no per-goroutine CPU clock).
@@ -77,6 +84,11 @@ type HandlerOptions struct {
 // Content-Length: a body grows in steps, each step reserved from Limits
 // first, so a client that declares 7 MiB and sends one byte holds one small
 // buffer.
+//
+// The context a policy receives carries the review's logger (opts.Logger
+// with "webhook" and "uid"; logging.FromContext). It is pooled with the
+// review and reused once the policy returns: a policy must not keep it, or
+// a context derived from it, past its return.
 func NewHandler(wh *Webhook, opts HandlerOptions) http.Handler {
 	if opts.MaxRequestBytes <= 0 {
 		opts.MaxRequestBytes = DefaultMaxRequestBytes
@@ -215,7 +227,11 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	d.UID, d.Kind, d.Namespace, d.Name, d.Operation = string(req.UID), req.Kind.Kind, req.Namespace, req.Name, string(req.Operation)
 
-	out, abandoned, err := c.run(ctx, req)
+	// The review's context carries its logger: built only if a policy
+	// logs (logging.FromContext), the RequestContext itself lives in the
+	// pooled call, so an unlogged review allocates nothing for it.
+	c.rctx.Reset(ctx, h.opts.Logger, h.wh.Path, string(req.UID))
+	out, abandoned, err := c.run(&c.rctx, req)
 	owned = !abandoned
 	if err != nil {
 		var pe *PanicError
@@ -366,6 +382,7 @@ const (
 type call struct {
 	h     *handler
 	ls    lease
+	rctx  logging.RequestContext // the review's context: the deadline's, with its logger
 	ctx   context.Context
 	req   *Request
 	state atomic.Int32
@@ -385,6 +402,7 @@ var callPool = sync.Pool{New: func() any { return &call{done: make(chan struct{}
 
 func (c *call) recycle() {
 	c.h, c.ls, c.ctx, c.req, c.out, c.err = nil, lease{}, nil, nil, Outcome{}, nil
+	c.rctx.Clear()
 	c.released, c.abandonedAt = false, time.Time{}
 	c.state.Store(reviewRunning)
 	callPool.Put(c)

@@ -23,6 +23,7 @@ import (
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 
+	"github.com/kadmit/kadmit/internal/fixture"
 	"github.com/kadmit/kadmit/internal/kubeconfig"
 	"github.com/kadmit/kadmit/internal/otlpreceiver"
 )
@@ -181,9 +182,9 @@ func (o APIServerOptions) planned() int64 {
 // spec.priorityClassName, which the Priority admission plugin would refuse
 // on any cluster lacking that PriorityClass. As JSON.
 func APIServerPod() []byte {
-	obj, err := decodeOne(defaultPod)
+	obj, err := decodeOne(fixture.DeploymentPod())
 	if err != nil {
-		panic("bench: embedded pod.yaml: " + err.Error()) // covered by tests
+		panic("bench: embedded fixture pod.yaml: " + err.Error()) // covered by tests
 	}
 	labels := obj.GetLabels()
 	labels["acme.com/lifespan-requested"] = "3"

@@ -22,16 +22,15 @@ import (
 	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
 
 	"github.com/kadmit/kadmit/internal/admission"
+	"github.com/kadmit/kadmit/internal/fixture"
 )
 
-//go:embed pod.yaml
-var defaultPod []byte
-
-// DefaultPod returns the manifest Run sends when Options.Manifest is nil: a
-// Deployment's pod as its ReplicaSet creates it (two containers, env with
-// valueFrom, resources, probes, volumes, owner reference), as YAML, about
-// 4.6 KB once converted to JSON. The caller owns the returned slice.
-func DefaultPod() []byte { return bytes.Clone(defaultPod) }
+// DefaultPod returns the manifest Run sends when Options.Manifest is nil:
+// fixture.DeploymentPod, a Deployment's pod as its ReplicaSet creates it
+// (two containers, env with valueFrom, resources, probes, volumes, owner
+// reference), as YAML, about 4.6 KB once converted to JSON. The caller owns
+// the returned slice.
+func DefaultPod() []byte { return fixture.DeploymentPod() }
 
 // uidPlaceholder marks where each request's uid goes in the pre-encoded body.
 // It is not a valid uid, so it cannot collide with one inside the object.

@@ -13,10 +13,9 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apiserver/pkg/admission"
-	"sigs.k8s.io/yaml"
 
 	kadmission "github.com/kadmit/kadmit/internal/admission"
-	"github.com/kadmit/kadmit/internal/bench"
+	"github.com/kadmit/kadmit/internal/fixture"
 )
 
 func benchEngine(b *testing.B, dir string) *Engine {
@@ -64,15 +63,9 @@ func BenchmarkMutateLifespan(b *testing.B) {
 	}
 }
 
-// realisticPod is `make bench`'s pod (internal/bench DefaultPod, about
+// realisticPod is `make bench`'s pod (fixture.DeploymentPodJSON, about
 // 4.6 KB as JSON).
-func realisticPod(b *testing.B) []byte {
-	pod, err := yaml.YAMLToJSON(bench.DefaultPod())
-	if err != nil {
-		b.Fatal(err)
-	}
-	return pod
-}
+func realisticPod(*testing.B) []byte { return fixture.DeploymentPodJSON() }
 
 // benchHooks serves review through the webhook of path built from the
 // policies of dirs (examples/cel), as `kadmit serve --policies` does: one

@@ -13,9 +13,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/kadmit/kadmit/internal/testkit"
+
 	admissionv1 "k8s.io/api/admission/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	kruntime "k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 
 	kadmission "github.com/kadmit/kadmit/internal/admission"
@@ -114,12 +115,9 @@ func blob(n int) []byte {
 }
 
 func blobReq(obj []byte) *kadmission.Request {
-	gvk := metav1.GroupVersionKind{Group: "example.com", Version: "v1", Kind: "Blob"}
-	gvr := metav1.GroupVersionResource{Group: "example.com", Version: "v1", Resource: "blobs"}
-	return &kadmission.Request{AdmissionRequest: admissionv1.AdmissionRequest{
-		UID: "u", Kind: gvk, Resource: gvr, RequestKind: &gvk, RequestResource: &gvr,
-		Name: "b", Namespace: "default", Operation: admissionv1.Create, Object: kruntime.RawExtension{Raw: obj},
-	}}
+	return testkit.Request(admissionv1.Create, metav1.GroupVersionResource{Group: "example.com", Version: "v1", Resource: "blobs"}, obj, nil,
+		testkit.Kind(metav1.GroupVersionKind{Group: "example.com", Version: "v1", Kind: "Blob"}), testkit.Requested(),
+		testkit.Name("b"), testkit.Namespace("default"))
 }
 
 func statusCode(t *testing.T, err error) int {
@@ -223,13 +221,12 @@ func TestBudgetExhaustedAnswers503(t *testing.T) {
 
 func waitUsed(t *testing.T, b *Budget, want int64) {
 	t.Helper()
-	deadline := time.Now().Add(5 * time.Second)
-	for b.Used() != want {
-		if time.Now().After(deadline) {
-			t.Fatalf("budget used %d, want %d", b.Used(), want)
+	testkit.EventuallyNil(t, 5*time.Second, "budget settled", func() error {
+		if used := b.Used(); used != want {
+			return fmt.Errorf("budget used %d, want %d", used, want)
 		}
-		time.Sleep(time.Millisecond)
-	}
+		return nil
+	})
 }
 
 // TestBudgetBoundsConcurrentRequests: many requests at once never hold

@@ -3,7 +3,8 @@ package celpolicy
 import (
 	"context"
 	"fmt"
-	"sort"
+	"maps"
+	"slices"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -20,13 +21,8 @@ import (
 // name; binaryData is not read. The API server bounds a ConfigMap to
 // 1 MiB; LoadAll still bounds each key and the number of objects.
 func ConfigMapDocuments(cm *corev1.ConfigMap) []Document {
-	keys := make([]string, 0, len(cm.Data))
-	for k := range cm.Data {
-		keys = append(keys, k)
-	}
-	sort.Strings(keys)
-	out := make([]Document, 0, len(keys))
-	for _, k := range keys {
+	out := make([]Document, 0, len(cm.Data))
+	for _, k := range slices.Sorted(maps.Keys(cm.Data)) {
 		out = append(out, Document{Name: fmt.Sprintf("ConfigMap %s/%s data[%s]", cm.Namespace, cm.Name, k), Data: cm.Data[k]})
 	}
 	return out

@@ -9,6 +9,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/kadmit/kadmit/internal/testkit"
+
 	admissionv1 "k8s.io/api/admission/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
@@ -157,19 +159,15 @@ func TestRequestCache(t *testing.T) {
 		t.Fatal("a request whose context never ends was kept")
 	}
 	cancel()
-	deadline := time.Now().Add(5 * time.Second)
-	for {
+	testkit.EventuallyNil(t, 5*time.Second, "decode cache emptied", func() error {
 		c.mu.Lock()
 		n, b := len(c.entries), c.bytes
 		c.mu.Unlock()
-		if n == 0 && b == 0 {
-			break
+		if n != 0 || b != 0 {
+			return fmt.Errorf("%d entries (%d bytes) left after their requests ended", n, b)
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%d entries (%d bytes) left after their requests ended", n, b)
-		}
-		time.Sleep(time.Millisecond)
-	}
+		return nil
+	})
 }
 
 // TestHooksShareDecodedObject: on a path with several validating policies,

@@ -8,12 +8,11 @@ import (
 	"testing"
 
 	admissionv1 "k8s.io/api/admission/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/runtime"
 
 	"github.com/kadmit/kadmit/internal/admission"
 	"github.com/kadmit/kadmit/internal/celpolicy"
 	"github.com/kadmit/kadmit/internal/jsonedit"
+	"github.com/kadmit/kadmit/internal/testkit"
 )
 
 // labelMAP is a MutatingAdmissionPolicy on pods setting label name to
@@ -41,13 +40,7 @@ spec: {policyName: %[1]s}
 }
 
 func podReview(pod string) *admission.Request {
-	gvk := metav1.GroupVersionKind{Version: "v1", Kind: "Pod"}
-	gvr := metav1.GroupVersionResource{Version: "v1", Resource: "pods"}
-	return &admission.Request{AdmissionRequest: admissionv1.AdmissionRequest{
-		UID: "u", Kind: gvk, Resource: gvr, RequestKind: &gvk, RequestResource: &gvr,
-		Namespace: "default", Name: "p", Operation: admissionv1.Create,
-		Object: runtime.RawExtension{Raw: []byte(pod)},
-	}}
+	return testkit.PodRequest(admissionv1.Create, pod, "", testkit.Namespace("default"), testkit.Name("p"), testkit.Requested())
 }
 
 func labelsOf(t *testing.T, obj []byte) map[string]string {

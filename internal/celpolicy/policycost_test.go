@@ -10,9 +10,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/kadmit/kadmit/internal/testkit"
+
 	admissionv1 "k8s.io/api/admission/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	kruntime "k8s.io/apimachinery/pkg/runtime"
 
 	kadmission "github.com/kadmit/kadmit/internal/admission"
 )
@@ -91,26 +91,18 @@ func TestEngineReleased(t *testing.T) {
 			}
 		}
 	}()
-	deadline := time.Now().Add(10 * time.Second)
-	for {
+	testkit.Eventually(t, 10*time.Second, "the engine to be collected after its hooks were dropped", func() bool {
 		runtime.GC()
 		select {
 		case <-released:
-			return
+			return true
 		default:
+			return false
 		}
-		if time.Now().After(deadline) {
-			t.Fatal("the engine is still reachable after its hooks were dropped")
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	})
 }
 
 func blobReqPod() *kadmission.Request {
-	gvk := metav1.GroupVersionKind{Version: "v1", Kind: "Pod"}
-	gvr := metav1.GroupVersionResource{Version: "v1", Resource: "pods"}
-	return &kadmission.Request{AdmissionRequest: admissionv1.AdmissionRequest{
-		UID: "u", Kind: gvk, Resource: gvr, RequestKind: &gvk, RequestResource: &gvr, Name: "ok", Namespace: "default",
-		Operation: admissionv1.Create, Object: kruntime.RawExtension{Raw: []byte(`{"apiVersion":"v1","kind":"Pod","metadata":{"name":"ok","namespace":"default"}}`)},
-	}}
+	return testkit.PodRequest(admissionv1.Create, `{"apiVersion":"v1","kind":"Pod","metadata":{"name":"ok","namespace":"default"}}`, "",
+		testkit.Requested(), testkit.Name("ok"), testkit.Namespace("default"))
 }

@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/kadmit/kadmit/internal/testkit"
 	"github.com/kadmit/kadmit/pkg/webhookcerts"
 )
 
@@ -74,18 +75,6 @@ func servedLeaf(t *testing.T, h *webhookcerts.Holder) func() *x509.Certificate {
 	}
 }
 
-// waitFor polls cond every 10ms for at most bound.
-func waitFor(t *testing.T, bound time.Duration, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(bound)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("%s: not within %s", what, bound)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-}
-
 // In files mode a rotated tls.crt/tls.key and ca.crt, replaced after start
 // by rename (the directory's fsnotify event), are served in the next TLS
 // handshake and returned as the CA bundle within a bound; the poll is an
@@ -124,8 +113,8 @@ func TestFilesSourceReloadsOnEvent(t *testing.T) {
 	writeAtomic(t, filepath.Join(dir, "tls.crt"), c2)
 	writeAtomic(t, filepath.Join(dir, "ca.crt"), ca2)
 	want, _ := webhookcerts.ParseCertificates(c2)
-	waitFor(t, 5*time.Second, "rotated tls.crt served in a new handshake", func() bool { return leaf().Equal(want[0]) })
-	waitFor(t, 5*time.Second, "rotated ca.crt returned as the bundle", func() bool { return string(s.CABundle()) == string(ca2) })
+	testkit.Eventually(t, 5*time.Second, "rotated tls.crt served in a new handshake", func() bool { return leaf().Equal(want[0]) })
+	testkit.Eventually(t, 5*time.Second, "rotated ca.crt returned as the bundle", func() bool { return string(s.CABundle()) == string(ca2) })
 	if len(reloads) < 2 {
 		t.Fatalf("OnReload called %d times, want the start and the rotation", len(reloads))
 	}
@@ -168,5 +157,5 @@ func TestDirWatcherReloadsOnPoll(t *testing.T) {
 		t.Fatal(err)
 	}
 	want, _ := webhookcerts.ParseCertificates(c2)
-	waitFor(t, 5*time.Second, "certificate changed behind a symlink served after a poll", func() bool { return leaf().Equal(want[0]) })
+	testkit.Eventually(t, 5*time.Second, "certificate changed behind a symlink served after a poll", func() bool { return leaf().Equal(want[0]) })
 }

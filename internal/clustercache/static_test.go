@@ -9,6 +9,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/kadmit/kadmit/internal/testkit"
+
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
@@ -121,13 +123,12 @@ func TestNewStaticStopsWithContext(t *testing.T) {
 		t.Fatal(err)
 	}
 	cancel()
-	deadline := time.Now().Add(10 * time.Second)
-	for runtime.NumGoroutine() > before {
-		if time.Now().After(deadline) {
-			t.Fatalf("%d goroutines after cancel, %d before", runtime.NumGoroutine(), before)
+	testkit.EventuallyNil(t, 10*time.Second, "goroutines ended after cancel", func() error {
+		if n := runtime.NumGoroutine(); n > before {
+			return fmt.Errorf("%d goroutines after cancel, %d before", n, before)
 		}
-		time.Sleep(10 * time.Millisecond)
-	}
+		return nil
+	})
 }
 
 // BenchmarkNewStatic: building the caches of `kadmit review --state` from

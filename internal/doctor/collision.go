@@ -1,6 +1,8 @@
 package doctor
 
 import (
+	"maps"
+	"slices"
 	"sort"
 	"strings"
 )
@@ -221,11 +223,7 @@ func distinguishingLabel(groups []WorkloadGroup) (string, string) {
 		return "", ""
 	}
 	keys := append([]string(nil), appLabels...)
-	var rest []string
-	for k := range first[0].Labels {
-		rest = append(rest, k)
-	}
-	sort.Strings(rest)
+	rest := slices.Sorted(maps.Keys(first[0].Labels))
 	keys = append(keys, rest...)
 	// pod-template-hash differs per ReplicaSet revision: a selector on it
 	// would break at the next rollout.

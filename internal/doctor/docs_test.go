@@ -1,9 +1,10 @@
 package doctor
 
 import (
+	"maps"
 	"os"
 	"regexp"
-	"sort"
+	"slices"
 	"testing"
 )
 
@@ -25,11 +26,7 @@ func TestChecksDocumented(t *testing.T) {
 		}
 		delete(documented, c.ID)
 	}
-	var extra []string
-	for id := range documented {
-		extra = append(extra, id)
-	}
-	sort.Strings(extra)
+	extra := slices.Sorted(maps.Keys(documented))
 	if len(missing) > 0 || len(extra) > 0 {
 		t.Errorf("checks without a row in docs/troubleshooting.md: %v; rows without a check: %v", missing, extra)
 	}

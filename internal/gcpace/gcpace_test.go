@@ -1,10 +1,13 @@
 package gcpace
 
 import (
+	"fmt"
 	"runtime"
 	"runtime/debug"
 	"testing"
 	"time"
+
+	"github.com/kadmit/kadmit/internal/testkit"
 )
 
 func TestPercentFor(t *testing.T) {
@@ -36,14 +39,13 @@ func TestPacerFollowsCollections(t *testing.T) {
 	if p == nil {
 		t.Fatal("Start returned nil for a positive floor")
 	}
-	deadline := time.Now().Add(10 * time.Second)
-	for p.Cycles() < 3 && time.Now().Before(deadline) {
-		runtime.GC()
-		time.Sleep(10 * time.Millisecond) // the finalizer goroutine runs after the cycle
-	}
-	if p.Cycles() < 3 {
-		t.Fatalf("saw %d collections after forcing several", p.Cycles())
-	}
+	// Between calls the finalizer goroutine runs after the forced cycle.
+	testkit.EventuallyNil(t, 10*time.Second, "three collections seen", func() error {
+		if runtime.GC(); p.Cycles() < 3 {
+			return fmt.Errorf("saw %d collections after forcing one more", p.Cycles())
+		}
+		return nil
+	})
 	got := p.Percent()
 	if got <= 100 {
 		t.Fatalf("GOGC %d with a test's few-MiB live heap under a 256 MiB floor; want it raised", got)

@@ -76,7 +76,9 @@ type Env struct {
 	// import the loader that imports it).
 	LoadConfig func(cm *corev1.ConfigMap, key string) error
 	// Log receives what a policy reports outside a review, such as a cached
-	// object it cannot use; nil discards.
+	// object it cannot use; nil discards. Within a review a policy logs
+	// through logging.FromContext(ctx) instead: that logger is serve's with
+	// the review's "webhook" and "uid".
 	Log *slog.Logger
 	// PoliciesConfigMap is serve's --policies-configmap, for the
 	// kadmit-policies policy that guards it; nil when serve follows none

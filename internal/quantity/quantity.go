@@ -21,6 +21,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"math"
 	"slices"
 
@@ -259,13 +260,8 @@ func (l *List) UnmarshalJSON(b []byte) error {
 		*l = nil
 		return nil
 	}
-	names := make([]corev1.ResourceName, 0, len(raw))
-	for n := range raw {
-		names = append(names, n)
-	}
-	slices.Sort(names)
 	out := make(List, len(raw))
-	for _, n := range names {
+	for _, n := range slices.Sorted(maps.Keys(raw)) {
 		q, err := ParseJSON(raw[n])
 		if err != nil {
 			return &FieldError{Field: string(n), Err: err}

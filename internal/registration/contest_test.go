@@ -14,6 +14,7 @@ import (
 	"k8s.io/client-go/tools/record"
 
 	"github.com/kadmit/kadmit/internal/metrics"
+	"github.com/kadmit/kadmit/internal/testkit"
 )
 
 // ownsCABundle is a managedFields FieldsV1 owning the caBundle of each
@@ -202,7 +203,7 @@ func (f *fight) revert(t *testing.T, manager string) {
 	if _, err := f.cs.AdmissionregistrationV1().ValidatingWebhookConfigurations().Update(f.ctx, v, metav1.UpdateOptions{FieldManager: manager}); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, "revert in the cache", func() bool {
+	testkit.Eventually(t, 10*time.Second, "revert in the cache", func() bool {
 		return bytes.Equal(cachedBundles(f.reg)["ValidatingWebhookConfiguration/pod-name.kadmit.io"], f.stale)
 	})
 }
@@ -367,7 +368,7 @@ func TestRegistrarOwnManagerIsNoFight(t *testing.T) {
 		if err := Apply(f.ctx, f.cs, mwc, vwc); err != nil {
 			t.Fatal(err)
 		}
-		eventually(t, "other replica's bundle in the cache", func() bool {
+		testkit.Eventually(t, 10*time.Second, "other replica's bundle in the cache", func() bool {
 			return bytes.Equal(cachedBundles(f.reg)["ValidatingWebhookConfiguration/pod-name.kadmit.io"], other)
 		})
 		f.mustWrite(t, false)

@@ -32,6 +32,7 @@ import (
 
 	"github.com/kadmit/kadmit/internal/admission"
 	"github.com/kadmit/kadmit/internal/certs"
+	"github.com/kadmit/kadmit/internal/testkit"
 )
 
 var quiet = slog.New(slog.NewTextHandler(io.Discard, nil))
@@ -125,22 +126,11 @@ func allEqual(bs []string, want []byte) bool {
 	return true
 }
 
-func eventually(t *testing.T, what string, f func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for !f() {
-		if time.Now().After(deadline) {
-			t.Fatalf("%s: not within 10s", what)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-}
-
 // settled waits until r's cache shows its configurations exactly as it
 // would write them with bundle.
 func settled(t *testing.T, r *Registrar, bundle []byte) {
 	t.Helper()
-	eventually(t, r.Name()+" cache up to date", func() bool {
+	testkit.Eventually(t, 10*time.Second, r.Name()+" cache up to date", func() bool {
 		m, v, err := r.build(bundle)
 		if err != nil {
 			return false
@@ -165,7 +155,7 @@ func TestRegistrarRunRepairsBlankedCABundle(t *testing.T) {
 	cs := fake.NewClientset()
 	h := newHarness(t, cs, "kadmit", p, nil)
 	go h.reg.Run(h.ctx)
-	eventually(t, "first registration", func() bool { return allEqual(bundles(t, cs, "kadmit"), p.ca) })
+	testkit.Eventually(t, 10*time.Second, "first registration", func() bool { return allEqual(bundles(t, cs, "kadmit"), p.ca) })
 	if err := h.reg.Ready(); err != nil {
 		t.Fatalf("ready after registration: %v", err)
 	}
@@ -182,17 +172,17 @@ func TestRegistrarRunRepairsBlankedCABundle(t *testing.T) {
 	if _, err := cs.AdmissionregistrationV1().ValidatingWebhookConfigurations().Update(h.ctx, v, metav1.UpdateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, "blanked caBundle repaired", func() bool { return allEqual(bundles(t, cs, "kadmit"), p.ca) })
+	testkit.Eventually(t, 10*time.Second, "blanked caBundle repaired", func() bool { return allEqual(bundles(t, cs, "kadmit"), p.ca) })
 
 	// A deleted configuration is written back too.
 	if err := cs.AdmissionregistrationV1().MutatingWebhookConfigurations().Delete(h.ctx, "kadmit", metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, "deleted configuration re-created", func() bool {
+	testkit.Eventually(t, 10*time.Second, "deleted configuration re-created", func() bool {
 		_, err := cs.AdmissionregistrationV1().MutatingWebhookConfigurations().Get(h.ctx, "kadmit", metav1.GetOptions{})
 		return err == nil
 	})
-	eventually(t, "cache caught up", func() bool { return h.reg.Ready() == nil })
+	testkit.Eventually(t, 10*time.Second, "cache caught up", func() bool { return h.reg.Ready() == nil })
 
 	// Up to date: kicks write nothing.
 	settled(t, h.reg, p.ca)
@@ -211,12 +201,12 @@ func TestRegistrarRunFollowsBundleChange(t *testing.T) {
 	cs := fake.NewClientset()
 	h := newHarness(t, cs, "kadmit", p, nil)
 	go h.reg.Run(h.ctx)
-	eventually(t, "first registration", func() bool { return allEqual(bundles(t, cs, "kadmit"), p.ca) })
+	testkit.Eventually(t, 10*time.Second, "first registration", func() bool { return allEqual(bundles(t, cs, "kadmit"), p.ca) })
 	// The source's bundle grows (a new CA ahead of the old, as cert-manager's
 	// ca.crt or trust-manager would roll it): written within a tick.
 	grown := append(append([]byte(nil), newPKI(t).ca...), p.ca...)
 	h.setBundle(grown)
-	eventually(t, "new bundle written", func() bool { return allEqual(bundles(t, cs, "kadmit"), grown) })
+	testkit.Eventually(t, 10*time.Second, "new bundle written", func() bool { return allEqual(bundles(t, cs, "kadmit"), grown) })
 }
 
 func TestRegistrarStaleBundleMakesReplicaUnready(t *testing.T) {
@@ -240,7 +230,7 @@ func TestRegistrarStaleBundleMakesReplicaUnready(t *testing.T) {
 		t.Fatal(err)
 	}
 	h.setBundle(p.ca)
-	eventually(t, "stale bundle seen", func() bool {
+	testkit.Eventually(t, 10*time.Second, "stale bundle seen", func() bool {
 		err := h.reg.Ready()
 		return err != nil && strings.Contains(err.Error(), "WebhookConfiguration/") && strings.Contains(err.Error(), "unknown authority")
 	})
@@ -248,7 +238,7 @@ func TestRegistrarStaleBundleMakesReplicaUnready(t *testing.T) {
 	if held, err := h.reg.write(h.ctx, p.ca, 0); held || err != nil {
 		t.Fatalf("Inject = held %t, %v", held, err)
 	}
-	eventually(t, "ready after the repair", func() bool { return h.reg.Ready() == nil })
+	testkit.Eventually(t, 10*time.Second, "ready after the repair", func() bool { return h.reg.Ready() == nil })
 	if got := h.reg.staleBundles(p.ca); len(got) != 0 {
 		t.Fatalf("stale webhooks after the repair: %v", got)
 	}
@@ -301,7 +291,7 @@ func TestRegistrarGuards(t *testing.T) {
 	if held, err := h.reg.write(h.ctx, p.ca, 0); held || err != nil {
 		t.Fatalf("endpoint verifies for ProxySettle: held %t, %v", held, err)
 	}
-	eventually(t, "registered in the cache", func() bool { return len(cachedBundles(h.reg)) == len(bundles(t, cs, "kadmit")) })
+	testkit.Eventually(t, 10*time.Second, "registered in the cache", func() bool { return len(cachedBundles(h.reg)) == len(bundles(t, cs, "kadmit")) })
 	// A repair of existing configurations does not wait for an endpoint:
 	// after a blank no endpoint is ready, by construction.
 	probeLeaves.Store(&none)
@@ -311,7 +301,7 @@ func TestRegistrarGuards(t *testing.T) {
 	if _, err := cs.AdmissionregistrationV1().ValidatingWebhookConfigurations().Update(h.ctx, v, metav1.UpdateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, "blank seen", func() bool { return h.reg.Ready() != nil })
+	testkit.Eventually(t, 10*time.Second, "blank seen", func() bool { return h.reg.Ready() != nil })
 	if held, err := h.reg.write(h.ctx, p.ca, 0); held || err != nil || probed.Load() != 0 {
 		t.Fatalf("repair: held %t, %v, probed %d", held, err, probed.Load())
 	}
@@ -327,10 +317,10 @@ func TestRegistrarPerInstallNames(t *testing.T) {
 	hb := newHarness(t, cs, "team-b-kadmit", b, nil)
 	go ha.reg.Run(ha.ctx)
 	go hb.reg.Run(hb.ctx)
-	eventually(t, "both registered", func() bool {
+	testkit.Eventually(t, 10*time.Second, "both registered", func() bool {
 		return allEqual(bundles(t, cs, "team-a-kadmit"), a.ca) && allEqual(bundles(t, cs, "team-b-kadmit"), b.ca)
 	})
-	eventually(t, "both ready", func() bool { return ha.reg.Ready() == nil && hb.reg.Ready() == nil })
+	testkit.Eventually(t, 10*time.Second, "both ready", func() bool { return ha.reg.Ready() == nil && hb.reg.Ready() == nil })
 	// Each watches and writes only its own; neither fights the other.
 	settled(t, ha.reg, a.ca)
 	settled(t, hb.reg, b.ca)
@@ -343,7 +333,7 @@ func TestRegistrarPerInstallNames(t *testing.T) {
 	if err := cs.AdmissionregistrationV1().MutatingWebhookConfigurations().Delete(ha.ctx, "team-a-kadmit", metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, "a repaired", func() bool { return allEqual(bundles(t, cs, "team-a-kadmit"), a.ca) })
+	testkit.Eventually(t, 10*time.Second, "a repaired", func() bool { return allEqual(bundles(t, cs, "team-a-kadmit"), a.ca) })
 	if !allEqual(bundles(t, cs, "team-b-kadmit"), b.ca) {
 		t.Fatal("b's configurations changed")
 	}
@@ -394,7 +384,7 @@ func TestLaggingGenerationDoesNotRevert(t *testing.T) {
 	if err := h.reg.Inject(h.ctx, both, 5); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, "generation 5 in the cache", func() bool { m, v := h.reg.newerThan(4); return m && v })
+	testkit.Eventually(t, 10*time.Second, "generation 5 in the cache", func() bool { m, v := h.reg.newerThan(4); return m && v })
 	before := countPatches(cs)
 	if err := h.reg.Inject(h.ctx, p.ca, 4); err != nil {
 		t.Fatal(err)
@@ -497,20 +487,20 @@ func TestRegistrarDeletesConfigurationWithoutHooks(t *testing.T) {
 	now.Store(&start)
 	h := newHarness(t, cs, "kadmit", p, func(o *RegistrarOptions) { o.Now = func() time.Time { return *now.Load() } })
 	go h.reg.Run(h.ctx)
-	eventually(t, "first registration", func() bool { return allEqual(bundles(t, cs, "kadmit"), p.ca) })
-	eventually(t, "paths called", func() bool { return h.reg.Calls("/mutate-pod") && h.reg.Calls("/validate-node") })
+	testkit.Eventually(t, 10*time.Second, "first registration", func() bool { return allEqual(bundles(t, cs, "kadmit"), p.ca) })
+	testkit.Eventually(t, 10*time.Second, "paths called", func() bool { return h.reg.Calls("/mutate-pod") && h.reg.Calls("/validate-node") })
 	if h.reg.Calls("/not-registered") {
 		t.Fatal("Calls(/not-registered) = true")
 	}
 
 	h.reg.SetHooks(hooksOf(admission.Validating))
-	eventually(t, "mutating configuration deleted", func() bool { return !configExists(t, cs, admission.Mutating, "kadmit") })
+	testkit.Eventually(t, 10*time.Second, "mutating configuration deleted", func() bool { return !configExists(t, cs, admission.Mutating, "kadmit") })
 	if !configExists(t, cs, admission.Validating, "kadmit") {
 		t.Fatal("the validating configuration went with the mutating one")
 	}
 	// The API server may still call the mutating paths until its own
 	// informer catches up: they stay called for the grace, then not.
-	eventually(t, "informer saw the delete", func() bool { return len(cachedBundles(h.reg)) == 2 })
+	testkit.Eventually(t, 10*time.Second, "informer saw the delete", func() bool { return len(cachedBundles(h.reg)) == 2 })
 	if !h.reg.Calls("/mutate-pod") {
 		t.Fatal("Calls(/mutate-pod) = false right after the delete; want true for UnregisterGrace")
 	}
@@ -525,10 +515,10 @@ func TestRegistrarDeletesConfigurationWithoutHooks(t *testing.T) {
 
 	// One webhook of a configuration goes: the configuration stays, without it.
 	h.reg.SetHooks(hooksOf(admission.Validating)[:1])
-	eventually(t, "validate-node webhook removed", func() bool { return len(bundles(t, cs, "kadmit")) == 1 })
+	testkit.Eventually(t, 10*time.Second, "validate-node webhook removed", func() bool { return len(bundles(t, cs, "kadmit")) == 1 })
 	// The tracked paths are bounded: a path gone for longer than the grace
 	// is forgotten at the next event, not kept.
-	eventually(t, "paths gone past the grace forgotten", func() bool {
+	testkit.Eventually(t, 10*time.Second, "paths gone past the grace forgotten", func() bool {
 		h.reg.mu.Lock()
 		defer h.reg.mu.Unlock()
 		_, kept := h.reg.called["/mutate-pod"]
@@ -539,7 +529,7 @@ func TestRegistrarDeletesConfigurationWithoutHooks(t *testing.T) {
 	}
 
 	h.reg.SetHooks(hooksOf(admission.Mutating))
-	eventually(t, "validating configuration deleted, mutating written back", func() bool {
+	testkit.Eventually(t, 10*time.Second, "validating configuration deleted, mutating written back", func() bool {
 		return !configExists(t, cs, admission.Validating, "kadmit") && configExists(t, cs, admission.Mutating, "kadmit")
 	})
 }
@@ -563,7 +553,7 @@ func TestRegistrarDeletesStaleConfigurationOnStart(t *testing.T) {
 		o.Listening = func() error { return errors.New("not yet") }
 	})
 	go h.reg.Run(h.ctx)
-	eventually(t, "stale mutating configuration deleted", func() bool { return !configExists(t, cs, admission.Mutating, "kadmit") })
+	testkit.Eventually(t, 10*time.Second, "stale mutating configuration deleted", func() bool { return !configExists(t, cs, admission.Mutating, "kadmit") })
 	if !configExists(t, cs, admission.Validating, "kadmit") {
 		t.Fatal("validating configuration deleted")
 	}
@@ -580,7 +570,7 @@ func TestRegistrarLeavesForeignConfiguration(t *testing.T) {
 	}
 	h := newHarness(t, cs, "kadmit", p, func(o *RegistrarOptions) { o.Hooks = hooksOf(admission.Validating) })
 	go h.reg.Run(h.ctx)
-	eventually(t, "validating configuration written", func() bool { return configExists(t, cs, admission.Validating, "kadmit") })
+	testkit.Eventually(t, 10*time.Second, "validating configuration written", func() bool { return configExists(t, cs, admission.Validating, "kadmit") })
 	settled(t, h.reg, p.ca)
 	for _, a := range cs.Actions() {
 		if a.GetVerb() == "delete" {
@@ -730,7 +720,7 @@ func TestRegistrarFirstRegistrationSettles(t *testing.T) {
 	if !allEqual(bundles(t, cs, "kadmit"), p.ca) {
 		t.Fatal("not registered after the settle")
 	}
-	eventually(t, "registered in the cache", func() bool { return len(cachedBundles(h.reg)) == 4 })
+	testkit.Eventually(t, 10*time.Second, "registered in the cache", func() bool { return len(cachedBundles(h.reg)) == 4 })
 
 	// A repair waits neither for an endpoint nor for the settle.
 	probeLeaves.Store(&none)
@@ -743,7 +733,7 @@ func TestRegistrarFirstRegistrationSettles(t *testing.T) {
 	if _, err := cs.AdmissionregistrationV1().ValidatingWebhookConfigurations().Update(h.ctx, v, metav1.UpdateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, "blank seen", func() bool { return h.reg.Ready() != nil })
+	testkit.Eventually(t, 10*time.Second, "blank seen", func() bool { return h.reg.Ready() != nil })
 	if held, err := h.reg.write(h.ctx, p.ca, 0); held || err != nil || probed.Load() != 0 {
 		t.Fatalf("repair: held %t, %v, probed %d", held, err, probed.Load())
 	}
@@ -754,7 +744,7 @@ func TestRegistrarFirstRegistrationSettles(t *testing.T) {
 	if err := cs.AdmissionregistrationV1().MutatingWebhookConfigurations().Delete(h.ctx, "kadmit", metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, "delete seen", func() bool { return len(cachedBundles(h.reg)) == 2 })
+	testkit.Eventually(t, 10*time.Second, "delete seen", func() bool { return len(cachedBundles(h.reg)) == 2 })
 	before := countPatches(cs)
 	if held, err := h.reg.write(h.ctx, p.ca, 0); !held || err != nil || countPatches(cs) != before {
 		t.Fatalf("re-creation right away: held %t, %v, %d writes", held, err, countPatches(cs)-before)
@@ -780,7 +770,7 @@ func TestRegistrarRunEndsSettleOnTime(t *testing.T) {
 	})
 	start := time.Now()
 	go h.reg.Run(h.ctx)
-	eventually(t, "first registration", func() bool { return allEqual(bundles(t, cs, "kadmit"), p.ca) })
+	testkit.Eventually(t, 10*time.Second, "first registration", func() bool { return allEqual(bundles(t, cs, "kadmit"), p.ca) })
 	if took := time.Since(start); took < settle || took >= RetryInterval {
 		t.Fatalf("registered after %v; want the settle (%v), before the first tick (%v)", took, settle, RetryInterval)
 	}

@@ -25,6 +25,7 @@ import (
 
 	"github.com/kadmit/kadmit/internal/admission"
 	"github.com/kadmit/kadmit/internal/jsonedit"
+	"github.com/kadmit/kadmit/internal/testkit"
 )
 
 // rawRequest sends a request with one header of n bytes on a fresh
@@ -295,7 +296,7 @@ func TestLogThrottle(t *testing.T) {
 	l := slog.New(slog.NewTextHandler(&buf, nil))
 	th := newThrottle()
 	for i := 0; i < 100; i++ {
-		th.log(l, slog.LevelWarn, "bad request")
+		th.log(context.Background(), l, slog.LevelWarn, "bad request")
 	}
 	if n := strings.Count(buf.String(), "\n"); n > 21 || n < 20 {
 		t.Fatalf("%d lines of 100 at once, want the burst of 20", n)
@@ -303,7 +304,7 @@ func TestLogThrottle(t *testing.T) {
 	buf.Reset()
 	time.Sleep(time.Second)
 	for i := 0; i < 100; i++ {
-		th.log(l, slog.LevelWarn, "bad request")
+		th.log(context.Background(), l, slog.LevelWarn, "bad request")
 	}
 	out := buf.String()
 	if n := strings.Count(out, "\n"); n > 15 || n < 9 { // a late wake-up adds a few
@@ -364,7 +365,7 @@ func TestHTTP2StreamTakesInFlightSlot(t *testing.T) {
 			}
 		}()
 	}
-	eventually(t, "two streams in flight", func() bool { return ts.limits.InFlight() == 2 })
+	testkit.Eventually(t, wait, "two streams in flight", func() bool { return ts.limits.InFlight() == 2 })
 	req, _ := http.NewRequest(http.MethodPost, ts.base+"/validate", bytes.NewReader(reviewBody("u", "p")))
 	req.Header.Set("Content-Type", "application/json")
 	resp, err := tr.RoundTrip(req)

@@ -11,6 +11,7 @@ import (
 	"github.com/kadmit/kadmit/pkg/webhookcerts"
 
 	"github.com/kadmit/kadmit/internal/admission"
+	"github.com/kadmit/kadmit/internal/testkit"
 )
 
 // TestShutdownDrain: for Options.Drain after shutdown starts, the server
@@ -29,7 +30,7 @@ func TestShutdownDrain(t *testing.T) {
 	}
 	began := time.Now()
 	ts.cancel()
-	eventually(t, "not ready", func() bool { return ts.Ready() != nil })
+	testkit.Eventually(t, wait, "not ready", func() bool { return ts.Ready() != nil })
 	if err := ts.Ready(); err.Error() != "shutting down" {
 		t.Fatalf("Ready while draining: %v", err)
 	}
@@ -57,7 +58,7 @@ func TestShutdownDrain(t *testing.T) {
 		t.Fatalf("the checks above took %s, longer than the drain: the test proves nothing on this machine", time.Since(began))
 	}
 	// After the drain the listener closes and Serve returns.
-	eventually(t, "the admission listener to close", func() bool {
+	testkit.Eventually(t, wait, "the admission listener to close", func() bool {
 		c, err := tls.DialWithDialer(&net.Dialer{Timeout: time.Second}, "tcp", ts.Addr().String(), &tls.Config{InsecureSkipVerify: true}) //nolint:gosec // only whether it accepts
 		if err != nil {
 			return true

@@ -23,6 +23,7 @@ import (
 	"github.com/kadmit/kadmit/pkg/webhookcerts"
 
 	"github.com/kadmit/kadmit/internal/admission"
+	"github.com/kadmit/kadmit/internal/testkit"
 )
 
 // dialTLS completes a handshake with the test server, or returns why not.
@@ -66,9 +67,9 @@ func TestConnectionLimit(t *testing.T) {
 		c.Close()
 		t.Fatal("a fourth connection was served beyond MaxConnections 3")
 	}
-	eventually(t, "the refusal to be counted", func() bool { return metric(t, ts, `kadmit_server_refused_total{limit="connections"} 1`) })
+	testkit.Eventually(t, wait, "the refusal to be counted", func() bool { return metric(t, ts, `kadmit_server_refused_total{limit="connections"} 1`) })
 	open[0].Close()
-	eventually(t, "a freed slot", func() bool {
+	testkit.Eventually(t, wait, "a freed slot", func() bool {
 		c, err := ts.dialTLS(nil)
 		if err == nil {
 			c.Close()
@@ -101,16 +102,16 @@ func TestInFlightLimitAndAbandonedReviews(t *testing.T) {
 	if err != nil || resp.StatusCode != http.StatusServiceUnavailable || !strings.Contains(string(body), "3 of them reviews still running past their deadline") {
 		t.Fatalf("beyond MaxInFlight: %v %v %s", resp, err, body)
 	}
-	eventually(t, "metrics", func() bool {
+	testkit.Eventually(t, wait, "metrics", func() bool {
 		return metric(t, ts, `kadmit_server_refused_total{limit="in-flight"} 1`) && metric(t, ts, "kadmit_server_abandoned_reviews 4") &&
 			metric(t, ts, "kadmit_server_abandoned_reviews_total 4")
 	})
 	once.Do(func() { close(release) })
-	eventually(t, "the abandoned reviews to end", func() bool { return ts.limits.Abandoned() == 0 && ts.limits.InFlight() == 0 })
+	testkit.Eventually(t, wait, "the abandoned reviews to end", func() bool { return ts.limits.Abandoned() == 0 && ts.limits.InFlight() == 0 })
 	if ts.limits.BodyBytes() != 0 || ts.limits.AbandonedBytes() != 0 {
 		t.Fatalf("body bytes still reserved: %d, abandoned %d", ts.limits.BodyBytes(), ts.limits.AbandonedBytes())
 	}
-	eventually(t, "the time abandoned reviews ran", func() bool {
+	testkit.Eventually(t, wait, "the time abandoned reviews ran", func() bool {
 		return metric(t, ts, `kadmit_server_abandoned_review_seconds_count{webhook="/stuck"} 4`)
 	})
 	if resp, _, err := ts.post("/stuck", reviewBody("u5", "p")); err != nil || resp.StatusCode != 200 {
@@ -127,7 +128,7 @@ func TestBodyBytesLimit(t *testing.T) {
 	}
 	defer a.Close()
 	fmt.Fprintf(a, "POST /validate HTTP/1.1\r\nHost: k\r\nContent-Type: application/json\r\nContent-Length: 100000\r\n\r\n%s", strings.Repeat(" ", 20<<10))
-	eventually(t, "A's reservation", func() bool { return ts.limits.BodyBytes() == 32<<10 })
+	testkit.Eventually(t, wait, "A's reservation", func() bool { return ts.limits.BodyBytes() == 32<<10 })
 	// B fits its first 16 KiB, not the growth after it.
 	b, err := ts.dialTLS(nil)
 	if err != nil {
@@ -145,7 +146,7 @@ func TestBodyBytesLimit(t *testing.T) {
 		t.Fatalf("B: %d %s", resp.StatusCode, body)
 	}
 	a.Close()
-	eventually(t, "the budget to be returned", func() bool { return ts.limits.BodyBytes() == 0 })
+	testkit.Eventually(t, wait, "the budget to be returned", func() bool { return ts.limits.BodyBytes() == 0 })
 	if resp, _, err := ts.post("/validate", reviewBody("u", "p")); err != nil || resp.StatusCode != 200 {
 		t.Fatalf("after the budget was returned: %v %v", resp, err)
 	}
@@ -218,7 +219,7 @@ func TestClientCertificates(t *testing.T) {
 	// Each refusal is counted with its reason.
 	for _, reason := range []string{"no-certificate", "untrusted", "name-not-allowed"} {
 		line := `kadmit_server_client_certificates_refused_total{reason="` + reason + `"} 1`
-		eventually(t, line, func() bool { return metric(t, ts, line) })
+		testkit.Eventually(t, wait, line, func() bool { return metric(t, ts, line) })
 	}
 	// The metrics listener (kubelet probes) asks for no certificate.
 	if code, _ := get(t, &http.Client{Timeout: wait}, ts.plainURL+"/readyz"); code != 200 {
@@ -284,7 +285,7 @@ func TestClientCertificatesWithoutAllowedNames(t *testing.T) {
 		t.Fatalf("a client without a certificate got HTTP %d", resp.StatusCode)
 	}
 	line := `kadmit_server_client_certificates_refused_total{reason="no-certificate"} 3`
-	eventually(t, line, func() bool { return metric(t, ts, line) })
+	testkit.Eventually(t, wait, line, func() bool { return metric(t, ts, line) })
 }
 
 // TestHTTP2OptIn: the admission listener offers h2 only when asked.
@@ -337,7 +338,7 @@ func TestMetricsConnectionLimit(t *testing.T) {
 	for i := 0; i < 4; i++ {
 		flood = append(flood, dialFrom(t, "127.0.0.2", addr))
 	}
-	eventually(t, "4 open metrics connections", func() bool { return ts.metricsLn.open.Load() == 4 })
+	testkit.Eventually(t, wait, "4 open metrics connections", func() bool { return ts.metricsLn.open.Load() == 4 })
 	// A fifth from the same address is closed: it would only evict its own.
 	if c := dialFrom(t, "127.0.0.2", addr); !closedSoon(c, time.Second) {
 		t.Fatal("a fifth connection from the flooding address was kept beyond the bound of 4")

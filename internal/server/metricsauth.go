@@ -124,7 +124,7 @@ func (a *metricsAuthorizer) wrap(next http.Handler) http.Handler {
 		}
 		user, code, err := a.authenticate(r.Context(), remoteHost(r.RemoteAddr), token)
 		if err != nil {
-			a.th.log(a.log, slog.LevelWarn, "metrics request: authentication failed", slog.Any("error", err))
+			a.th.log(r.Context(), a.log, slog.LevelWarn, "metrics request: authentication failed", slog.Any("error", err))
 			http.Error(w, http.StatusText(code), code)
 			return
 		}
@@ -135,12 +135,12 @@ func (a *metricsAuthorizer) wrap(next http.Handler) http.Handler {
 		verb := strings.ToLower(r.Method)
 		allowed, reason, code, err := a.authorize(r.Context(), user, verb, r.URL.Path)
 		if err != nil {
-			a.th.log(a.log, slog.LevelWarn, "metrics request: authorization failed", slog.String("user", user.Username), slog.Any("error", err))
+			a.th.log(r.Context(), a.log, slog.LevelWarn, "metrics request: authorization failed", slog.String("user", user.Username), slog.Any("error", err))
 			http.Error(w, http.StatusText(code), code)
 			return
 		}
 		if !allowed {
-			a.th.log(a.log, slog.LevelDebug, "metrics request forbidden", slog.String("user", user.Username), slog.String("reason", reason))
+			a.th.log(r.Context(), a.log, slog.LevelDebug, "metrics request forbidden", slog.String("user", user.Username), slog.String("reason", reason))
 			http.Error(w, fmt.Sprintf("user %s may not %s %s", user.Username, verb, r.URL.Path), http.StatusForbidden)
 			return
 		}

@@ -8,11 +8,12 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"net"
 	"net/http"
 	"net/http/pprof"
 	"runtime"
-	"sort"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -111,7 +112,9 @@ type Options struct {
 	// certificate's subject common name or a DNS SAN to be one of these.
 	ClientAllowedNames []string
 	// Logger receives the decisions DecisionLog selects (every one when
-	// it is enabled at debug level, as New finds it); default
+	// it is enabled at debug level, as New finds it), and is the base of
+	// the request-scoped logger each review's context carries
+	// (logging.FromContext: with "webhook" and "uid"); default
 	// slog.Default().
 	Logger *slog.Logger
 	// DecisionLog chooses the allowed decisions logged (denials, errors and
@@ -309,7 +312,7 @@ func New(opts Options) (*Server, error) {
 	}
 	s.connLn.refused = func() {
 		s.limitsM.Refused("connections")
-		s.throttle.log(s.log, slog.LevelWarn, "connection refused: kadmit is at its limit of open connections", slog.Int("maxConnections", opts.MaxConnections))
+		s.throttle.log(context.Background(), s.log, slog.LevelWarn, "connection refused: kadmit is at its limit of open connections", slog.Int("maxConnections", opts.MaxConnections))
 	}
 
 	s.SetWebhooks(opts.Webhooks)
@@ -319,7 +322,7 @@ func New(opts Options) (*Server, error) {
 	// alive after the first reload replaced them.
 	opts.Webhooks, s.opts.Webhooks = nil, nil
 	s.unserved = s.metrics.InFlight(UnservedWebhook, admission.NewHandler(&admission.Webhook{Path: UnservedWebhook, Type: admission.Validating},
-		admission.HandlerOptions{MaxRequestBytes: opts.MaxRequestBytes, Limits: s.limits, Observe: s.observe}))
+		admission.HandlerOptions{MaxRequestBytes: opts.MaxRequestBytes, Limits: s.limits, Observe: s.observe, Logger: s.log}))
 	mux := http.NewServeMux()
 	mux.Handle("/", s.closeWhenDraining(s.tracker.wrap(http.HandlerFunc(s.route))))
 	s.health(mux)
@@ -415,7 +418,7 @@ func (s *Server) buildMetricsServer() error {
 	// GETs: the kubelet's probes and Prometheus.
 	s.metricsLn.refused = func() {
 		s.limitsM.Refused("metrics-connections")
-		s.throttle.log(s.log, slog.LevelWarn, "metrics connection closed: kadmit is at its limit of open metrics connections", slog.Int("metricsMaxConnections", opts.MetricsMaxConnections))
+		s.throttle.log(context.Background(), s.log, slog.LevelWarn, "metrics connection closed: kadmit is at its limit of open metrics connections", slog.Int("metricsMaxConnections", opts.MetricsMaxConnections))
 	}
 	s.plain = &http.Server{
 		Handler:           pm,
@@ -443,7 +446,7 @@ func (s *Server) buildMetricsServer() error {
 func (s *Server) SetWebhooks(webhooks []*admission.Webhook) {
 	routes := make(map[string]http.Handler, len(webhooks))
 	for _, wh := range webhooks {
-		h := admission.NewHandler(wh, admission.HandlerOptions{MaxRequestBytes: s.opts.MaxRequestBytes, Limits: s.limits, Observe: s.observe, AbandonedRan: s.boundsM.AbandonedRan})
+		h := admission.NewHandler(wh, admission.HandlerOptions{MaxRequestBytes: s.opts.MaxRequestBytes, Limits: s.limits, Observe: s.observe, AbandonedRan: s.boundsM.AbandonedRan, Logger: s.log})
 		if s.opts.Tracing != nil {
 			h = s.opts.Tracing.Wrap(wh.Path, h)
 		}
@@ -659,13 +662,7 @@ func (s *Server) metricsCertificate(hello *tls.ClientHelloInfo) (*tls.Certificat
 }
 
 func (s *Server) paths() []string {
-	routes := *s.routes.Load()
-	out := make([]string, 0, len(routes))
-	for p := range routes {
-		out = append(out, p)
-	}
-	sort.Strings(out)
-	return out
+	return slices.Sorted(maps.Keys(*s.routes.Load()))
 }
 
 func (s *Server) observe(ctx context.Context, d admission.Decision) {
@@ -704,10 +701,10 @@ func (s *Server) observe(ctx context.Context, d admission.Decision) {
 	case d.Panic != nil:
 		// Throttled like the warnings: a policy that panics on every
 		// request must not turn each one into a stack trace in the log.
-		s.throttle.log(s.log, slog.LevelError, "policy panicked; answered 500 so failurePolicy applies",
+		s.throttle.log(ctx, s.log, slog.LevelError, "policy panicked; answered 500 so failurePolicy applies",
 			append(attrs, slog.String("policy", d.Panic.Policy), slog.Any("panic", d.Panic.Value), slog.String("stack", string(d.Panic.Stack)))...)
 	case d.Err != nil:
-		s.throttle.log(s.log, slog.LevelWarn, "request not admitted: "+d.Err.Error(), attrs...)
+		s.throttle.log(ctx, s.log, slog.LevelWarn, "request not admitted: "+d.Err.Error(), attrs...)
 	default:
 		attrs = append(attrs, slog.Bool("allowed", d.Allowed))
 		if !d.Allowed {
@@ -719,7 +716,7 @@ func (s *Server) observe(ctx context.Context, d admission.Decision) {
 		if sampled {
 			attrs = append(attrs, slog.String("sampled", s.sampler.attr))
 		}
-		s.log.LogAttrs(context.Background(), slog.LevelInfo, "admission decision", attrs...)
+		s.log.LogAttrs(ctx, slog.LevelInfo, "admission decision", attrs...)
 	}
 }
 

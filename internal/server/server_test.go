@@ -20,10 +20,13 @@ import (
 
 	"github.com/kadmit/kadmit/pkg/webhookcerts"
 
+	admissionv1 "k8s.io/api/admission/v1"
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
+	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/kadmit/kadmit/internal/admission"
 	"github.com/kadmit/kadmit/internal/certs"
+	"github.com/kadmit/kadmit/internal/testkit"
 )
 
 // wait bounds every poll in these tests; nothing is expected to take long.
@@ -111,21 +114,15 @@ func start(t *testing.T, opts Options, loadCert bool) *testServer {
 		ts.client.CloseIdleConnections()
 	})
 	// Serve marks the server serving right after it starts; wait for it.
-	deadline := time.Now().Add(wait)
-	for !s.serving.Load() {
-		if time.Now().After(deadline) {
-			t.Fatal("server never started serving")
-		}
-		time.Sleep(time.Millisecond)
-	}
+	testkit.Eventually(t, wait, "the server to start serving", s.serving.Load)
 	return ts
 }
 
+// reviewBody is an AdmissionReview v1 CREATE of pod default/name.
 func reviewBody(uid, name string) []byte {
-	return []byte(fmt.Sprintf(`{"apiVersion":"admission.k8s.io/v1","kind":"AdmissionReview","request":{"uid":%q,
-		"kind":{"group":"","version":"v1","kind":"Pod"},"resource":{"group":"","version":"v1","resource":"pods"},
-		"namespace":"default","name":%q,"operation":"CREATE","userInfo":{"username":"u"},
-		"object":{"apiVersion":"v1","kind":"Pod","metadata":{"name":%q,"namespace":"default"}}}}`, uid, name, name))
+	pod := fmt.Sprintf(`{"apiVersion":"v1","kind":"Pod","metadata":{"name":%q,"namespace":"default"}}`, name)
+	return testkit.ReviewBody(testkit.PodRequest(admissionv1.Create, pod, "",
+		testkit.UID(types.UID(uid)), testkit.Namespace("default"), testkit.Name(name)))
 }
 
 func (ts *testServer) post(path string, body []byte) (*http.Response, []byte, error) {
@@ -150,18 +147,6 @@ func get(t *testing.T, c *http.Client, url string) (int, string) {
 		t.Fatal(err)
 	}
 	return resp.StatusCode, string(b)
-}
-
-// eventually polls cond until it holds or the bounded wait ends.
-func eventually(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(wait)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
 }
 
 func TestServeAdmissionAndHealth(t *testing.T) {
@@ -231,7 +216,7 @@ func TestServeAdmissionAndHealth(t *testing.T) {
 		`kadmit_admission_in_flight_requests{webhook="/validate"} 0`,
 		"go_goroutines ",
 	} {
-		eventually(t, want, func() bool {
+		testkit.Eventually(t, wait, want, func() bool {
 			_, m := get(t, plain, ts.plainURL+"/metrics")
 			return strings.Contains(m, want)
 		})
@@ -254,7 +239,7 @@ func TestPanicMetrics(t *testing.T) {
 		`kadmit_admission_panics_total{policy="panicky",webhook="/panic"} 1`,
 		`kadmit_admission_requests_total{allowed="",code="500",operation="CREATE",webhook="/panic"} 1`,
 	} {
-		eventually(t, want, func() bool {
+		testkit.Eventually(t, wait, want, func() bool {
 			_, m := get(t, plain, ts.plainURL+"/metrics")
 			return strings.Contains(m, want)
 		})
@@ -373,7 +358,7 @@ func TestGracefulShutdown(t *testing.T) {
 
 	ts.cancel()
 	// The admission listener closes: new connections are refused.
-	eventually(t, "the admission listener to close", func() bool {
+	testkit.Eventually(t, wait, "the admission listener to close", func() bool {
 		c, err := net.DialTimeout("tcp", ts.Addr().String(), time.Second)
 		if err != nil {
 			return true

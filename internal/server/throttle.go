@@ -31,9 +31,11 @@ func newThrottle() *throttle {
 }
 
 // log writes one line unless the budget is spent, adding a "suppressed"
-// count of the lines dropped since the last one written.
-func (t *throttle) log(l *slog.Logger, level slog.Level, msg string, attrs ...slog.Attr) {
-	if !l.Enabled(context.Background(), level) {
+// count of the lines dropped since the last one written. ctx is the
+// request's context when there is one (a handler may read a trace span
+// from it), else context.Background().
+func (t *throttle) log(ctx context.Context, l *slog.Logger, level slog.Level, msg string, attrs ...slog.Attr) {
+	if !l.Enabled(ctx, level) {
 		return
 	}
 	if !t.lim.Allow() {
@@ -43,7 +45,7 @@ func (t *throttle) log(l *slog.Logger, level slog.Level, msg string, attrs ...sl
 	if n := t.suppressed.Swap(0); n > 0 {
 		attrs = append(attrs, slog.Int64("suppressed", n))
 	}
-	l.LogAttrs(context.Background(), level, msg, attrs...)
+	l.LogAttrs(ctx, level, msg, attrs...)
 }
 
 // errorLog is an http.Server ErrorLog: net/http's own complaints (TLS
@@ -55,7 +57,7 @@ func (t *throttle) errorLog(l *slog.Logger, observe func(line string)) *log.Logg
 		if observe != nil {
 			observe(string(p))
 		}
-		t.log(l, slog.LevelDebug, strings.TrimSpace(string(p)), slog.String("source", "net/http"))
+		t.log(context.Background(), l, slog.LevelDebug, strings.TrimSpace(string(p)), slog.String("source", "net/http"))
 		return len(p), nil
 	}), "", 0)
 }

@@ -15,6 +15,7 @@ import (
 	"k8s.io/client-go/tools/record"
 
 	"github.com/kadmit/kadmit/internal/doctor"
+	"github.com/kadmit/kadmit/internal/testkit"
 )
 
 // A watch that may not list pods and ReplicaSets runs anyway: the
@@ -28,7 +29,7 @@ func TestPartialAccessIsAGapNotAnError(t *testing.T) {
 		Spec: appsv1.DeploymentSpec{Selector: &metav1.LabelSelector{MatchLabels: labels}, Template: corev1.PodTemplateSpec{ObjectMeta: metav1.ObjectMeta{Labels: labels}}}}
 	r := startControllerDenying(t, map[string]bool{"pods": true, "replicasets": true}, nil,
 		testService("svc-g", 9443), slice("svc-g", 9443), d, validatingConfig("cfg-g", "svc-g", false, ca.pem(), "g.example.com"))
-	waitFor(t, 10*time.Second, "first evaluation", r.c.Ready)
+	testkit.Eventually(t, 10*time.Second, "first evaluation", r.c.Ready)
 	s := r.states()["cfg-g/g.example.com"]
 	var gaps []string
 	for _, f := range s.findings {

@@ -14,6 +14,7 @@ import (
 	k8stesting "k8s.io/client-go/testing"
 
 	"github.com/kadmit/kadmit/internal/doctor"
+	"github.com/kadmit/kadmit/internal/testkit"
 )
 
 // A caBundle without the CA of the Secret cert-manager injects from is
@@ -40,7 +41,7 @@ func TestInjectionSource(t *testing.T) {
 		})
 	}
 	r := startControllerWith(t, refuse, nil, func(o *Options) { o.HandshakeInterval = time.Hour }, testService("svc-i", 9443), secret("ca", ca), secret("locked", ca), stale, good, locked)
-	waitFor(t, 10*time.Second, "first evaluation", r.c.Ready)
+	testkit.Eventually(t, 10*time.Second, "first evaluation", r.c.Ready)
 	in := &injector{c: r.c, pending: map[wkey]bool{}}
 	ctx := context.Background()
 	k := func(cfg, hook string) wkey { return wkey{doctor.KindValidating, cfg, hook} }

@@ -9,6 +9,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/kadmit/kadmit/internal/doctor"
+	"github.com/kadmit/kadmit/internal/testkit"
 )
 
 // An informer-driven failure (the Service loses its only ready endpoint)
@@ -19,7 +20,7 @@ func TestNoEndpointsDetectedAndResolved(t *testing.T) {
 	srv := startTLS(t, "127.0.0.2", 0, ca.serving(t, "svc-a.hooks.svc"))
 	r := startController(t, nil, testService("svc-a", srv.port()), slice("svc-a", srv.port(), "127.0.0.2"),
 		validatingConfig("cfg-a", "svc-a", true, ca.pem(), "a.example.com"))
-	waitFor(t, 10*time.Second, "ready endpoint handshaken", func() bool {
+	testkit.Eventually(t, 10*time.Second, "ready endpoint handshaken", func() bool {
 		s := r.states()["cfg-a/a.example.com"]
 		return s != nil && s.ready == 1 && len(s.certExpiry) == 1
 	})
@@ -28,19 +29,19 @@ func TestNoEndpointsDetectedAndResolved(t *testing.T) {
 	if _, err := r.cs.DiscoveryV1().EndpointSlices(testNS).Update(ctx, slice("svc-a", srv.port(), "127.0.0.2!"), metav1.UpdateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, 10*time.Second, "KD201", func() bool {
+	testkit.Eventually(t, 10*time.Second, "KD201", func() bool {
 		return has(r.states()["cfg-a/a.example.com"], doctor.IDNoReadyEndpoints, doctor.SeverityError)
 	})
-	waitFor(t, 5*time.Second, "Warning KD201 event", func() bool {
+	testkit.Eventually(t, 5*time.Second, "Warning KD201 event", func() bool {
 		return strings.Contains(strings.Join(peek(r), "\n"), "Warning KD201 webhook a.example.com:")
 	})
 	if _, err := r.cs.DiscoveryV1().EndpointSlices(testNS).Update(ctx, slice("svc-a", srv.port(), "127.0.0.2"), metav1.UpdateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, 10*time.Second, "KD201 cleared", func() bool {
+	testkit.Eventually(t, 10*time.Second, "KD201 cleared", func() bool {
 		return !has(r.states()["cfg-a/a.example.com"], doctor.IDNoReadyEndpoints, doctor.SeverityError)
 	})
-	waitFor(t, 5*time.Second, "Normal KD201Resolved event", func() bool {
+	testkit.Eventually(t, 5*time.Second, "Normal KD201Resolved event", func() bool {
 		return strings.Contains(strings.Join(peek(r), "\n"), "Normal KD201Resolved")
 	})
 	var warnings int

@@ -6,6 +6,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/kadmit/kadmit/internal/testkit"
+
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
@@ -17,7 +19,7 @@ func TestDebounceCoalescesEvents(t *testing.T) {
 	r := startController(t, func(o *Options) { o.Debounce = 400 * time.Millisecond; o.HandshakeInterval = time.Hour },
 		testService("svc-d", 9443), validatingConfig("cfg-d", "svc-d", false, ca.pem(), "d.example.com"))
 	m := r.c.Metrics()
-	waitFor(t, 10*time.Second, "first evaluation", r.c.Ready)
+	testkit.Eventually(t, 10*time.Second, "first evaluation", r.c.Ready)
 	time.Sleep(time.Second) // let the start-up kicks (slow loop, handshakes) settle
 	before := testutil.ToFloat64(m.evaluations)
 	ctx := context.Background()

@@ -4,7 +4,8 @@ import (
 	"context"
 	"crypto/x509"
 	"fmt"
-	"sort"
+	"maps"
+	"slices"
 	"time"
 
 	"github.com/kadmit/kadmit/pkg/webhookcerts"
@@ -178,12 +179,7 @@ func (c *Controller) countFailures(k wkey, kept []doctor.Finding, used map[strin
 			byEP[f.Endpoint] = append(byEP[f.Endpoint], f)
 		}
 	}
-	eps := make([]string, 0, len(byEP))
-	for ep := range byEP {
-		eps = append(eps, ep)
-	}
-	sort.Strings(eps)
-	for _, ep := range eps {
+	for _, ep := range slices.Sorted(maps.Keys(byEP)) {
 		u, ok := used[ep]
 		if !ok || !u.ok {
 			continue

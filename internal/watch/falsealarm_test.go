@@ -13,6 +13,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/kadmit/kadmit/internal/doctor"
+	"github.com/kadmit/kadmit/internal/testkit"
 )
 
 // alarmMonitor records every warning or error finding and every Warning
@@ -78,7 +79,7 @@ func TestNoFalseAlarmsThroughRotationsAndRollingRestart(t *testing.T) {
 	cfg := validatingConfig("cfg-r", "svc-r", true, ca1.pem(), "r.example.com")
 	cfg.ManagedFields = ownedBy(injector, "r.example.com")
 	r := startController(t, nil, testService("svc-r", port), slice("svc-r", port, "127.0.0.2", "127.0.0.3"), cfg)
-	waitFor(t, 10*time.Second, "both endpoints handshaken", func() bool {
+	testkit.Eventually(t, 10*time.Second, "both endpoints handshaken", func() bool {
 		s := r.states()[key]
 		return s != nil && len(s.certExpiry) == 2
 	})
@@ -149,11 +150,11 @@ func TestNoFalseAlarmsThroughRotationsAndRollingRestart(t *testing.T) {
 
 	// The same faults, left in place, are found.
 	a.ln.Close()
-	waitFor(t, 10*time.Second, "KD202 for the endpoint that keeps refusing", func() bool {
+	testkit.Eventually(t, 10*time.Second, "KD202 for the endpoint that keeps refusing", func() bool {
 		return has(r.states()[key], doctor.IDEndpointRefused, doctor.SeverityError)
 	})
 	setBundle(webhookcerts.EncodeCertificates(newTestCA(t).cert))
-	waitFor(t, 10*time.Second, "KD404 for a caBundle from another CA", func() bool {
+	testkit.Eventually(t, 10*time.Second, "KD404 for a caBundle from another CA", func() bool {
 		return has(r.states()[key], doctor.IDUnknownAuthority, doctor.SeverityError)
 	})
 }

@@ -220,18 +220,6 @@ func (r *running) states() map[string]*webhookState {
 	return out
 }
 
-// waitFor polls cond every 20ms for up to d.
-func waitFor(t *testing.T, d time.Duration, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(d)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %s waiting for %s", d, what)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-}
-
 func has(s *webhookState, id string, sev doctor.Severity) bool {
 	if s == nil {
 		return false

@@ -16,6 +16,7 @@ import (
 	"k8s.io/client-go/kubernetes/fake"
 
 	"github.com/kadmit/kadmit/internal/doctor"
+	"github.com/kadmit/kadmit/internal/testkit"
 )
 
 // fakeClock is a settable clock, safe for the informers' goroutines.
@@ -99,7 +100,7 @@ func TestFieldWritesNameBothManagers(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		waitFor(t, 5*time.Second, "the informer to see resourceVersion "+c.ResourceVersion, func() bool {
+		testkit.Eventually(t, 5*time.Second, "the informer to see resourceVersion "+c.ResourceVersion, func() bool {
 			got, err := cl.validating.Get("cfg-h")
 			return err == nil && got.ResourceVersion == c.ResourceVersion
 		})
@@ -303,7 +304,7 @@ func TestWriteHistoryFollowsDeletes(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	waitFor(t, 10*time.Second, "every webhook's write recorded", func() bool {
+	testkit.Eventually(t, 10*time.Second, "every webhook's write recorded", func() bool {
 		n, _ := cl.history.size()
 		return n == configs*hooks
 	})
@@ -312,7 +313,7 @@ func TestWriteHistoryFollowsDeletes(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	waitFor(t, 10*time.Second, "the history of deleted configurations dropped", func() bool {
+	testkit.Eventually(t, 10*time.Second, "the history of deleted configurations dropped", func() bool {
 		n, _ := cl.history.size()
 		return n == 0
 	})
@@ -348,7 +349,7 @@ func TestFieldManagerFightReported(t *testing.T) {
 	cfg := validatingConfig("cfg-f", "svc-f", false, []byte("bundle 1"), "f.example.com")
 	cfg.ManagedFields = ownedBy(injector, "f.example.com")
 	r := startController(t, nil, testService("svc-f", 9443), slice("svc-f", 9443), cfg)
-	waitFor(t, 10*time.Second, "first evaluation", r.c.Ready)
+	testkit.Eventually(t, 10*time.Second, "first evaluation", r.c.Ready)
 	ctx := context.Background()
 	set := func(manager, bundle string) {
 		t.Helper()
@@ -368,7 +369,7 @@ func TestFieldManagerFightReported(t *testing.T) {
 		set(injector, "bundle 2")
 	}
 	var f doctor.Finding
-	waitFor(t, 10*time.Second, "KD609 confirmed", func() bool {
+	testkit.Eventually(t, 10*time.Second, "KD609 confirmed", func() bool {
 		for _, x := range r.states()["cfg-f/f.example.com"].findings {
 			if x.ID == doctor.IDFieldManagerFight {
 				f = x
@@ -380,7 +381,7 @@ func TestFieldManagerFightReported(t *testing.T) {
 	if f.Severity != doctor.SeverityWarning || !strings.Contains(f.What, `"`+injector+`"`) || !strings.Contains(f.What, `"`+gitops+`"`) {
 		t.Errorf("KD609: %s", f)
 	}
-	waitFor(t, 10*time.Second, "the KD609 Warning Event", func() bool {
+	testkit.Eventually(t, 10*time.Second, "the KD609 Warning Event", func() bool {
 		for _, e := range drain(r.rec) {
 			if strings.HasPrefix(e, "Warning KD609 ") && strings.Contains(e, gitops) && strings.Contains(e, injector) {
 				return true

@@ -22,6 +22,7 @@ import (
 	"k8s.io/client-go/tools/record"
 
 	"github.com/kadmit/kadmit/internal/doctor"
+	"github.com/kadmit/kadmit/internal/testkit"
 )
 
 func netpol(ns, name string, port int32) *networkingv1.NetworkPolicy {
@@ -52,7 +53,7 @@ func apiServerSlice(addrs ...string) *discoveryv1.EndpointSlice {
 func TestNetworkPoliciesAndAPIServerAddressesReachTheSnapshot(t *testing.T) {
 	r := startController(t, nil, testService("svc-n", 9443), slice("svc-n", 9443), validatingConfig("cfg-n", "svc-n", true, nil, "n.example.com"),
 		netpol(testNS, "deny-but-10", 9443), netpol("elsewhere", "other", 9443), apiServerSlice("192.0.2.20", "192.0.2.10", "192.0.2.20"))
-	waitFor(t, 10*time.Second, "first evaluation", r.c.Ready)
+	testkit.Eventually(t, 10*time.Second, "first evaluation", r.c.Ready)
 	s := r.c.lastSnap.Load()
 	b := s.Backends[testNS+"/svc-n"]
 	if b == nil || b.NetworkPoliciesUnknown || len(b.NetworkPolicies) != 1 {
@@ -68,7 +69,7 @@ func TestNetworkPoliciesAndAPIServerAddressesReachTheSnapshot(t *testing.T) {
 	if _, err := r.cs.NetworkingV1().NetworkPolicies(testNS).Create(context.Background(), netpol(testNS, "another", 443), metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, 5*time.Second, "the new policy in the snapshot", func() bool {
+	testkit.Eventually(t, 5*time.Second, "the new policy in the snapshot", func() bool {
 		b := r.c.lastSnap.Load().Backends[testNS+"/svc-n"]
 		return b != nil && len(b.NetworkPolicies) == 2 && b.NetworkPolicies[0].Name == "another"
 	})
@@ -80,7 +81,7 @@ func TestNetworkPoliciesAndAPIServerAddressesReachTheSnapshot(t *testing.T) {
 func TestNetworkPoliciesUnreadable(t *testing.T) {
 	r := startControllerDenying(t, map[string]bool{"networkpolicies": true}, nil,
 		testService("svc-n", 9443), slice("svc-n", 9443), validatingConfig("cfg-n", "svc-n", true, nil, "n.example.com"))
-	waitFor(t, 10*time.Second, "first evaluation", r.c.Ready)
+	testkit.Eventually(t, 10*time.Second, "first evaluation", r.c.Ready)
 	b := r.c.lastSnap.Load().Backends[testNS+"/svc-n"]
 	if b == nil || !b.NetworkPoliciesUnknown || b.NetworkPolicies != nil {
 		t.Fatalf("backend: %+v", b)
@@ -114,7 +115,7 @@ func TestDependenciesReachTheSnapshot(t *testing.T) {
 		Spec: appsv1.DeploymentSpec{Selector: &metav1.LabelSelector{MatchLabels: map[string]string{"k8s-app": "kube-dns"}},
 			Template: corev1.PodTemplateSpec{ObjectMeta: metav1.ObjectMeta{Labels: map[string]string{"k8s-app": "kube-dns"}}, Spec: corev1.PodSpec{Containers: []corev1.Container{big}}}}}
 	r := startController(t, nil, testService("svc-d", 9443), slice("svc-d", 9443), validatingConfig("cfg-d", "svc-d", true, nil, "d.example.com"), cni, dns)
-	waitFor(t, 10*time.Second, "first evaluation", r.c.Ready)
+	testkit.Eventually(t, 10*time.Second, "first evaluation", r.c.Ready)
 	s := r.c.lastSnap.Load()
 	if !s.DependenciesKnown {
 		t.Fatal("dependencies unknown")
@@ -166,12 +167,12 @@ func TestServerVersionReadAndRefreshed(t *testing.T) {
 			t.Errorf("Run: %v", err)
 		}
 	}()
-	waitFor(t, 10*time.Second, "first evaluation", c.Ready)
+	testkit.Eventually(t, 10*time.Second, "first evaluation", c.Ready)
 	if v := c.lastSnap.Load().ServerVersion; v == nil || v.GitVersion != "v1.36.2" {
 		t.Fatalf("first snapshot's version %+v", v)
 	}
 	gitVersion.Store("v1.37.1")
-	waitFor(t, 5*time.Second, "the upgrade in the snapshot", func() bool {
+	testkit.Eventually(t, 5*time.Second, "the upgrade in the snapshot", func() bool {
 		v := c.lastSnap.Load().ServerVersion
 		return v != nil && v.GitVersion == "v1.37.1"
 	})
@@ -209,7 +210,7 @@ func TestNetworkPolicyNodeAddressKept(t *testing.T) {
 		sl.Endpoints[0].TargetRef = &corev1.ObjectReference{Kind: "Pod", Namespace: testNS, Name: "svc-n-0"}
 		r := startController(t, nil, testService("svc-n", 9443), sl, pod, deny, apiServerSlice("192.0.2.10"),
 			validatingConfig("cfg-n", "svc-n", true, nil, "n.example.com"))
-		waitFor(t, 10*time.Second, "first evaluation", r.c.Ready)
+		testkit.Eventually(t, 10*time.Second, "first evaluation", r.c.Ready)
 		p, err := r.c.cl.wl.Load().pods.Pods(testNS).Get("svc-n-0")
 		if err != nil {
 			t.Fatal(err)

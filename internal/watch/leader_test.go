@@ -5,6 +5,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/kadmit/kadmit/internal/testkit"
+
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	authorizationv1 "k8s.io/api/authorization/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -47,11 +49,11 @@ func TestOnlyTheLeaderReports(t *testing.T) {
 		return r
 	}
 	a := start("a")
-	waitFor(t, 10*time.Second, "a leads and reports", func() bool {
+	testkit.Eventually(t, 10*time.Second, "a leads and reports", func() bool {
 		return testutil.ToFloat64(a.c.Metrics().leader) == 1 && testutil.CollectAndCount(a.c.Metrics().info) == 1
 	})
 	b := start("b")
-	waitFor(t, 10*time.Second, "b ready", b.c.Ready)
+	testkit.Eventually(t, 10*time.Second, "b ready", b.c.Ready)
 	time.Sleep(500 * time.Millisecond)
 	if testutil.ToFloat64(b.c.Metrics().leader) != 0 || testutil.CollectAndCount(b.c.Metrics().info) != 0 || testutil.CollectAndCount(b.c.Metrics().findings) != 0 {
 		t.Fatal("the non-leader exports per-webhook series")
@@ -65,7 +67,7 @@ func TestOnlyTheLeaderReports(t *testing.T) {
 	a.cancel()
 	<-a.done
 	a.done <- nil // for the cleanup
-	waitFor(t, 10*time.Second, "b takes over", func() bool {
+	testkit.Eventually(t, 10*time.Second, "b takes over", func() bool {
 		return testutil.ToFloat64(b.c.Metrics().leader) == 1 && testutil.CollectAndCount(b.c.Metrics().info) == 1
 	})
 }

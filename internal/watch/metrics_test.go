@@ -12,6 +12,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 
 	"github.com/kadmit/kadmit/internal/doctor"
+	"github.com/kadmit/kadmit/internal/testkit"
 )
 
 // seriesOf counts the gathered series whose labels contain every pair of
@@ -99,7 +100,7 @@ func TestMaxWebhooksBoundsLabelSets(t *testing.T) {
 	}
 	r := startController(t, func(o *Options) { o.MaxWebhooks = max }, objs...)
 	m := r.c.Metrics()
-	waitFor(t, 10*time.Second, "an evaluation", func() bool { return testutil.ToFloat64(m.evaluations) > 0 && r.c.Ready() })
+	testkit.Eventually(t, 10*time.Second, "an evaluation", func() bool { return testutil.ToFloat64(m.evaluations) > 0 && r.c.Ready() })
 	if n := testutil.CollectAndCount(m.info); n != max {
 		t.Fatalf("%d webhook_info series, want %d", n, max)
 	}
@@ -112,8 +113,8 @@ func TestMaxWebhooksBoundsLabelSets(t *testing.T) {
 	if err := r.cs.AdmissionregistrationV1().ValidatingWebhookConfigurations().Delete(context.Background(), "cfg-00", metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, 10*time.Second, "series of the deleted webhook gone", func() bool { return seriesOf(t, m, "configuration=cfg-00") == 0 })
-	waitFor(t, 10*time.Second, "a freed place taken", func() bool { return testutil.ToFloat64(m.untracked) == total-max-1 })
+	testkit.Eventually(t, 10*time.Second, "series of the deleted webhook gone", func() bool { return seriesOf(t, m, "configuration=cfg-00") == 0 })
+	testkit.Eventually(t, 10*time.Second, "a freed place taken", func() bool { return testutil.ToFloat64(m.untracked) == total-max-1 })
 	if n := testutil.CollectAndCount(m.info); n != max {
 		t.Fatalf("%d webhook_info series after a deletion, want %d", n, max)
 	}

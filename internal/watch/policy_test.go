@@ -5,6 +5,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/kadmit/kadmit/internal/testkit"
+
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -18,10 +20,10 @@ func TestPolicyFindingsReported(t *testing.T) {
 		Spec: admissionregistrationv1.ValidatingAdmissionPolicyBindingSpec{PolicyName: "gone", ValidationActions: []admissionregistrationv1.ValidationAction{admissionregistrationv1.Deny}}}
 	r := startController(t, nil, b)
 	m := r.c.Metrics()
-	waitFor(t, 10*time.Second, "KD901 series", func() bool {
+	testkit.Eventually(t, 10*time.Second, "KD901 series", func() bool {
 		return testutil.ToFloat64(m.policyFindings.WithLabelValues("ValidatingAdmissionPolicyBinding", "orphan-binding", "KD901", "warning")) == 1
 	})
-	waitFor(t, 5*time.Second, "Warning KD901 on the binding", func() bool {
+	testkit.Eventually(t, 5*time.Second, "Warning KD901 on the binding", func() bool {
 		return strings.Contains(strings.Join(peek(r), "\n"), "Warning KD901 ValidatingAdmissionPolicyBinding orphan-binding: ")
 	})
 	if n := seriesOf(t, m, "webhook="); n != 0 {

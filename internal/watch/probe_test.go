@@ -13,6 +13,7 @@ import (
 	k8stesting "k8s.io/client-go/testing"
 
 	"github.com/kadmit/kadmit/internal/doctor"
+	"github.com/kadmit/kadmit/internal/testkit"
 )
 
 // With --probe, a probe whose failure a retry confirms is a KD702 finding
@@ -40,7 +41,7 @@ func TestProbeFailureConfirmedByRetry(t *testing.T) {
 	}
 	r := startControllerWith(t, failing, nil, func(o *Options) { o.HandshakeInterval, o.ConfirmDelay = time.Hour, 50*time.Millisecond },
 		testService("svc-p", 9443), cfg)
-	waitFor(t, 10*time.Second, "first evaluation", r.c.Ready)
+	testkit.Eventually(t, 10*time.Second, "first evaluation", r.c.Ready)
 	snap := r.c.lastSnap.Load()
 	var w *doctor.Webhook
 	for _, x := range snap.Webhooks {

@@ -7,6 +7,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/kadmit/kadmit/internal/testkit"
+
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -170,7 +172,7 @@ func TestPodCacheKeepsSelectedPods(t *testing.T) {
 	r = startController(t, nil, validatingConfig("cfg", "hook", true, nil, "a.example.com"), testService("hook", 9443), lateSvc, sl,
 		pod(testNS, "p-hooks", "hook"), pod(testNS, "other", "other"), pod("late", "p-late", "hook"), pod("late", "p-late-other", "other"),
 		pod("target", "p-target", "hook"), &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "late"}}, lateDeploy)
-	waitFor(t, 5*time.Second, "the first evaluation", r.c.Ready)
+	testkit.Eventually(t, 5*time.Second, "the first evaluation", r.c.Ready)
 	pc := r.c.cl.wl.Load().pc
 	stored := func(ns, name string) string {
 		o, ok, err := pc.informer.GetIndexer().GetByKey(ns + "/" + name)
@@ -211,7 +213,7 @@ func TestPodCacheKeepsSelectedPods(t *testing.T) {
 	if _, err := r.cs.AdmissionregistrationV1().ValidatingWebhookConfigurations().Create(context.Background(), late, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, 10*time.Second, "the late webhook's selector covered", func() bool {
+	testkit.Eventually(t, 10*time.Second, "the late webhook's selector covered", func() bool {
 		pc.mu.Lock()
 		defer pc.mu.Unlock()
 		return pc.covered["late\x00app=hook"]
@@ -221,7 +223,7 @@ func TestPodCacheKeepsSelectedPods(t *testing.T) {
 	}
 	// The workload informers were listed again: the Deployment the new
 	// webhook Service selects has its template.
-	waitFor(t, 10*time.Second, "the late webhook's Deployment listed with its template", func() bool { return template() == 1 })
+	testkit.Eventually(t, 10*time.Second, "the late webhook's Deployment listed with its template", func() bool { return template() == 1 })
 	if n := containers("late", "p-late"); n != 1 {
 		t.Fatalf("the late webhook's pod: %d containers, want 1", n)
 	}
@@ -243,7 +245,7 @@ func TestPodCacheKeepsSelectedPods(t *testing.T) {
 	if _, err := r.cs.CoreV1().Pods("late").Update(context.Background(), p, metav1.UpdateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, 5*time.Second, "the changed pod cached whole and its fetched copy dropped", func() bool {
+	testkit.Eventually(t, 5*time.Second, "the changed pod cached whole and its fetched copy dropped", func() bool {
 		pc.mu.Lock()
 		_, kept := pc.fetched["late/p-late"]
 		pc.mu.Unlock()
@@ -260,7 +262,7 @@ func TestPodCacheKeepsSelectedPods(t *testing.T) {
 	if err := r.cs.AdmissionregistrationV1().ValidatingWebhookConfigurations().Delete(context.Background(), "late-cfg", metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, 10*time.Second, "the late selector uncovered", func() bool {
+	testkit.Eventually(t, 10*time.Second, "the late selector uncovered", func() bool {
 		pc.mu.Lock()
 		defer pc.mu.Unlock()
 		return !pc.covered["late\x00app=hook"]

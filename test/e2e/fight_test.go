@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -23,6 +24,7 @@ import (
 	"github.com/kadmit/kadmit/internal/registration"
 	"github.com/kadmit/kadmit/test/controlplane/kadmitproc"
 	"github.com/kadmit/kadmit/test/e2e/e2eenv"
+	"github.com/kadmit/kadmit/test/poll"
 )
 
 const (
@@ -189,12 +191,13 @@ func TestCABundleFightBacksOff(t *testing.T) {
 	}
 
 	// The writer stopped: kadmit repairs within its backoff.
-	deadline := lastWrite.Add(backoff + fightRepairSlack)
-	for len(repairsSince(lastWrite)) == 0 {
-		if time.Now().After(deadline) {
-			t.Fatalf("not repaired within %s of the writer's last reset (backoff %s + %s)\n%s", time.Since(lastWrite).Round(time.Millisecond), backoff, fightRepairSlack, p.Tail(20))
+	if err := poll.Until(ctx, max(time.Until(lastWrite.Add(backoff+fightRepairSlack)), poll.Interval), func(context.Context) error {
+		if len(repairsSince(lastWrite)) == 0 {
+			return errors.New("no repair since the writer's last reset")
 		}
-		time.Sleep(100 * time.Millisecond)
+		return nil
+	}); err != nil {
+		t.Fatalf("not repaired within %s of the writer's last reset (backoff %s + %s): %v\n%s", time.Since(lastWrite).Round(time.Millisecond), backoff, fightRepairSlack, err, p.Tail(20))
 	}
 	after := repairsSince(lastWrite)[0].Sub(lastWrite)
 	t.Logf("the writer stopped; kadmit repaired the caBundle %s after its last reset (backoff %s)", after.Round(time.Millisecond), backoff)
@@ -249,15 +252,18 @@ func startFilesInstall(t *testing.T, ctx context.Context, e *env, name string) (
 	if err := p.WaitReady(ctx); err != nil {
 		t.Fatal(err)
 	}
-	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(100 * time.Millisecond) {
+	if err := poll.Until(ctx, 30*time.Second, func(context.Context) error {
 		m, mErr := reg.MutatingWebhookConfigurations().Get(ctx, name, metav1.GetOptions{})
 		v, vErr := reg.ValidatingWebhookConfigurations().Get(ctx, name, metav1.GetOptions{})
-		if mErr == nil && vErr == nil && allBundles(m, v, b.CACert) {
-			break
+		if err := errors.Join(mErr, vErr); err != nil {
+			return err
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("configurations %s not registered with the CA (%v, %v)\n%s", name, mErr, vErr, p.Tail(20))
+		if !allBundles(m, v, b.CACert) {
+			return errors.New("a caBundle is not the CA's")
 		}
+		return nil
+	}); err != nil {
+		t.Fatalf("configurations %s not registered with the CA: %v\n%s", name, err, p.Tail(20))
 	}
 	return p, b.CACert, metricsAddr
 }

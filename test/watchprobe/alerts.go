@@ -17,6 +17,7 @@ package watchprobe
 import (
 	"context"
 	"fmt"
+	"maps"
 	"math"
 	"slices"
 	"sort"
@@ -427,12 +428,7 @@ func (q *memQuerier) LabelValues(_ context.Context, name string, _ *storage.Labe
 			seen[v] = true
 		}
 	}
-	out := make([]string, 0, len(seen))
-	for v := range seen {
-		out = append(out, v)
-	}
-	sort.Strings(out)
-	return out, nil, nil
+	return slices.Sorted(maps.Keys(seen)), nil, nil
 }
 
 func (q *memQuerier) LabelNames(_ context.Context, _ *storage.LabelHints, ms ...*labels.Matcher) ([]string, annotations.Annotations, error) {
@@ -440,12 +436,7 @@ func (q *memQuerier) LabelNames(_ context.Context, _ *storage.LabelHints, ms ...
 	for _, s := range q.series(ms) {
 		s.lset.Range(func(l labels.Label) { seen[l.Name] = true })
 	}
-	out := make([]string, 0, len(seen))
-	for v := range seen {
-		out = append(out, v)
-	}
-	sort.Strings(out)
-	return out, nil, nil
+	return slices.Sorted(maps.Keys(seen)), nil, nil
 }
 
 func (*memQuerier) Close() error { return nil }

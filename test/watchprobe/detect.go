@@ -2,12 +2,15 @@ package watchprobe
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"strings"
 	"testing"
 	"text/tabwriter"
 	"time"
+
+	"github.com/kadmit/kadmit/test/poll"
 )
 
 // Detection limits of the issues the watch was built for (issue 15, 23): a
@@ -375,25 +378,19 @@ func webhookPrefix(subjects []Subject, cfg string) (string, bool) {
 	return "", false
 }
 
-// pollFor calls cond every 100ms until it returns true or d passes.
+// errNotYet is pollFor's condition still false.
+var errNotYet = errors.New("not yet")
+
+// pollFor calls cond at once and then every poll.Interval (test/poll, the
+// one poller) until it returns true or d passes (at least a millisecond);
+// the error wraps context.DeadlineExceeded or ctx's error.
 func pollFor(ctx context.Context, d time.Duration, cond func() bool) error {
-	if d <= 0 {
-		d = time.Millisecond
-	}
-	ctx, cancel := context.WithTimeout(ctx, d)
-	defer cancel()
-	tick := time.NewTicker(100 * time.Millisecond)
-	defer tick.Stop()
-	for {
+	return poll.Until(ctx, max(d, time.Millisecond), func(context.Context) error {
 		if cond() {
 			return nil
 		}
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-tick.C:
-		}
-	}
+		return errNotYet
+	})
 }
 
 // FmtDur formats a measured time to 10 ms; "-" for 0 (not seen).

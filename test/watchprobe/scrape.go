@@ -21,10 +21,10 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"math"
 	"net/http"
 	"slices"
-	"sort"
 	"strings"
 	"sync"
 	"testing"
@@ -73,11 +73,7 @@ func (s Series) Has(want map[string]string) bool {
 }
 
 func (s Series) String() string {
-	keys := make([]string, 0, len(s.Labels))
-	for k := range s.Labels {
-		keys = append(keys, k)
-	}
-	sort.Strings(keys)
+	keys := slices.Sorted(maps.Keys(s.Labels))
 	var b strings.Builder
 	b.WriteString(s.Name + "{")
 	for i, k := range keys {

@@ -13,6 +13,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/kadmit/kadmit/test/poll"
+
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
@@ -62,12 +64,13 @@ func TestScraperKeepsItsBound(t *testing.T) {
 	defer huge.Close()
 	s := StartScraper(t, StaticTargets(Target{URL: good.URL}, Target{URL: bad.URL}, Target{URL: huge.URL}),
 		ScraperOptions{Interval: 5 * time.Millisecond, Keep: 3, MaxBody: 1024})
-	deadline := time.Now().Add(10 * time.Second)
-	for s.Dropped() < 5 && time.Now().Before(deadline) {
-		time.Sleep(10 * time.Millisecond)
-	}
-	if s.Dropped() < 5 {
-		t.Fatalf("only %d scrapes dropped in 10s", s.Dropped())
+	if err := poll.Until(t.Context(), 10*time.Second, func(context.Context) error {
+		if n := s.Dropped(); n < 5 {
+			return fmt.Errorf("only %d scrapes dropped", n)
+		}
+		return nil
+	}); err != nil {
+		t.Fatal(err)
 	}
 	all := s.AllBetween(time.Time{}, time.Now().Add(time.Hour))
 	if len(all) > 3 {

@@ -17,10 +17,9 @@ import (
 
 	jsonpatch4 "gopkg.in/evanphx/json-patch.v4"
 	k8sjson "sigs.k8s.io/json"
-	"sigs.k8s.io/yaml"
 
 	"github.com/kadmit/kadmit/internal/admission"
-	"github.com/kadmit/kadmit/internal/bench"
+	"github.com/kadmit/kadmit/internal/fixture"
 	"github.com/kadmit/kadmit/internal/jsonedit"
 )
 
@@ -153,10 +152,7 @@ func Marshal(t testing.TB, v any) []byte {
 // fields. Some carry the lifespan label or qos: be, for the policies on
 // /mutate-pod.
 func Pods(t testing.TB) map[string]string {
-	benchPod, err := yaml.YAMLToJSON(bench.DefaultPod())
-	if err != nil {
-		t.Fatal(err)
-	}
+	benchPod := fixture.DeploymentPodJSON()
 	big := strings.Repeat("x", 256<<10)
 	return map[string]string{
 		"bench pod":              string(benchPod),

@@ -7,9 +7,9 @@ import (
 	"crypto/x509"
 	"errors"
 	"fmt"
+	"maps"
 	"net"
 	"slices"
-	"sort"
 	"sync"
 	"testing"
 	"time"
@@ -413,11 +413,7 @@ func (e *env) checkOwners(ctx context.Context, t *testing.T) {
 	reg := e.c.Client.AdmissionregistrationV1()
 	check := func(kind, name string, mf []metav1.ManagedFieldsEntry, want string) {
 		owners := caBundleOwners(mf)
-		var names []string
-		for m := range owners {
-			names = append(names, m)
-		}
-		sort.Strings(names)
+		names := slices.Sorted(maps.Keys(owners))
 		t.Logf("%s %s: caBundle owned by %v", kind, name, names)
 		if owners[argoManager] {
 			t.Errorf("%s %s: %s owns caBundle", kind, name, argoManager)

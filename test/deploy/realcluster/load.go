@@ -3,8 +3,8 @@ package realcluster
 import (
 	"context"
 	"fmt"
+	"maps"
 	"slices"
-	"sort"
 	"strings"
 	"sync"
 	"time"
@@ -171,11 +171,7 @@ func (r LoadResult) String() string {
 	if r.Failed > 0 {
 		s += fmt.Sprintf(" (failures from %s to %s)", r.FirstFailure.Round(time.Millisecond), r.LastFailure.Round(time.Millisecond))
 	}
-	msgs := make([]string, 0, len(r.Errors))
-	for m := range r.Errors {
-		msgs = append(msgs, m)
-	}
-	sort.Strings(msgs)
+	msgs := slices.Sorted(maps.Keys(r.Errors))
 	for _, m := range msgs {
 		s += fmt.Sprintf("\n  %d× %s", r.Errors[m], m)
 	}

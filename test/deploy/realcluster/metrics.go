@@ -3,7 +3,8 @@ package realcluster
 import (
 	"context"
 	"fmt"
-	"sort"
+	"maps"
+	"slices"
 	"strings"
 
 	dto "github.com/prometheus/client_model/go"
@@ -70,11 +71,7 @@ func value(m *dto.Metric) float64 {
 }
 
 func seriesKey(name string, labels map[string]string) string {
-	keys := make([]string, 0, len(labels))
-	for k := range labels {
-		keys = append(keys, k)
-	}
-	sort.Strings(keys)
+	keys := slices.Sorted(maps.Keys(labels))
 	parts := make([]string, len(keys))
 	for i, k := range keys {
 		parts[i] = fmt.Sprintf("%s=%q", k, labels[k])
@@ -134,11 +131,7 @@ func (m WebhookMetrics) NonOK() float64 {
 
 // String lists the series sorted, one per line.
 func (m WebhookMetrics) String() string {
-	keys := make([]string, 0, len(m))
-	for k := range m {
-		keys = append(keys, k)
-	}
-	sort.Strings(keys)
+	keys := slices.Sorted(maps.Keys(m))
 	var b strings.Builder
 	for _, k := range keys {
 		fmt.Fprintf(&b, "%s %g\n", k, m[k])

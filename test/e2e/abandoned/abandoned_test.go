@@ -29,6 +29,7 @@ import (
 
 	"github.com/kadmit/kadmit/test/controlplane"
 	"github.com/kadmit/kadmit/test/controlplane/kadmitproc"
+	"github.com/kadmit/kadmit/test/poll"
 )
 
 const policy = `apiVersion: admissionregistration.k8s.io/v1
@@ -186,15 +187,13 @@ func TestAbandonedReviewsReleaseBodyBudget(t *testing.T) {
 		t.Errorf("small reviews beside abandoned ones: %v, want all 10 answered 200", codes)
 	}
 	// Every abandoned review ends and gives everything back.
-	deadline := time.Now().Add(90 * time.Second)
-	for {
+	if err := poll.Until(ctx, 90*time.Second, func(context.Context) error {
 		m := metric("kadmit_server_abandoned_reviews", "kadmit_server_body_bytes", "kadmit_server_in_flight_requests")
-		if m["kadmit_server_abandoned_reviews"] == "0" && m["kadmit_server_body_bytes"] == "0" && m["kadmit_server_in_flight_requests"] == "0" {
-			break
+		if m["kadmit_server_abandoned_reviews"] != "0" || m["kadmit_server_body_bytes"] != "0" || m["kadmit_server_in_flight_requests"] != "0" {
+			return fmt.Errorf("%v", m)
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("90s after the attack: %v", m)
-		}
-		time.Sleep(250 * time.Millisecond)
+		return nil
+	}); err != nil {
+		t.Fatalf("90s after the attack: %v", err)
 	}
 }

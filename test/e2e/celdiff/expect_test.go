@@ -3,9 +3,9 @@ package celdiff
 import (
 	"encoding/json"
 	"fmt"
+	"maps"
 	"reflect"
 	"slices"
-	"sort"
 	"strings"
 	"testing"
 
@@ -49,11 +49,7 @@ func checkExpect(e policysuite.Expect, o outcome, raw, admitted map[string]any) 
 	if e.Warnings != nil && !slices.Equal(nonNil(o.Warnings), *e.Warnings) {
 		f = append(f, fmt.Sprintf("warnings: got %q, want %q", o.Warnings, *e.Warnings))
 	}
-	keys := make([]string, 0, len(e.AuditAnnotations))
-	for k := range e.AuditAnnotations {
-		keys = append(keys, k)
-	}
-	sort.Strings(keys)
+	keys := slices.Sorted(maps.Keys(e.AuditAnnotations))
 	for _, k := range keys {
 		if got, ok := o.Audit[k]; !ok || got != e.AuditAnnotations[k] {
 			f = append(f, fmt.Sprintf("auditAnnotations[%s]: got %q (present %v), want %q", k, got, ok, e.AuditAnnotations[k]))
@@ -83,11 +79,7 @@ func checkExpect(e policysuite.Expect, o outcome, raw, admitted map[string]any) 
 			f = append(f, fmt.Sprintf("object: got %s, want (a subset) %s", result, e.Object))
 		}
 	}
-	pointers := make([]string, 0, len(e.Patched))
-	for p := range e.Patched {
-		pointers = append(pointers, p)
-	}
-	sort.Strings(pointers)
+	pointers := slices.Sorted(maps.Keys(e.Patched))
 	for _, p := range pointers {
 		segs, err := jsonedit.ParsePointer(p)
 		if err != nil {

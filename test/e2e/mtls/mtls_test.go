@@ -40,6 +40,7 @@ import (
 
 	"github.com/kadmit/kadmit/test/controlplane"
 	"github.com/kadmit/kadmit/test/controlplane/kadmitproc"
+	"github.com/kadmit/kadmit/test/poll"
 )
 
 // limit bounds each wait of this test.
@@ -285,19 +286,19 @@ func secureMetrics(t *testing.T, ctx context.Context, cp *controlplane.ControlPl
 		return resp.StatusCode, string(b)
 	}
 	deadline := time.Now().Add(limit)
-	for {
+	if err := poll.Until(ctx, limit, func(context.Context) error {
 		caPEM, _ := os.ReadFile(caFile)
 		roots := x509.NewCertPool()
-		if roots.AppendCertsFromPEM(caPEM) {
-			hc.Transport = &http.Transport{TLSClientConfig: &tls.Config{RootCAs: roots}}
-			if code, _ := get("/readyz", ""); code == http.StatusOK {
-				break
-			}
+		if !roots.AppendCertsFromPEM(caPEM) {
+			return fmt.Errorf("no CA certificate in %s yet", caFile)
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("secure metrics listener not ready:\n%s", p.Tail(20))
+		hc.Transport = &http.Transport{TLSClientConfig: &tls.Config{RootCAs: roots}}
+		if code, body := get("/readyz", ""); code != http.StatusOK {
+			return fmt.Errorf("/readyz: HTTP %d %.200s", code, body)
 		}
-		time.Sleep(200 * time.Millisecond)
+		return nil
+	}); err != nil {
+		t.Fatalf("secure metrics listener not ready: %v\n%s", err, p.Tail(20))
 	}
 	// Probes need no token.
 	if code, body := get("/healthz", ""); code != http.StatusOK {
@@ -338,15 +339,15 @@ func secureMetrics(t *testing.T, ctx context.Context, cp *controlplane.ControlPl
 	if code, _ := get("/metrics", stranger); code != http.StatusForbidden {
 		t.Errorf("/metrics with a token not allowed get /metrics: HTTP %d, want 403", code)
 	}
-	// RBAC for the binding may take a moment to reach the authorizer.
-	for {
+	// RBAC for the binding may take a moment to reach the authorizer;
+	// what is left of the readiness wait's limit.
+	if err := poll.Until(ctx, max(time.Until(deadline), poll.Interval), func(context.Context) error {
 		code, body := get("/metrics", scraper)
-		if code == http.StatusOK && strings.Contains(body, "kadmit_server_in_flight_requests_limit") {
-			break
+		if code != http.StatusOK || !strings.Contains(body, "kadmit_server_in_flight_requests_limit") {
+			return fmt.Errorf("HTTP %d %.300s", code, body)
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("/metrics with an authorized token: HTTP %d %.300s", code, body)
-		}
-		time.Sleep(500 * time.Millisecond)
+		return nil
+	}); err != nil {
+		t.Fatalf("/metrics with an authorized token: %v", err)
 	}
 }

@@ -30,6 +30,7 @@ import (
 
 	"github.com/kadmit/kadmit/test/controlplane"
 	"github.com/kadmit/kadmit/test/controlplane/kadmitproc"
+	"github.com/kadmit/kadmit/test/poll"
 )
 
 var world struct {
@@ -150,16 +151,14 @@ func installCRD(ctx context.Context, t *testing.T, data []byte) {
 	if err := rc.Post().AbsPath("/apis/apiextensions.k8s.io/v1/customresourcedefinitions").Body(j).SetHeader("Content-Type", "application/json").Do(ctx).Error(); err != nil {
 		t.Fatalf("create CRD %s: %v", crd.Metadata.Name, err)
 	}
-	deadline := time.Now().Add(30 * time.Second)
-	for {
+	if err := poll.Until(ctx, 30*time.Second, func(context.Context) error {
 		rl, err := world.cp.Client.Discovery().ServerResourcesForGroupVersion(crd.Spec.Group + "/" + crd.Spec.Versions[0].Name)
-		if err == nil && len(rl.APIResources) > 0 {
-			return
+		if err == nil && len(rl.APIResources) == 0 {
+			err = errors.New("no resources served yet")
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("CRD %s not served within 30s: %v", crd.Metadata.Name, err)
-		}
-		time.Sleep(500 * time.Millisecond)
+		return err
+	}); err != nil {
+		t.Fatalf("CRD %s not served: %v", crd.Metadata.Name, err)
 	}
 }
 

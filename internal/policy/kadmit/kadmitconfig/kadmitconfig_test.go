@@ -11,11 +11,11 @@ import (
 	admissionv1 "k8s.io/api/admission/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/runtime"
 
 	"github.com/kadmit/kadmit/internal/admission"
 	"github.com/kadmit/kadmit/internal/builtin"
 	"github.com/kadmit/kadmit/internal/policy/kadmit/kadmitconfig"
+	"github.com/kadmit/kadmit/internal/testkit"
 )
 
 func load(cm *corev1.ConfigMap, key string) error {
@@ -25,11 +25,7 @@ func load(cm *corev1.ConfigMap, key string) error {
 
 func cmReq(op admissionv1.Operation, ns, name string, data map[string]string) *admission.Request {
 	raw, _ := json.Marshal(&corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: name}, Data: data})
-	return &admission.Request{AdmissionRequest: admissionv1.AdmissionRequest{
-		UID: "u", Namespace: ns, Name: name, Operation: op,
-		Resource: metav1.GroupVersionResource{Version: "v1", Resource: "configmaps"},
-		Object:   runtime.RawExtension{Raw: raw},
-	}}
+	return testkit.Request(op, testkit.ConfigMaps, raw, nil, testkit.Namespace(ns), testkit.Name(name))
 }
 
 const bad = "apiVersion: kadmit.io/v1alpha1\nkind: Configuration\npolicies:\n  lifespan: {max: -1}\n"

@@ -9,13 +9,13 @@ import (
 	admissionv1 "k8s.io/api/admission/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/runtime"
 
 	"github.com/kadmit/kadmit/internal/admission"
 	"github.com/kadmit/kadmit/internal/builtin"
 	"github.com/kadmit/kadmit/internal/celpolicy"
 	"github.com/kadmit/kadmit/internal/policy"
 	"github.com/kadmit/kadmit/internal/policy/kadmit/kadmitpolicies"
+	"github.com/kadmit/kadmit/internal/testkit"
 )
 
 // load is what serve hands the policy: LoadAll and New over the
@@ -43,11 +43,7 @@ spec:
 
 func cmReq(ns, name string, data map[string]string) *admission.Request {
 	raw, _ := json.Marshal(&corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: name}, Data: data})
-	return &admission.Request{AdmissionRequest: admissionv1.AdmissionRequest{
-		UID: "u", Namespace: ns, Name: name, Operation: admissionv1.Update,
-		Resource: metav1.GroupVersionResource{Version: "v1", Resource: "configmaps"},
-		Object:   runtime.RawExtension{Raw: raw},
-	}}
+	return testkit.Request(admissionv1.Update, testkit.ConfigMaps, raw, nil, testkit.Namespace(ns), testkit.Name(name))
 }
 
 func TestValidate(t *testing.T) {

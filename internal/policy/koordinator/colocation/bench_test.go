@@ -13,9 +13,8 @@ import (
 	admissionv1 "k8s.io/api/admission/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"sigs.k8s.io/yaml"
 
-	"github.com/kadmit/kadmit/internal/bench"
+	"github.com/kadmit/kadmit/internal/fixture"
 )
 
 // benchProfiles are n profiles each setting a label and a toleration; the
@@ -38,10 +37,7 @@ func benchProfiles(n int, team0 string) []Profile {
 }
 
 func benchMutate(b *testing.B, team0 string, wantOps int) {
-	pod, err := yaml.YAMLToJSON(bench.DefaultPod())
-	if err != nil {
-		b.Fatal(err)
-	}
+	pod := fixture.DeploymentPodJSON()
 	p, err := New(Config{Profiles: benchProfiles(10, team0)}, nil)
 	if err != nil {
 		b.Fatal(err)

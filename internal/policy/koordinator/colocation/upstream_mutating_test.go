@@ -10,12 +10,12 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/util/intstr"
 
 	"github.com/kadmit/kadmit/internal/admission"
 	"github.com/kadmit/kadmit/internal/policy/policytest"
+	"github.com/kadmit/kadmit/internal/testkit"
 )
 
 // The facts of koordinator-sh/koordinator v1.8.0
@@ -52,12 +52,7 @@ var (
 )
 
 func podReq(ns string, op admissionv1.Operation, raw, old []byte) *admission.Request {
-	return &admission.Request{AdmissionRequest: admissionv1.AdmissionRequest{
-		UID: "u", Namespace: ns, Operation: op,
-		Resource:  metav1.GroupVersionResource{Version: "v1", Resource: "pods"},
-		Object:    runtime.RawExtension{Raw: raw},
-		OldObject: runtime.RawExtension{Raw: old},
-	}}
+	return testkit.Request(op, testkit.Pods, raw, old, testkit.Namespace(ns))
 }
 
 func q(s string) resource.Quantity { return resource.MustParse(s) }

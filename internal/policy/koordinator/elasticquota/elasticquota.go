@@ -14,6 +14,7 @@ package elasticquota
 
 import (
 	"fmt"
+	"maps"
 	"slices"
 	"strings"
 
@@ -194,12 +195,7 @@ func deny(format string, args ...any) admission.Verdict {
 func qty(q resource.Quantity) string { return q.String() }
 
 func keys(l corev1.ResourceList) []corev1.ResourceName {
-	out := make([]corev1.ResourceName, 0, len(l))
-	for k := range l {
-		out = append(out, k)
-	}
-	slices.Sort(out)
-	return out
+	return slices.Sorted(maps.Keys(l))
 }
 
 // names lists resource names as upstream's %v of a []ResourceName does:

@@ -10,10 +10,10 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/runtime"
 
 	"github.com/kadmit/kadmit/internal/admission"
 	"github.com/kadmit/kadmit/internal/policy/policytest"
+	"github.com/kadmit/kadmit/internal/testkit"
 )
 
 // fakeCache is a Cache over fixed data; the informer-backed one is exercised
@@ -186,13 +186,7 @@ func world(t testing.TB, cfg Config, quotas []*qb, pods ...*corev1.Pod) (*Policy
 }
 
 func qreq(op admissionv1.Operation, obj, old string) *admission.Request {
-	r := &admission.Request{AdmissionRequest: admissionv1.AdmissionRequest{UID: "u", Operation: op,
-		Resource: metav1.GroupVersionResource{Group: "scheduling.sigs.k8s.io", Version: "v1alpha1", Resource: "elasticquotas"}}}
-	r.Object = runtime.RawExtension{Raw: []byte(obj)}
-	if old != "" {
-		r.OldObject = runtime.RawExtension{Raw: []byte(old)}
-	}
-	return r
+	return testkit.Request(op, metav1.GroupVersionResource{Group: "scheduling.sigs.k8s.io", Version: "v1alpha1", Resource: "elasticquotas"}, obj, old)
 }
 
 func mkPod(ns, name string, labels map[string]string, requests string, phase corev1.PodPhase) *corev1.Pod {
@@ -206,15 +200,12 @@ func mkPod(ns, name string, labels map[string]string, requests string, phase cor
 }
 
 func podReq(op admissionv1.Operation, p, old *corev1.Pod) *admission.Request {
-	r := &admission.Request{AdmissionRequest: admissionv1.AdmissionRequest{UID: "u", Operation: op, Namespace: p.Namespace, Name: p.Name,
-		Resource: metav1.GroupVersionResource{Version: "v1", Resource: "pods"}}}
-	b, _ := json.Marshal(p)
-	r.Object = runtime.RawExtension{Raw: b}
+	obj, _ := json.Marshal(p)
+	var oldObj []byte
 	if old != nil {
-		b, _ := json.Marshal(old)
-		r.OldObject = runtime.RawExtension{Raw: b}
+		oldObj, _ = json.Marshal(old)
 	}
-	return r
+	return testkit.Request(op, testkit.Pods, obj, oldObj, testkit.Namespace(p.Namespace), testkit.Name(p.Name))
 }
 
 // verdict asserts v: want "" is allowed, otherwise a 400 whose message is

@@ -10,13 +10,13 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/util/intstr"
 
 	"github.com/kadmit/kadmit/internal/admission"
 	"github.com/kadmit/kadmit/internal/policy/koordinator/colocation"
 	"github.com/kadmit/kadmit/internal/policy/policytest"
+	"github.com/kadmit/kadmit/internal/testkit"
 )
 
 // reservationObj is the part of Koordinator's Reservation
@@ -46,11 +46,7 @@ func (f fakeClasses) PriorityClass(name string) (int32, *corev1.PreemptionPolicy
 }
 
 func req(op admissionv1.Operation, resource string, raw []byte) *admission.Request {
-	return &admission.Request{AdmissionRequest: admissionv1.AdmissionRequest{
-		UID: "u", Operation: op,
-		Resource: metav1.GroupVersionResource{Group: Group, Version: Version, Resource: resource},
-		Object:   runtime.RawExtension{Raw: raw},
-	}}
+	return testkit.Request(op, metav1.GroupVersionResource{Group: Group, Version: Version, Resource: resource}, raw, nil)
 }
 
 func q(s string) resource.Quantity { return resource.MustParse(s) }

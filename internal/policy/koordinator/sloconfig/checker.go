@@ -4,7 +4,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"slices"
 	"sync"
 
 	"github.com/go-playground/locales/en"
@@ -399,14 +398,4 @@ func changed(key string, oldData map[string]string, hasOld bool, newData map[str
 		return false
 	}
 	return !hasOld || oldData[key] != v
-}
-
-// sortedNames is used for stable iteration in tests and messages.
-func sortedNames[M ~map[string]V, V any](m M) []string {
-	out := make([]string, 0, len(m))
-	for k := range m {
-		out = append(out, k)
-	}
-	slices.Sort(out)
-	return out
 }

@@ -8,10 +8,9 @@ import (
 	"testing"
 
 	admissionv1 "k8s.io/api/admission/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/runtime"
 
 	"github.com/kadmit/kadmit/internal/admission"
+	"github.com/kadmit/kadmit/internal/testkit"
 )
 
 func colocation(strategies ...string) map[string]string {
@@ -194,15 +193,11 @@ func nodeReq(op admissionv1.Operation, labels, oldLabels map[string]string) *adm
 		b, _ := json.Marshal(map[string]any{"metadata": map[string]any{"name": "n1", "labels": l}})
 		return b
 	}
-	r := &admission.Request{AdmissionRequest: admissionv1.AdmissionRequest{
-		UID: "u", Name: "n1", Operation: op,
-		Resource: metav1.GroupVersionResource{Version: "v1", Resource: "nodes"},
-		Object:   runtime.RawExtension{Raw: raw(labels)},
-	}}
+	var old []byte
 	if op == admissionv1.Update {
-		r.OldObject = runtime.RawExtension{Raw: raw(oldLabels)}
+		old = raw(oldLabels)
 	}
-	return r
+	return testkit.Request(op, testkit.Nodes, raw(labels), old, testkit.Name("n1"))
 }
 
 // TestValidateNode ports pkg/webhook/node/plugins/sloconfig/

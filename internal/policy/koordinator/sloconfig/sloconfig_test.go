@@ -4,14 +4,15 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"maps"
+	"slices"
 	"strings"
 	"testing"
 
 	admissionv1 "k8s.io/api/admission/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/runtime"
 
 	"github.com/kadmit/kadmit/internal/admission"
+	"github.com/kadmit/kadmit/internal/testkit"
 )
 
 const sys = `{"clusterStrategy":{"minFreeKbytesFactor":150}}`
@@ -19,7 +20,7 @@ const sys = `{"clusterStrategy":{"minFreeKbytesFactor":150}}`
 type fakeNodes map[string]map[string]string
 
 func (f fakeNodes) NodeLabels(ctx context.Context, fn func(string, map[string]string) error) error {
-	for _, n := range sortedNames(f) {
+	for _, n := range slices.Sorted(maps.Keys(f)) {
 		if err := fn(n, f[n]); err != nil {
 			return err
 		}
@@ -34,17 +35,14 @@ func cmRaw(ns, name string, data map[string]string) []byte {
 }
 
 func cmReq(op admissionv1.Operation, data, old map[string]string) *admission.Request {
-	r := &admission.Request{AdmissionRequest: admissionv1.AdmissionRequest{
-		UID: "u", Namespace: DefaultNamespace, Name: DefaultName, Operation: op,
-		Resource: metav1.GroupVersionResource{Version: "v1", Resource: "configmaps"},
-	}}
+	var obj, oldObj []byte
 	if op != admissionv1.Delete {
-		r.Object = runtime.RawExtension{Raw: cmRaw(DefaultNamespace, DefaultName, data)}
+		obj = cmRaw(DefaultNamespace, DefaultName, data)
 	}
 	if old != nil {
-		r.OldObject = runtime.RawExtension{Raw: cmRaw(DefaultNamespace, DefaultName, old)}
+		oldObj = cmRaw(DefaultNamespace, DefaultName, old)
 	}
-	return r
+	return testkit.Request(op, testkit.ConfigMaps, obj, oldObj, testkit.Namespace(DefaultNamespace), testkit.Name(DefaultName))
 }
 
 func newPolicy(t *testing.T, cfg Config, nodes Nodes) *Policy {

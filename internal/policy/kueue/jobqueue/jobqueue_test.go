@@ -9,11 +9,11 @@ import (
 	admissionv1 "k8s.io/api/admission/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/runtime"
 
 	"github.com/kadmit/kadmit/internal/admission"
 	"github.com/kadmit/kadmit/internal/policy/policytest"
 	"github.com/kadmit/kadmit/internal/quantity"
+	"github.com/kadmit/kadmit/internal/testkit"
 )
 
 type fakeLQ map[string]bool
@@ -21,16 +21,8 @@ type fakeLQ map[string]bool
 func (f fakeLQ) HasLocalQueue(ns, name string) bool { return f[ns+"/"+name] }
 
 func req(op admissionv1.Operation, ns, obj, old string) *admission.Request {
-	r := &admission.Request{AdmissionRequest: admissionv1.AdmissionRequest{
-		UID: "u", Namespace: ns, Operation: op,
-		Kind:     metav1.GroupVersionKind{Group: "batch", Version: "v1", Kind: "Job"},
-		Resource: metav1.GroupVersionResource{Group: "batch", Version: "v1", Resource: "jobs"},
-		Object:   runtime.RawExtension{Raw: []byte(obj)},
-	}}
-	if old != "" {
-		r.OldObject = runtime.RawExtension{Raw: []byte(old)}
-	}
-	return r
+	return testkit.Request(op, metav1.GroupVersionResource{Group: "batch", Version: "v1", Resource: "jobs"}, obj, old,
+		testkit.Namespace(ns), testkit.Kind(metav1.GroupVersionKind{Group: "batch", Version: "v1", Kind: "Job"}))
 }
 
 func job(labels string, spec string) string {

@@ -11,24 +11,16 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	metavalidation "k8s.io/apimachinery/pkg/apis/meta/v1/validation"
-	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/apimachinery/pkg/util/validation/field"
 
 	"github.com/kadmit/kadmit/internal/admission"
 	"github.com/kadmit/kadmit/internal/policy/policytest"
+	"github.com/kadmit/kadmit/internal/testkit"
 )
 
 func req(op admissionv1.Operation, obj, old string) *admission.Request {
-	r := &admission.Request{AdmissionRequest: admissionv1.AdmissionRequest{
-		UID: "u", Operation: op,
-		Resource: metav1.GroupVersionResource{Group: "kueue.x-k8s.io", Version: "v1beta1", Resource: "resourceflavors"},
-		Object:   runtime.RawExtension{Raw: []byte(obj)},
-	}}
-	if old != "" {
-		r.OldObject = runtime.RawExtension{Raw: []byte(old)}
-	}
-	return r
+	return testkit.Request(op, metav1.GroupVersionResource{Group: "kueue.x-k8s.io", Version: "v1beta1", Resource: "resourceflavors"}, obj, old)
 }
 
 func flavor(spec string) string {

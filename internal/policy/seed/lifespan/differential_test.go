@@ -6,15 +6,14 @@ import (
 
 	admissionv1 "k8s.io/api/admission/v1"
 	corev1 "k8s.io/api/core/v1"
-	"k8s.io/apimachinery/pkg/runtime"
 
 	"github.com/kadmit/kadmit/internal/admission"
 	"github.com/kadmit/kadmit/internal/policy/policytest"
+	"github.com/kadmit/kadmit/internal/testkit"
 )
 
 func podRequestRaw(raw string) *admission.Request {
-	return &admission.Request{AdmissionRequest: admissionv1.AdmissionRequest{UID: "u", Operation: admissionv1.Create, Namespace: "shop",
-		Object: runtime.RawExtension{Raw: []byte(raw)}}}
+	return testkit.PodRequest(admissionv1.Create, raw, "", testkit.Namespace("shop"))
 }
 
 // slow is lifespan's change made on a typed pod: the tolerations it lacks,

@@ -14,22 +14,15 @@ import (
 	admissionv1 "k8s.io/api/admission/v1"
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	corev1 "k8s.io/api/core/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/runtime"
 
 	"github.com/kadmit/kadmit/internal/admission"
+	"github.com/kadmit/kadmit/internal/testkit"
 )
 
 func ptr[T any](v T) *T { return &v }
 
 func podRequest(op admissionv1.Operation, raw string) *admission.Request {
-	return &admission.Request{AdmissionRequest: admissionv1.AdmissionRequest{
-		UID:       "uid-1",
-		Kind:      metav1.GroupVersionKind{Version: "v1", Kind: "Pod"},
-		Resource:  metav1.GroupVersionResource{Version: "v1", Resource: "pods"},
-		Operation: op,
-		Object:    runtime.RawExtension{Raw: []byte(raw)},
-	}}
+	return testkit.PodRequest(op, raw, "", testkit.UID("uid-1"))
 }
 
 // equalTol is a toleration as JSON sees it, for building expectations.

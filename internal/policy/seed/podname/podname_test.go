@@ -7,20 +7,13 @@ import (
 
 	admissionv1 "k8s.io/api/admission/v1"
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/runtime"
 
 	"github.com/kadmit/kadmit/internal/admission"
+	"github.com/kadmit/kadmit/internal/testkit"
 )
 
 func podRequest(op admissionv1.Operation, raw string) *admission.Request {
-	return &admission.Request{AdmissionRequest: admissionv1.AdmissionRequest{
-		UID:       "uid-1",
-		Kind:      metav1.GroupVersionKind{Version: "v1", Kind: "Pod"},
-		Resource:  metav1.GroupVersionResource{Version: "v1", Resource: "pods"},
-		Operation: op,
-		Object:    runtime.RawExtension{Raw: []byte(raw)},
-	}}
+	return testkit.PodRequest(op, raw, "", testkit.UID("uid-1"))
 }
 
 func ptr[T any](v T) *T { return &v }

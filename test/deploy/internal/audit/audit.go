@@ -7,7 +7,9 @@ import (
 	"bufio"
 	"encoding/json"
 	"fmt"
+	"maps"
 	"os"
+	"slices"
 	"sort"
 	"strings"
 
@@ -123,12 +125,7 @@ func Calls(path, user, agent string) ([]Call, []string, error) {
 		out = append(out, c)
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].String() < out[j].String() })
-	var nr []string
-	for p := range nonResource {
-		nr = append(nr, p)
-	}
-	sort.Strings(nr)
-	return out, nr, nil
+	return out, slices.Sorted(maps.Keys(nonResource)), nil
 }
 
 // Grant is one atom of an RBAC rule: a verb on a resource, by name or not,
@@ -361,11 +358,7 @@ func CheckBindings(objs []*unstructured.Unstructured, unbound map[string]string)
 			}
 		}
 	}
-	keys := make([]string, 0, len(roles))
-	for k := range roles {
-		keys = append(keys, k)
-	}
-	sort.Strings(keys)
+	keys := slices.Sorted(maps.Keys(roles))
 	for _, k := range keys {
 		if roles[k] {
 			continue
