@@ -16,8 +16,6 @@ import (
 	admissionv1 "k8s.io/api/admission/v1"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/runtime"
 
 	"github.com/kadmit/kadmit/internal/admission"
 	"github.com/kadmit/kadmit/internal/policy/kadmit/kadmitconfig"
@@ -25,6 +23,7 @@ import (
 	"github.com/kadmit/kadmit/internal/policy/koordinator/sloconfig"
 	"github.com/kadmit/kadmit/internal/policy/seed/nodeovercommit"
 	"github.com/kadmit/kadmit/internal/registration"
+	"github.com/kadmit/kadmit/internal/testkit"
 )
 
 // TestWithNodeOvercommit: both policies enabled on /mutate-node-status.
@@ -48,7 +47,7 @@ func TestWithNodeOvercommit(t *testing.T) {
 			wh = w
 		}
 	}
-	in := nodeJSON(t, map[string]string{nodeamplification.AnnotationRatio: `{"cpu":1.5,"memory":2}`},
+	in := testkit.NodeJSON(t, "test-node", map[string]string{nodeamplification.AnnotationRatio: `{"cpu":1.5,"memory":2}`},
 		corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("4"), corev1.ResourceMemory: resource.MustParse("8Gi")})
 	out, err := wh.Review(context.Background(), statusReq(admissionv1.Update, in, in))
 	if err != nil || !out.Response.Allowed || out.Matched != 2 {
@@ -141,30 +140,8 @@ func TestCoexistsWithKadmitConfig(t *testing.T) {
 	t.Fatal("no validate-configmap webhook")
 }
 
-func nodeJSON(t testing.TB, annotations map[string]string, alloc corev1.ResourceList) string {
-	t.Helper()
-	n := corev1.Node{
-		TypeMeta:   metav1.TypeMeta{APIVersion: "v1", Kind: "Node"},
-		ObjectMeta: metav1.ObjectMeta{Name: "test-node", Annotations: annotations},
-		Status:     corev1.NodeStatus{Allocatable: alloc, Capacity: alloc},
-	}
-	b, err := json.Marshal(&n)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return string(b)
-}
-
 func statusReq(op admissionv1.Operation, obj, old string) *admission.Request {
-	r := &admission.Request{AdmissionRequest: admissionv1.AdmissionRequest{
-		UID: "u", Name: "test-node", Operation: op, SubResource: "status",
-		Resource: metav1.GroupVersionResource{Version: "v1", Resource: "nodes"},
-		Object:   runtime.RawExtension{Raw: []byte(obj)},
-	}}
-	if old != "" {
-		r.OldObject = runtime.RawExtension{Raw: []byte(old)}
-	}
-	return r
+	return testkit.Request(op, testkit.Nodes, obj, old, testkit.Name("test-node"), testkit.SubResource("status"))
 }
 
 func decodeNode(t testing.TB, b []byte) *corev1.Node {
@@ -182,16 +159,15 @@ func cmRaw(ns, name string, data map[string]string) []byte {
 	return b
 }
 
+// cmReq reviews slo-config's own ConfigMap (data, and old for UPDATE and
+// DELETE).
 func cmReq(op admissionv1.Operation, data, old map[string]string) *admission.Request {
-	r := &admission.Request{AdmissionRequest: admissionv1.AdmissionRequest{
-		UID: "u", Namespace: sloconfig.DefaultNamespace, Name: sloconfig.DefaultName, Operation: op,
-		Resource: metav1.GroupVersionResource{Version: "v1", Resource: "configmaps"},
-	}}
+	var obj, prev []byte
 	if op != admissionv1.Delete {
-		r.Object = runtime.RawExtension{Raw: cmRaw(sloconfig.DefaultNamespace, sloconfig.DefaultName, data)}
+		obj = cmRaw(sloconfig.DefaultNamespace, sloconfig.DefaultName, data)
 	}
 	if old != nil {
-		r.OldObject = runtime.RawExtension{Raw: cmRaw(sloconfig.DefaultNamespace, sloconfig.DefaultName, old)}
+		prev = cmRaw(sloconfig.DefaultNamespace, sloconfig.DefaultName, old)
 	}
-	return r
+	return testkit.Request(op, testkit.ConfigMaps, obj, prev, testkit.Namespace(sloconfig.DefaultNamespace), testkit.Name(sloconfig.DefaultName))
 }

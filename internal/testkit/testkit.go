@@ -15,6 +15,7 @@ import (
 	"time"
 
 	admissionv1 "k8s.io/api/admission/v1"
+	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
@@ -136,4 +137,21 @@ func EventuallyNil(t testing.TB, timeout time.Duration, what string, cond func()
 	default:
 		t.Fatalf("waiting for %s: %v (last: %v)", what, err, last)
 	}
+}
+
+// NodeJSON is a v1 Node named name, with annotations and alloc as both
+// its status.allocatable and status.capacity, encoded as JSON: the object
+// of a kubelet's status write, for the node policies' tests.
+func NodeJSON(t testing.TB, name string, annotations map[string]string, alloc corev1.ResourceList) string {
+	t.Helper()
+	n := corev1.Node{
+		TypeMeta:   metav1.TypeMeta{APIVersion: "v1", Kind: "Node"},
+		ObjectMeta: metav1.ObjectMeta{Name: name, Annotations: annotations},
+		Status:     corev1.NodeStatus{Allocatable: alloc, Capacity: alloc},
+	}
+	b, err := json.Marshal(&n)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(b)
 }

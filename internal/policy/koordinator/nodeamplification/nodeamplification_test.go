@@ -11,7 +11,6 @@ import (
 	admissionv1 "k8s.io/api/admission/v1"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/kadmit/kadmit/internal/admission"
 	"github.com/kadmit/kadmit/internal/policy/policytest"
@@ -20,16 +19,7 @@ import (
 
 func nodeJSON(t testing.TB, annotations map[string]string, alloc corev1.ResourceList) string {
 	t.Helper()
-	n := corev1.Node{
-		TypeMeta:   metav1.TypeMeta{APIVersion: "v1", Kind: "Node"},
-		ObjectMeta: metav1.ObjectMeta{Name: "test-node", Annotations: annotations},
-		Status:     corev1.NodeStatus{Allocatable: alloc, Capacity: alloc},
-	}
-	b, err := json.Marshal(&n)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return string(b)
+	return testkit.NodeJSON(t, "test-node", annotations, alloc)
 }
 
 func statusReq(op admissionv1.Operation, obj, old string) *admission.Request {
