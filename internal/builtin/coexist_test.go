@@ -53,7 +53,7 @@ func TestWithNodeOvercommit(t *testing.T) {
 	if err != nil || !out.Response.Allowed || out.Matched != 2 {
 		t.Fatalf("%+v %v", out, err)
 	}
-	n := decodeNode(t, out.Object)
+	n := testkit.Decode[corev1.Node](t, out.Object)
 	if cpu := n.Status.Allocatable.Cpu(); cpu.Cmp(resource.MustParse("8")) != 0 {
 		t.Fatalf("cpu %s, want 8 (node-overcommit's ×2 only)", cpu)
 	}
@@ -142,15 +142,6 @@ func TestCoexistsWithKadmitConfig(t *testing.T) {
 
 func statusReq(op admissionv1.Operation, obj, old string) *admission.Request {
 	return testkit.Request(op, testkit.Nodes, obj, old, testkit.Name("test-node"), testkit.SubResource("status"))
-}
-
-func decodeNode(t testing.TB, b []byte) *corev1.Node {
-	t.Helper()
-	var n corev1.Node
-	if err := json.Unmarshal(b, &n); err != nil {
-		t.Fatal(err)
-	}
-	return &n
 }
 
 func cmRaw(ns, name string, data map[string]string) []byte {

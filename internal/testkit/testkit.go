@@ -155,3 +155,14 @@ func NodeJSON(t testing.TB, name string, annotations map[string]string, alloc co
 	}
 	return string(b)
 }
+
+// Decode unmarshals the JSON b (an answer's patched object) into a new T,
+// failing the test when it does not decode.
+func Decode[T any](t testing.TB, b []byte) *T {
+	t.Helper()
+	v := new(T)
+	if err := json.Unmarshal(b, v); err != nil {
+		t.Fatalf("decode %T: %v", v, err)
+	}
+	return v
+}

@@ -26,15 +26,6 @@ func statusReq(op admissionv1.Operation, obj, old string) *admission.Request {
 	return testkit.Request(op, testkit.Nodes, obj, old, testkit.Name("test-node"), testkit.SubResource("status"))
 }
 
-func decode(t testing.TB, b []byte) *corev1.Node {
-	t.Helper()
-	var n corev1.Node
-	if err := json.Unmarshal(b, &n); err != nil {
-		t.Fatal(err)
-	}
-	return &n
-}
-
 func milliCPU(m int64) corev1.ResourceList {
 	return corev1.ResourceList{corev1.ResourceCPU: *resource.NewMilliQuantity(m, resource.DecimalSI)}
 }
@@ -70,7 +61,7 @@ func TestHandleUpdateUpstreamTable(t *testing.T) {
 			if out == nil {
 				out = []byte(in)
 			}
-			n := decode(t, out)
+			n := testkit.Decode[corev1.Node](t, out)
 			if got := n.Status.Allocatable.Cpu().MilliValue(); got != tc.wantAlloc {
 				t.Fatalf("allocatable cpu %dm, want %dm", got, tc.wantAlloc)
 			}
