@@ -23,6 +23,13 @@ import (
 // same way by construction (an escaped key, a repeated member merged into
 // an earlier one, an unexpected type) makes them decline, and the caller
 // decodes with Unmarshal, so the answer and error are the API server's.
+//
+// The one documented fallback: JSON carried as a string inside an object
+// (an annotation's value, a ConfigMap's data key) is not the API server's
+// to decode but its owner's. Where kadmit re-creates an upstream webhook
+// that reads such a value, it decodes it as upstream does (Koordinator's
+// annotations and slo-controller-config keys with encoding/json, whose
+// member names match case-insensitively), and says so where it does.
 
 // ErrSyntax is returned for input that is not valid JSON.
 var ErrSyntax = jsonscan.ErrSyntax

@@ -8,13 +8,13 @@ package kadmitpolicies
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	corev1 "k8s.io/api/core/v1"
 
 	"github.com/kadmit/kadmit/internal/admission"
+	"github.com/kadmit/kadmit/internal/jsonedit"
 	"github.com/kadmit/kadmit/internal/policy"
 )
 
@@ -84,7 +84,7 @@ func (p *Policy) Validate(_ context.Context, req *admission.Request) admission.V
 		return admission.Allow()
 	}
 	var cm corev1.ConfigMap
-	if err := json.Unmarshal(req.Object.Raw, &cm); err != nil {
+	if err := jsonedit.Unmarshal(req.Object.Raw, &cm); err != nil {
 		return admission.Invalid("%s: cannot parse the ConfigMap: %v", Name, err)
 	}
 	if cm.Name != p.cm.Name {

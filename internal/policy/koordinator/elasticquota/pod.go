@@ -13,6 +13,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/kadmit/kadmit/internal/admission"
+	"github.com/kadmit/kadmit/internal/jsonedit"
 	"github.com/kadmit/kadmit/internal/policy/koordinator/reservepod"
 	"github.com/kadmit/kadmit/internal/policy/shared/podrequest"
 )
@@ -46,7 +47,7 @@ func (p *Policy) ValidatePod(ctx context.Context, req *admission.Request) admiss
 		metav1.ObjectMeta `json:"metadata"`
 		Spec              json.RawMessage `json:"spec"`
 	}
-	if err := json.Unmarshal(req.Object.Raw, &pod); err != nil {
+	if err := jsonedit.Unmarshal(req.Object.Raw, &pod); err != nil {
 		return deny("%s: cannot parse the pod: %v", Name, err)
 	}
 	// Upstream decodes the whole pod first and answers 400 when it cannot
@@ -65,7 +66,7 @@ func (p *Policy) ValidatePod(ctx context.Context, req *admission.Request) admiss
 		var old struct {
 			metav1.ObjectMeta `json:"metadata"`
 		}
-		if err := json.Unmarshal(req.OldObject.Raw, &old); err != nil {
+		if err := jsonedit.Unmarshal(req.OldObject.Raw, &old); err != nil {
 			return deny("%s: cannot parse the old pod: %v", Name, err)
 		}
 		if old.Labels[LabelPreemptible] != pod.Labels[LabelPreemptible] {

@@ -8,6 +8,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	"github.com/kadmit/kadmit/internal/jsonedit"
 	"github.com/kadmit/kadmit/internal/quantity"
 )
 
@@ -94,7 +95,7 @@ type object struct {
 // error naming its field ("spec.max: cpu: ...").
 func Parse(raw []byte) (*Quota, error) {
 	var o object
-	if err := json.Unmarshal(raw, &o); err != nil {
+	if err := jsonedit.Unmarshal(raw, &o); err != nil {
 		return nil, fmt.Errorf("cannot parse the ElasticQuota: %w", err)
 	}
 	q := &Quota{Namespace: o.Namespace, Name: o.Name, Parent: o.Labels[LabelParent], TreeID: o.Labels[LabelTreeID],
@@ -129,7 +130,7 @@ func parseList(raw json.RawMessage) (corev1.ResourceList, error) {
 		return nil, nil
 	}
 	var l quantity.List
-	if err := json.Unmarshal(raw, &l); err != nil {
+	if err := jsonedit.Unmarshal(raw, &l); err != nil {
 		return nil, err
 	}
 	return corev1.ResourceList(l), nil

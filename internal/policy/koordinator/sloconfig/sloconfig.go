@@ -14,7 +14,6 @@ package sloconfig
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"reflect"
@@ -187,7 +186,7 @@ func (p *Policy) ValidateConfigMap(ctx context.Context, req *admission.Request) 
 		return admission.Allow()
 	}
 	var cm configMap
-	if err := json.Unmarshal(req.Object.Raw, &cm); err != nil {
+	if err := jsonedit.Unmarshal(req.Object.Raw, &cm); err != nil {
 		return admission.Invalid("%s: cannot parse the ConfigMap: %v", Name, err)
 	}
 	if cm.Metadata.Namespace == "" {
@@ -199,7 +198,7 @@ func (p *Policy) ValidateConfigMap(ctx context.Context, req *admission.Request) 
 	var old configMap
 	hasOld := req.Operation == admissionv1.Update
 	if hasOld {
-		if err := json.Unmarshal(req.OldObject.Raw, &old); err != nil {
+		if err := jsonedit.Unmarshal(req.OldObject.Raw, &old); err != nil {
 			return admission.Invalid("%s: cannot parse the old ConfigMap: %v", Name, err)
 		}
 	}

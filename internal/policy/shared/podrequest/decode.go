@@ -6,6 +6,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 
+	"github.com/kadmit/kadmit/internal/jsonedit"
 	"github.com/kadmit/kadmit/internal/quantity"
 )
 
@@ -30,7 +31,7 @@ func DecodeSpec(raw []byte, path string) (*corev1.PodSpec, error) {
 		Overhead       json.RawMessage   `json:"overhead"`
 		Resources      json.RawMessage   `json:"resources"`
 	}
-	if err := json.Unmarshal(raw, &s); err != nil {
+	if err := jsonedit.Unmarshal(raw, &s); err != nil {
 		return nil, fmt.Errorf("%s: %w", path, err)
 	}
 	var err error
@@ -65,7 +66,7 @@ func decodeContainers(raws []json.RawMessage, path string) ([]corev1.Container, 
 			RestartPolicy *corev1.ContainerRestartPolicy `json:"restartPolicy"`
 			Resources     json.RawMessage                `json:"resources"`
 		}
-		if err := json.Unmarshal(raw, &c); err != nil {
+		if err := jsonedit.Unmarshal(raw, &c); err != nil {
 			return nil, fmt.Errorf("%s: %w", p, err)
 		}
 		r, err := decodeResources(c.Resources, p+".resources")
@@ -85,7 +86,7 @@ func decodeResources(raw json.RawMessage, path string) (corev1.ResourceRequireme
 	if len(raw) == 0 {
 		return corev1.ResourceRequirements{}, nil
 	}
-	if err := json.Unmarshal(raw, &r); err != nil {
+	if err := jsonedit.Unmarshal(raw, &r); err != nil {
 		return corev1.ResourceRequirements{}, fmt.Errorf("%s: %w", path, err)
 	}
 	limits, err := decodeList(r.Limits, path+".limits")
@@ -106,7 +107,7 @@ func decodeList(raw json.RawMessage, path string) (corev1.ResourceList, error) {
 		return nil, nil
 	}
 	var l quantity.List
-	if err := json.Unmarshal(raw, &l); err != nil {
+	if err := jsonedit.Unmarshal(raw, &l); err != nil {
 		return nil, quantity.Prefix(path, err)
 	}
 	return corev1.ResourceList(l), nil

@@ -34,6 +34,26 @@ func TestDecodeSpecMatchesTypedDecode(t *testing.T) {
 	}
 }
 
+// TestDecodeSpecMatchesKeysAsTheAPIServer: member names match
+// case-sensitively (jsonedit.Unmarshal), as the API server decodes the pod
+// it admits: a "Containers" or "Requests" member is not the field, so the
+// pod asks for nothing (encoding/json would have counted 2 CPUs).
+func TestDecodeSpecMatchesKeysAsTheAPIServer(t *testing.T) {
+	for _, raw := range []string{
+		`{"Containers":[{"name":"a","resources":{"requests":{"cpu":"2"}}}]}`,
+		`{"containers":[{"name":"a","Resources":{"requests":{"cpu":"2"}}}]}`,
+		`{"containers":[{"name":"a","resources":{"Requests":{"cpu":"2"}}}]}`,
+	} {
+		got, err := DecodeSpec([]byte(raw), "spec")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if r := Effective(got); !r.Cpu().IsZero() {
+			t.Errorf("%s: cpu %s, want none", raw, r.Cpu())
+		}
+	}
+}
+
 func TestDecodeSpecNamesField(t *testing.T) {
 	for raw, want := range map[string]string{
 		`{"containers":[{"name":"a"},{"name":"b","resources":{"requests":{"cpu":"1e9999999"}}}]}`: "spec.containers[1].resources.requests.cpu: quantity 1e9999999 is out of range",
