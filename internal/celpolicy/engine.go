@@ -657,7 +657,6 @@ type paramStores map[schema.GroupVersionKind]*paramStore
 type paramStore struct {
 	indexer cache.Indexer
 	scope   meta.RESTScope
-	gvr     schema.GroupResource
 }
 
 func newParamStores(params []*unstructured.Unstructured) paramStores {

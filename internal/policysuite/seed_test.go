@@ -6,7 +6,6 @@ import (
 	"testing"
 
 	admissionv1 "k8s.io/api/admission/v1"
-	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	apiserveradmission "k8s.io/apiserver/pkg/admission"
 
@@ -15,6 +14,7 @@ import (
 	"github.com/kadmit/kadmit/internal/jsonedit"
 	"github.com/kadmit/kadmit/internal/policy/seed/lifespan"
 	"github.com/kadmit/kadmit/internal/policy/seed/podname"
+	"github.com/kadmit/kadmit/internal/testkit"
 )
 
 // seedPods are pods as the API server sends them (metadata and spec set),
@@ -44,8 +44,7 @@ var seedPods = map[string]string{
 }
 
 func podRequest(raw string) (*admission.Request, *celpolicy.Request) {
-	areq := &admission.Request{AdmissionRequest: admissionv1.AdmissionRequest{UID: "u", Operation: admissionv1.Create, Namespace: "shop",
-		Object: runtime.RawExtension{Raw: []byte(raw)}}}
+	areq := testkit.Request(admissionv1.Create, testkit.Pods, raw, "", testkit.Namespace("shop"))
 	creq := &celpolicy.Request{
 		Kind: schema.GroupVersionKind{Version: "v1", Kind: "Pod"}, Resource: schema.GroupVersionResource{Version: "v1", Resource: "pods"},
 		Namespace: "shop", Name: "p", Operation: apiserveradmission.Create, Object: []byte(raw),

@@ -947,11 +947,7 @@ func (sv *Server) ensureNamespaces(ctx context.Context, s *Suite, reqs []*Server
 	for i := range s.Namespaces {
 		want[s.Namespaces[i].Name] = s.Namespaces[i].Labels
 	}
-	names := make([]string, 0, len(want))
-	for n := range want {
-		names = append(names, n)
-	}
-	sort.Strings(names)
+	names := slices.Sorted(maps.Keys(want))
 	c := sv.dyn.Resource(nsGVR)
 	for _, name := range names {
 		labels := want[name]

@@ -15,10 +15,10 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"os"
 	"path/filepath"
 	"slices"
-	"sort"
 	"strings"
 	"time"
 
@@ -570,12 +570,7 @@ func compare(t *Test, req *celpolicy.Request, d *celpolicy.Decision) []string {
 			f = append(f, fmt.Sprintf("warnings: got %q, want %q", got, *w))
 		}
 	}
-	keys := make([]string, 0, len(t.Expect.AuditAnnotations))
-	for k := range t.Expect.AuditAnnotations {
-		keys = append(keys, k)
-	}
-	sort.Strings(keys)
-	for _, k := range keys {
+	for _, k := range slices.Sorted(maps.Keys(t.Expect.AuditAnnotations)) {
 		want := t.Expect.AuditAnnotations[k]
 		if got, ok := d.AuditAnnotations[k]; !ok || got != want {
 			f = append(f, fmt.Sprintf("auditAnnotations[%s]: got %q (present %v), want %q", k, got, ok, want))
@@ -590,12 +585,7 @@ func compare(t *Test, req *celpolicy.Request, d *celpolicy.Decision) []string {
 			f = append(f, fmt.Sprintf("object: got %s, want %s", obj, t.Expect.Object))
 		}
 	}
-	pointers := make([]string, 0, len(t.Expect.Patched))
-	for p := range t.Expect.Patched {
-		pointers = append(pointers, p)
-	}
-	sort.Strings(pointers)
-	for _, p := range pointers {
+	for _, p := range slices.Sorted(maps.Keys(t.Expect.Patched)) {
 		want := t.Expect.Patched[p]
 		segs, _ := jsonedit.ParsePointer(p)
 		got, err := jsonedit.NewDoc(obj).Get(segs...)

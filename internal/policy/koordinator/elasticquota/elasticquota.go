@@ -20,7 +20,6 @@ import (
 
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	corev1 "k8s.io/api/core/v1"
-	"k8s.io/apimachinery/pkg/api/resource"
 	"k8s.io/apimachinery/pkg/util/validation"
 
 	"github.com/kadmit/kadmit/internal/admission"
@@ -190,9 +189,6 @@ const offlineWarning = Name + ": no cluster cache (offline): checks against othe
 func deny(format string, args ...any) admission.Verdict {
 	return admission.Invalid(format, args...)
 }
-
-// qty and cmp take quantities by value, as map elements are not addressable.
-func qty(q resource.Quantity) string { return q.String() }
 
 func keys(l corev1.ResourceList) []corev1.ResourceName {
 	return slices.Sorted(maps.Keys(l))

@@ -9,6 +9,7 @@ package nodeovercommit
 import (
 	"errors"
 	"fmt"
+	"maps"
 	"slices"
 
 	"gopkg.in/inf.v0"
@@ -82,11 +83,7 @@ func (c Config) parse() (map[corev1.ResourceName]*inf.Dec, *inf.Dec, error) {
 	if len(c.Ratios) == 0 {
 		return nil, nil, errors.New("ratios: must name at least one resource")
 	}
-	names := make([]corev1.ResourceName, 0, len(c.Ratios))
-	for name := range c.Ratios {
-		names = append(names, name)
-	}
-	slices.Sort(names)
+	names := slices.Sorted(maps.Keys(c.Ratios))
 	ratios := make(map[corev1.ResourceName]*inf.Dec, len(names))
 	for _, name := range names {
 		if name == "" {

@@ -12,12 +12,10 @@ import (
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/runtime"
 
 	"github.com/kadmit/kadmit/internal/admission"
+	"github.com/kadmit/kadmit/internal/testkit"
 )
-
-func ptr[T any](v T) *T { return &v }
 
 // node builds a node JSON with the given annotations and status resources.
 func node(t *testing.T, annotations map[string]string, capacity, allocatable map[string]string) string {
@@ -48,18 +46,8 @@ func node(t *testing.T, annotations map[string]string, capacity, allocatable map
 }
 
 func request(op admissionv1.Operation, subresource, raw, old string) *admission.Request {
-	r := &admission.Request{AdmissionRequest: admissionv1.AdmissionRequest{
-		UID:         "uid-1",
-		Kind:        metav1.GroupVersionKind{Version: "v1", Kind: "Node"},
-		Resource:    metav1.GroupVersionResource{Version: "v1", Resource: "nodes"},
-		SubResource: subresource,
-		Operation:   op,
-		Object:      runtime.RawExtension{Raw: []byte(raw)},
-	}}
-	if old != "" {
-		r.OldObject = runtime.RawExtension{Raw: []byte(old)}
-	}
-	return r
+	return testkit.Request(op, testkit.Nodes, raw, old, testkit.UID("uid-1"), testkit.SubResource(subresource),
+		testkit.Kind(metav1.GroupVersionKind{Version: "v1", Kind: "Node"}))
 }
 
 type webhooks struct {

@@ -32,11 +32,7 @@ func (p *Policy) ParseOverride(value string) (map[corev1.ResourceName]*inf.Dec, 
 		}
 		return nil, fmt.Errorf(`must be a JSON object of resource name to decimal string like {"cpu":"1.5"}: %w`, err)
 	}
-	names := make([]corev1.ResourceName, 0, len(raw))
-	for name := range raw {
-		names = append(names, name)
-	}
-	slices.Sort(names)
+	names := slices.Sorted(maps.Keys(raw))
 	out := make(map[corev1.ResourceName]*inf.Dec, len(raw))
 	for _, name := range names {
 		if name == "" {

@@ -16,8 +16,6 @@ func podRequest(op admissionv1.Operation, raw string) *admission.Request {
 	return testkit.PodRequest(op, raw, "", testkit.UID("uid-1"))
 }
 
-func ptr[T any](v T) *T { return &v }
-
 func TestConfigValidate(t *testing.T) {
 	tests := []struct {
 		name    string
