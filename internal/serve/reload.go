@@ -105,13 +105,6 @@ type reloader struct {
 	unserved atomic.Pointer[error]
 }
 
-// declaredError marks a build error of the declared policies (not of the
-// built-in configuration).
-type declaredError struct{ err error }
-
-func (e *declaredError) Error() string { return e.err.Error() }
-func (e *declaredError) Unwrap() error { return e.err }
-
 // decodeBudget is the process's one budget for declared policies'
 // decoded objects (--policy-decode-bytes-in-flight).
 func (r *reloader) decodeBudget() *celpolicy.Budget {
@@ -131,7 +124,8 @@ func (r *reloader) declared() bool {
 // them to sync) when they differ from the running ones. Without
 // withDeclared a server with declared policies assembles an empty declared
 // set, which serves none but keeps the namespace cache the set will need.
-// A declared policy error is a *declaredError.
+// A declared policy error wraps a *served.DeclaredError, prefixed
+// "declared policies: ".
 func (r *reloader) build(ctx context.Context, cfg *config.Configuration, docs []celpolicy.Document, withDeclared bool) ([]admission.Hook, error) {
 	src := served.Sources{Config: cfg, Env: r.env()}
 	if r.declared() {
@@ -173,7 +167,7 @@ func (r *reloader) build(ctx context.Context, cfg *config.Configuration, docs []
 			stop()
 		}
 		if de := (*served.DeclaredError)(nil); errors.As(err, &de) {
-			return nil, &declaredError{fmt.Errorf("declared policies: %w", de.Err)}
+			return nil, fmt.Errorf("declared policies: %w", err)
 		}
 		return nil, err
 	}
@@ -215,7 +209,7 @@ func (r *reloader) env() policy.Env {
 // someone repairs the set.
 func (r *reloader) start(ctx context.Context, docsErr error) ([]admission.Hook, error) {
 	hooks, err := r.build(ctx, r.cfg, r.wantDocs, docsErr == nil)
-	var de *declaredError
+	var de *served.DeclaredError
 	if errors.As(err, &de) {
 		docsErr = err
 		hooks, err = r.build(ctx, r.cfg, nil, false)
@@ -295,7 +289,7 @@ func (r *reloader) apply(what string, attrs ...any) {
 	}
 	r.metrics.Reloaded(false)
 	r.log.Error(what+" not applied; keeping the running configuration and policies", append(attrs, "error", err)...)
-	var de *declaredError
+	var de *served.DeclaredError
 	pendingCfg := !reflect.DeepEqual(r.wantCfg, r.cfg)
 	switch {
 	case errors.As(err, &de) && pendingCfg && r.unserved.Load() != nil:
