@@ -7,8 +7,6 @@ import (
 	"io"
 	"strings"
 
-	"github.com/kadmit/kadmit/internal/cmdexit"
-
 	"github.com/spf13/cobra"
 	admissionv1 "k8s.io/api/admission/v1"
 	authenticationv1 "k8s.io/api/authentication/v1"
@@ -17,6 +15,7 @@ import (
 	"github.com/kadmit/kadmit/internal/builtin"
 	"github.com/kadmit/kadmit/internal/celpolicy"
 	"github.com/kadmit/kadmit/internal/clustercache"
+	"github.com/kadmit/kadmit/internal/cmdexit"
 	"github.com/kadmit/kadmit/internal/review"
 	"github.com/kadmit/kadmit/internal/served"
 )
