@@ -205,7 +205,7 @@ func applyRun(doc []byte, ix *Index, parent []string, ops []Op, out *Index) ([]b
 		rc, loc = &ix.c, &ix.located // rc is read only; an Index is built over valid JSON
 	} else {
 		var err error
-		rc, err = parseContainer(doc, root, 0)
+		rc, err = parseContainer(doc, root, 0, nil)
 		if err != nil || jsonscan.SkipSpace(doc, rc.end) != len(doc) {
 			return nil, errSplice
 		}
@@ -219,7 +219,7 @@ func applyRun(doc []byte, ix *Index, parent []string, ops []Op, out *Index) ([]b
 	}
 	c := m.get(s)
 	if c == nil {
-		if c, err = parseContainer(doc, s, len(parent)); err != nil {
+		if c, err = parseContainer(doc, s, len(parent), m.extents()); err != nil {
 			return nil, errSplice
 		}
 	}

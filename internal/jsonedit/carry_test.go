@@ -29,7 +29,7 @@ func checkLocated(t testing.TB, what string, res []byte, ix *Index) {
 		if len(got.data) != len(res) || &got.data[0] != &res[0] {
 			t.Fatalf("%s: %s at %d is of other bytes", what, name, got.start)
 		}
-		want, err := parseContainer(res, got.start, 0)
+		want, err := parseContainer(res, got.start, 0, nil)
 		if err != nil {
 			t.Fatalf("%s: %s at %d: no container there in %s: %v", what, name, got.start, res, err)
 		}
@@ -39,6 +39,7 @@ func checkLocated(t testing.TB, what string, res []byte, ix *Index) {
 		}
 	}
 	same("top level", &ix.c)
+	checkExtents(t, what, res, &ix.located.ext)
 	seen := map[int]bool{}
 	if ix.located.len() > maxLocated {
 		t.Fatalf("%s: %d containers kept (at most %d)", what, ix.located.len(), maxLocated)
@@ -52,6 +53,28 @@ func checkLocated(t testing.TB, what string, res []byte, ix *Index) {
 	})
 }
 
+// checkExtents fails unless each container x records is one in res, at
+// increasing starts: an object or array at start that a fresh scan ends at
+// end.
+func checkExtents(t testing.TB, what string, res []byte, x *extents) {
+	t.Helper()
+	if x.n > maxExtents {
+		t.Fatalf("%s: %d extents (at most %d)", what, x.n, maxExtents)
+	}
+	for k := 0; k < x.n; k++ {
+		s, e := int(x.start[k]), int(x.end[k])
+		if k > 0 && s <= int(x.start[k-1]) {
+			t.Fatalf("%s: extent %d starts at %d, not after %d", what, k, s, x.start[k-1])
+		}
+		if s <= 0 || s >= len(res) || (res[s] != '{' && res[s] != '[') {
+			t.Fatalf("%s: extent %d at %d is no container of %s", what, k, s, res)
+		}
+		if got := jsonscan.ScanValue(res, s, 0); got != e {
+			t.Fatalf("%s: extent %d at %d ends at %d, a fresh scan at %d, in %s", what, k, s, e, got, res)
+		}
+	}
+}
+
 // containerPaths returns the paths of every object and array in the valid
 // JSON doc, the root first.
 func containerPaths(doc []byte) [][]string {
@@ -62,7 +85,7 @@ func containerPaths(doc []byte) [][]string {
 			return
 		}
 		out = append(out, slices.Clone(path))
-		c, err := parseContainer(doc, s, len(path))
+		c, err := parseContainer(doc, s, len(path), nil)
 		if err != nil {
 			panic(err)
 		}
@@ -163,7 +186,7 @@ func readSome(r *rand.Rand, doc []byte, ix *Index) {
 // what a fresh Doc reads.
 func TestApplyIndexedCarriesLocated(t *testing.T) {
 	r := rand.New(rand.NewPCG(24, 5))
-	carried := 0
+	carried, extents := 0, 0
 	for n := 0; n < 3000; n++ {
 		doc := []byte(randValue(r, 4))
 		if doc[0] != '{' {
@@ -192,6 +215,7 @@ func TestApplyIndexedCarriesLocated(t *testing.T) {
 			}
 			checkLocated(t, what, got, out)
 			carried += out.located.len()
+			extents += out.located.ext.n
 			kept, fresh := NewDocIndexed(got, out), NewDoc(got)
 			for _, p := range containerPaths(got) {
 				for _, q := range [][]string{p, append(slices.Clip(p), "0"), append(slices.Clip(p), "a")} {
@@ -207,6 +231,9 @@ func TestApplyIndexedCarriesLocated(t *testing.T) {
 	}
 	if carried < 1000 {
 		t.Fatalf("only %d containers carried over: the test does not exercise carrying", carried)
+	}
+	if extents < 1000 {
+		t.Fatalf("only %d extents carried over: the test does not exercise moving them", extents)
 	}
 }
 

@@ -53,14 +53,15 @@ func (c *container) keyIs(i int, key string) bool {
 }
 
 // parseContainer locates the members of the object or array at d[i]; depth
-// is its nesting depth. It fails on invalid JSON.
-func parseContainer(d []byte, i, depth int) (*container, error) {
+// is its nesting depth; ext, when not nil, holds where containers of d
+// end (an Index's, bound to d). It fails on invalid JSON.
+func parseContainer(d []byte, i, depth int, ext *extents) (*container, error) {
 	// The members are located into a scratch array on the stack and then
 	// copied once, at their number: a pod's spec (twenty-odd members) would
 	// otherwise grow its slice three times.
 	var scratch [32]item
 	c := &container{}
-	items, _, err := c.parse(d, i, depth, -1, scratch[:0])
+	items, _, err := c.parse(d, i, depth, -1, scratch[:0], skipper{x: ext})
 	if err != nil {
 		return nil, err
 	}
@@ -77,8 +78,8 @@ func parseContainer(d []byte, i, depth int) (*container, error) {
 // most max members: past that it still checks the rest of the value but
 // reports complete false and out holds the first max. The members are
 // walked by jsonscan.Members (elements by jsonscan.Elements), the one loop
-// every reader of an object uses.
-func (c *container) parse(d []byte, i, depth, max int, items []item) (out []item, complete bool, err error) {
+// every reader of an object uses, and each value is skipped by skip.
+func (c *container) parse(d []byte, i, depth, max int, items []item, skip skipper) (out []item, complete bool, err error) {
 	c.object, c.start, c.data = d[i] == '{', i, d
 	complete = true
 	add := func(it item) {
@@ -100,7 +101,7 @@ func (c *container) parse(d []byte, i, depth, max int, items []item) (out []item
 				}
 				it.key = key
 			}
-			if it.ve = jsonscan.ScanValue(d, vs, depth+1); it.ve < 0 {
+			if it.ve = skip.value(d, vs, depth+1); it.ve < 0 {
 				return -1
 			}
 			add(it)
@@ -108,7 +109,7 @@ func (c *container) parse(d []byte, i, depth, max int, items []item) (out []item
 		})
 	} else {
 		c.end = jsonscan.Elements(d, i, depth, func(vs int) int {
-			it := item{vs: vs, ve: jsonscan.ScanValue(d, vs, depth+1)}
+			it := item{vs: vs, ve: skip.value(d, vs, depth+1)}
 			if it.ve >= 0 {
 				add(it)
 			}

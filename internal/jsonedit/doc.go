@@ -108,7 +108,7 @@ func (d *Doc) decodeFast(s, e, depth int, v any) bool {
 		c := d.memo.get(s)
 		if c == nil {
 			var err error
-			if c, err = parseContainer(d.raw, s, depth); err != nil {
+			if c, err = parseContainer(d.raw, s, depth, d.memo.extents()); err != nil {
 				return false
 			}
 			d.memo.put(c)
@@ -254,7 +254,7 @@ func (d *Doc) setFast(raw []byte, path []string) (op string, ok bool) {
 	}
 	c := d.memo.get(s)
 	if c == nil {
-		if c, err = parseContainer(d.raw, s, len(path)-1); err != nil {
+		if c, err = parseContainer(d.raw, s, len(path)-1, d.memo.extents()); err != nil {
 			return "", false
 		}
 		d.memo.put(c)
@@ -396,7 +396,7 @@ func (d *Doc) locate(path []string) (int, int, error) {
 		d.rootE = -1
 		if d.root < len(d.raw) && (d.raw[d.root] == '{' || d.raw[d.root] == '[') {
 			// Locating the root's members scans, and so checks, it all.
-			if c, err := parseContainer(d.raw, d.root, 0); err == nil {
+			if c, err := parseContainer(d.raw, d.root, 0, nil); err == nil {
 				d.memo.put(c)
 				d.rootE = c.end
 			}
@@ -450,6 +450,15 @@ func (m *memo) get(s int) *container {
 	return m.shared.get(s)
 }
 
+// extents returns where the containers of the bytes m caches end, or nil
+// when m (which may be nil) is not an Index's.
+func (m *memo) extents() *extents {
+	if m == nil || m.shared == nil {
+		return nil
+	}
+	return &m.shared.ext
+}
+
 // put records c, in the shared cache while it has room; m may be nil
 // (nothing is cached).
 func (m *memo) put(c *container) {
@@ -482,6 +491,10 @@ const maxLocated = 32
 type located struct {
 	first [3]*container // filled in order: the first nil ends them
 	more  []*container
+	// ext is where the containers below the top level end, as the
+	// envelope's scan found them (ScanIndexed) and edits moved them
+	// (Index.carry): parseContainer skips them instead of scanning.
+	ext extents
 }
 
 // len returns how many containers l holds.
@@ -565,7 +578,7 @@ func walk(d []byte, s int, path []string, memo *memo) (int, int, error) {
 		c := memo.get(s)
 		if c == nil {
 			var err error
-			if c, err = parseContainer(d, s, i); err != nil {
+			if c, err = parseContainer(d, s, i, memo.extents()); err != nil {
 				return -1, -1, err
 			}
 			memo.put(c)

@@ -50,7 +50,7 @@ func ScanIndexed(d []byte, i, depth int, ix *Index) int {
 	if i >= len(d) || d[i] != '{' {
 		return jsonscan.ScanValue(d, i, depth)
 	}
-	items, complete, err := ix.c.parse(d, i, depth, IndexMembers, ix.buf[:0])
+	items, complete, err := ix.c.parse(d, i, depth, IndexMembers, ix.buf[:0], skipper{x: &ix.located.ext, record: true, base: i})
 	ix.c.items = items
 	if err != nil {
 		*ix = Index{}
@@ -155,6 +155,9 @@ func (ix *Index) carry(rc *container, loc *located, edited *container, e int, re
 		ix.c.items = moved(ix.c.items, rc, s, e, delta)
 	}
 	ix.ok, ix.bound = true, true
+	if loc != nil {
+		ix.located.ext = loc.ext.moved(s, e, delta)
+	}
 	// The containers below the top level, in one array, and the members of
 	// those around or after the edit, moved, in another: an Apply costs two
 	// allocations however many it keeps. Members never change once

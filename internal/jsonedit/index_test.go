@@ -5,8 +5,10 @@ import (
 	"encoding/json"
 	"fmt"
 	"strings"
+	"slices"
 	"testing"
 
+	"github.com/kadmit/kadmit/internal/fixture"
 	"github.com/kadmit/kadmit/internal/jsonedit/jsonscan"
 )
 
@@ -52,6 +54,9 @@ func TestScanIndexedMatchesScanValue(t *testing.T) {
 		}
 		raw := bytes.Clone(body[vs:got])
 		bound := ix.Bind(raw)
+		if bound {
+			checkExtents(t, fmt.Sprintf("%.60q", s), raw, &ix.located.ext)
+		}
 		if n := strings.Count(s, `"m`); bound != (n <= IndexMembers) && strings.HasPrefix(s, `{"m0"`) {
 			t.Fatalf("%d members: bound %v", n, bound)
 		}
@@ -81,6 +86,43 @@ func TestScanIndexedMatchesScanValue(t *testing.T) {
 		if fmt.Sprint(indexed.Ops()) != fmt.Sprint(fresh.Ops()) {
 			t.Fatalf("%.60q: ops %v, fresh Doc %v", s, indexed.Ops(), fresh.Ops())
 		}
+	}
+}
+
+// TestIndexRecordsExtents: the envelope's scan of a Deployment's pod
+// records where the containers below its top-level members end (so a Doc
+// locating spec.tolerations skips spec.containers instead of scanning it),
+// at most maxExtents of them however many the object has.
+func TestIndexRecordsExtents(t *testing.T) {
+	pod := fixture.DeploymentPodJSON()
+	var ix Index
+	if ScanIndexed(pod, 0, 0, &ix) != len(pod) || !ix.Bind(pod) {
+		t.Fatal("the pod was not indexed")
+	}
+	checkExtents(t, "pod", pod, &ix.located.ext)
+	doc := NewDocIndexed(pod, &ix)
+	for _, p := range [][]string{{"spec", "containers"}, {"spec", "containers", "0"}, {"metadata", "labels"}} {
+		s, _, err := doc.locate(p)
+		if err != nil || s < 0 {
+			t.Fatalf("%q: %d, %v", p, s, err)
+		}
+		if e := ix.located.ext.skip(pod, s, 0); e < 0 || !slices.Contains(ix.located.ext.start[:ix.located.ext.n], int32(s)) {
+			t.Errorf("%q at %d: not recorded", p, s)
+		}
+	}
+	// 200 containers at level 2: the first maxExtents are recorded, and
+	// the Doc still reads past them.
+	many := `{"spec":{` + strings.TrimSuffix(strings.TrimPrefix(manyMembers(200), "{"), "}") + `,"last":"x"}}`
+	if ScanIndexed([]byte(many), 0, 0, &ix) != len(many) || !ix.Bind([]byte(many)) {
+		t.Fatal("not indexed")
+	}
+	raw := ix.c.data
+	checkExtents(t, "many", raw, &ix.located.ext)
+	if ix.located.ext.n != maxExtents {
+		t.Fatalf("%d extents recorded, want the bound %d", ix.located.ext.n, maxExtents)
+	}
+	if got, err := NewDocIndexed(raw, &ix).Get("spec", "last"); err != nil || string(got) != `"x"` {
+		t.Fatalf("spec.last = %s, %v", got, err)
 	}
 }
 

@@ -19,7 +19,11 @@
 // json.Valid.
 package jsonscan
 
-import "errors"
+import (
+	"encoding/binary"
+	"errors"
+	"math/bits"
+)
 
 // MaxDepth is encoding/json's nesting limit (and sigs.k8s.io/json's, a fork
 // of it); deeper input is an error there.
@@ -40,9 +44,10 @@ var strSafe = func() (t [256]bool) {
 func IsSpace(c byte) bool { return c == ' ' || c == '\t' || c == '\n' || c == '\r' }
 
 // SkipSpace returns the index of the first non-whitespace byte of d at or
-// after i, or len(d).
+// after i, or len(d). The API server sends compact JSON, so the first test
+// (every JSON whitespace byte is <= ' ') usually ends the loop at once.
 func SkipSpace(d []byte, i int) int {
-	for i < len(d) && IsSpace(d[i]) {
+	for i < len(d) && d[i] <= ' ' && IsSpace(d[i]) {
 		i++
 	}
 	return i
@@ -174,18 +179,31 @@ func Elements(d []byte, i, depth int, element func(vs int) int) int {
 
 // ScanString returns the index past the string starting at d[i] == '"',
 // or -1 when it is not a valid JSON string.
+//
+// It looks at eight bytes at a time (SWAR: one 64-bit word, no assembly)
+// until one of them is '"', '\\' or a control character, then reads that
+// byte: a pod's strings are mostly plain label values, image names and
+// paths, and this is the scanner's hottest loop.
 func ScanString(d []byte, i int) int {
 	i++
-	for i < len(d) {
-		c := d[i]
-		if strSafe[c] {
-			i++
-			continue
+	for {
+		for i+8 <= len(d) {
+			if m := special(binary.LittleEndian.Uint64(d[i:])); m != 0 {
+				i += bits.TrailingZeros64(m) >> 3
+				break
+			}
+			i += 8
 		}
-		switch {
-		case c == '"':
+		for i < len(d) && strSafe[d[i]] {
+			i++
+		}
+		if i >= len(d) {
+			return -1
+		}
+		switch d[i] {
+		case '"':
 			return i + 1
-		case c == '\\':
+		case '\\':
 			if i+1 >= len(d) {
 				return -1
 			}
@@ -209,7 +227,24 @@ func ScanString(d []byte, i int) int {
 			return -1
 		}
 	}
-	return -1
+}
+
+const (
+	lsb = 0x0101010101010101
+	msb = 0x8080808080808080
+)
+
+// special returns x (eight bytes, the first in the low bits) with the high
+// bit set in each byte that is '"', '\\' or below 0x20, and clear in the
+// others up to the first such byte (bytes past it may be flagged wrongly:
+// a borrow can carry into them, which is why callers use only the lowest
+// flag). Zero means all eight are plain string bytes. This is the
+// "determine if a word has a byte less than n" bit hack, with n = 0x20,
+// and the zero-byte test on x XOR '"' and x XOR '\\'.
+func special(x uint64) uint64 {
+	q := x ^ (lsb * '"')
+	b := x ^ (lsb * '\\')
+	return ((q-lsb)&^q | (b-lsb)&^b | (x-lsb*0x20)&^x) & msb
 }
 
 func isHex(c byte) bool {

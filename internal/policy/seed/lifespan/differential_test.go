@@ -54,3 +54,18 @@ func TestMutateDifferential(t *testing.T) {
 		})
 	}
 }
+
+// hasToleration reports whether have holds t, comparing the fields that decide
+// what a toleration tolerates: key, operator, value and effect.
+func hasToleration(have []corev1.Toleration, t corev1.Toleration) bool {
+	for _, h := range have {
+		op := h.Operator
+		if op == "" {
+			op = corev1.TolerationOpEqual
+		}
+		if h.Key == t.Key && op == t.Operator && h.Value == t.Value && h.Effect == t.Effect {
+			return true
+		}
+	}
+	return false
+}

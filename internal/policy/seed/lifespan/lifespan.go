@@ -7,9 +7,9 @@ package lifespan
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
-	"slices"
 	"strconv"
 
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
@@ -70,6 +70,12 @@ func (c Config) Validate() error {
 // Policy adds lifespan tolerations to pods on CREATE.
 type Policy struct {
 	cfg Config
+	// exists and day hold the tolerations Tolerations returns, encoded
+	// once (toleration.AppendJSON) at New: exists for a pod without the
+	// label, day[i] the Equal toleration of day i, 0 <= i <= cfg.Max. At
+	// most MaxLimit+1 entries of about 90 bytes.
+	exists json.RawMessage
+	day    []json.RawMessage
 }
 
 // New validates cfg and builds the policy; it returns Config.Validate's error
@@ -78,7 +84,18 @@ func New(cfg Config) (*Policy, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	return &Policy{cfg: cfg}, nil
+	p := &Policy{cfg: cfg}
+	all, err := Tolerations(nil, cfg.Max)
+	if err != nil {
+		return nil, err
+	}
+	p.exists = toleration.AppendJSON(nil, all[0])
+	zero := "0"
+	if all, err = Tolerations(&zero, cfg.Max); err != nil {
+		return nil, err
+	}
+	p.day = toleration.Encode(all)
+	return p, nil
 }
 
 // Hooks returns the policy's single mutating hook: POST /mutate-pod for
@@ -178,42 +195,105 @@ func parseRequested(v string, maxDays int) (int, error) {
 // body that is not a pod JSON also gets 400.
 func (p *Policy) Mutate(_ context.Context, req *admission.Request) ([]jsonedit.Op, admission.Verdict) {
 	doc := req.ObjectDoc()
-	var labels map[string]string
-	if _, err := doc.Decode(&labels, "metadata", "labels"); err != nil {
-		return nil, admission.Invalid("%s: cannot parse the pod: %v", Name, err)
-	}
-	have, err := toleration.Of(doc, "spec", "tolerations")
+	// Only the one label is read: the Doc locates it without decoding the
+	// others (labels that are not an object still fail; another label's
+	// value of the wrong type, which the API server never sends, is not
+	// looked at).
+	raw, err := doc.Get("metadata", "labels", LabelRequested)
 	if err != nil {
 		return nil, admission.Invalid("%s: cannot parse the pod: %v", Name, err)
 	}
-	var requested *string
-	if v, ok := labels[LabelRequested]; ok {
-		requested = &v
+	// A null member decodes into a map[string]string as "", which the
+	// label check refuses, as it refuses an empty value.
+	labelled, value := raw != nil, ""
+	if labelled {
+		if _, err := doc.Decode(&value, "metadata", "labels", LabelRequested); err != nil {
+			return nil, admission.Invalid("%s: cannot parse the pod: %v", Name, err)
+		}
 	}
-	want, err := Tolerations(requested, p.cfg.Max)
-	if err != nil {
-		return nil, admission.Invalid("%s", err.Error())
+	first := -1 // the first day whose toleration the pod needs; -1: Exists
+	if labelled {
+		if first, err = parseRequested(value, p.cfg.Max); err != nil {
+			return nil, admission.Invalid("%s", err.Error())
+		}
 	}
-	// The tolerations to add (want is a new slice: filtered in place), each
-	// encoded once into one buffer.
-	missing := slices.DeleteFunc(want, func(t corev1.Toleration) bool { return hasToleration(have, t) })
-	if err := doc.AppendJSON([]string{"spec", "tolerations"}, toleration.Encode(missing)...); err != nil {
+	// have[i] (i >= first): the pod has the toleration of day i, or for
+	// first == -1, have[0]: it has the Exists one.
+	n := 1
+	if first >= 0 {
+		n = p.cfg.Max - first + 1
+	}
+	var small [16]bool
+	have := small[:0]
+	if n <= len(small) {
+		have = small[:n]
+	} else {
+		have = make([]bool, n)
+	}
+	if err := p.markPresent(doc, first, have); err != nil {
+		return nil, admission.Invalid("%s: cannot parse the pod: %v", Name, err)
+	}
+	// The tolerations to add, in Tolerations' order, each encoded at New.
+	var missing []json.RawMessage
+	for k, ok := range have {
+		if ok {
+			continue
+		}
+		if first < 0 {
+			missing = append(missing, p.exists)
+		} else {
+			missing = append(missing, p.day[first+k])
+		}
+	}
+	if err := doc.AppendJSON([]string{"spec", "tolerations"}, missing...); err != nil {
 		return nil, admission.Invalid("%s: cannot edit the pod: %v", Name, err)
 	}
 	return doc.Ops(), admission.Allow()
 }
 
-// hasToleration reports whether have holds t, comparing the fields that decide
-// what a toleration tolerates: key, operator, value and effect.
-func hasToleration(have []corev1.Toleration, t corev1.Toleration) bool {
-	for _, h := range have {
-		op := h.Operator
-		if op == "" {
-			op = corev1.TolerationOpEqual
+// markPresent sets have[k] for each toleration the pod's spec.tolerations
+// already holds, as hasToleration compares them: have[i-first] for the
+// Equal toleration of day i, or have[0] for the Exists one when first is
+// -1. The list is read with toleration.ScanList (no decoding), or decoded
+// when ScanList refuses it; the error is the decoder's.
+func (p *Policy) markPresent(doc *jsonedit.Doc, first int, have []bool) error {
+	mark := func(key, op, value, effect string) {
+		if key != TaintKey || effect != string(corev1.TaintEffectNoSchedule) {
+			return
 		}
-		if h.Key == t.Key && op == t.Operator && h.Value == t.Value && h.Effect == t.Effect {
-			return true
+		if first < 0 {
+			if op == string(corev1.TolerationOpExists) && value == "" {
+				have[0] = true
+			}
+			return
 		}
+		if op != "" && op != string(corev1.TolerationOpEqual) {
+			return
+		}
+		// Tolerations compares values as strings: only the decimal
+		// spelling strconv.Itoa gives matches day i.
+		i, err := strconv.Atoi(value)
+		if err != nil || i < first || i > p.cfg.Max || strconv.Itoa(i) != value {
+			return
+		}
+		have[i-first] = true
 	}
-	return false
+	raw, err := doc.Get("spec", "tolerations")
+	if err != nil || raw == nil || raw[0] == 'n' {
+		return err
+	}
+	if toleration.ScanList(raw, func(r toleration.Raw) {
+		mark(string(r.Key), string(r.Operator), string(r.Value), string(r.Effect))
+	}) {
+		return nil
+	}
+	clear(have) // ScanList may have read some before it refused
+	list, err := toleration.Of(doc, "spec", "tolerations")
+	if err != nil {
+		return err
+	}
+	for _, t := range list {
+		mark(t.Key, string(t.Operator), t.Value, string(t.Effect))
+	}
+	return nil
 }
