@@ -254,7 +254,7 @@ func (w *Webhook) review(ctx context.Context, req *Request, withObject bool) (Ou
 		out.Patch, out.Object = nil, req.Object.Raw
 		return out, nil
 	}
-	patch, err := jsonedit.AppendPatch(make([]byte, 0, 256), out.Patch)
+	patch, err := jsonedit.AppendPatch(nil, out.Patch)
 	if err != nil {
 		return Outcome{}, fmt.Errorf("encode JSONPatch for %s: %w", w.Path, err)
 	}

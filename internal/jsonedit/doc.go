@@ -331,6 +331,40 @@ func (d *Doc) AppendJSON(path []string, values ...json.RawMessage) error {
 	return d.appendRaw(path, raws, true)
 }
 
+// Fragment is a JSON value checked once, when it is made, for a mutator
+// that writes the same values into many objects (lifespan's tolerations,
+// encoded at start): AppendFragments neither checks nor copies it again.
+// Its bytes are its own (NewFragment copies them) and never change, so the
+// operations of every Doc it is appended to may share them. The zero
+// Fragment is no value.
+type Fragment struct{ raw []byte }
+
+// NewFragment returns a copy of v as a Fragment, or an error wrapping
+// ErrSyntax when v is not one valid JSON value.
+func NewFragment(v []byte) (Fragment, error) {
+	if !Valid(v) {
+		return Fragment{}, fmt.Errorf("%w: fragment %.40q", ErrSyntax, v)
+	}
+	return Fragment{raw: bytes.Clone(v)}, nil
+}
+
+// AppendFragments is AppendJSON for values checked when they were made:
+// the operations use the fragments' bytes as they are, without checking
+// or copying them. It fails as AppendJSON does, or on a zero Fragment.
+func (d *Doc) AppendFragments(path []string, values ...Fragment) error {
+	if len(values) == 0 {
+		return nil
+	}
+	raws := make([][]byte, len(values))
+	for i, v := range values {
+		if v.raw == nil {
+			return fmt.Errorf("append to %s: %w: a zero Fragment", display(path), ErrSyntax)
+		}
+		raws[i] = v.raw
+	}
+	return d.appendRaw(path, raws, true)
+}
+
 func (d *Doc) appendRaw(path []string, raws [][]byte, owned bool) error {
 	k, err := d.kind(path)
 	if err != nil {

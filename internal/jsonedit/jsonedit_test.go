@@ -460,3 +460,37 @@ func TestDocErrors(t *testing.T) {
 		}
 	}
 }
+
+// TestAppendFragments: appending checked fragments gives AppendJSON's
+// operations, with or without a list to append to; invalid JSON is refused
+// when the fragment is made, and a zero Fragment when it is appended.
+func TestAppendFragments(t *testing.T) {
+	if _, err := NewFragment([]byte(`{"a":`)); !errors.Is(err, ErrSyntax) {
+		t.Fatalf("NewFragment of invalid JSON: %v", err)
+	}
+	src := []byte(`{"k":"v"}`)
+	f, err := NewFragment(src)
+	if err != nil {
+		t.Fatal(err)
+	}
+	src[2] = 'x' // the fragment is a copy
+	g, _ := NewFragment([]byte(`1`))
+	for _, doc := range []string{`{"spec":{"list":[0]}}`, `{"spec":{}}`, `{"spec":{"list":null}}`} {
+		a, b := NewDoc([]byte(doc)), NewDoc([]byte(doc))
+		if err := a.AppendFragments([]string{"spec", "list"}, f, g); err != nil {
+			t.Fatal(err)
+		}
+		if err := b.AppendJSON([]string{"spec", "list"}, json.RawMessage(`{"k":"v"}`), json.RawMessage(`1`)); err != nil {
+			t.Fatal(err)
+		}
+		if fmt.Sprint(a.Ops()) != fmt.Sprint(b.Ops()) {
+			t.Fatalf("%s: AppendFragments %v, AppendJSON %v", doc, a.Ops(), b.Ops())
+		}
+		if _, err := Apply([]byte(doc), a.Ops()); err != nil {
+			t.Fatalf("%s: %v", doc, err)
+		}
+	}
+	if err := NewDoc([]byte(`{}`)).AppendFragments([]string{"list"}, Fragment{}); !errors.Is(err, ErrSyntax) {
+		t.Fatalf("zero Fragment: %v", err)
+	}
+}

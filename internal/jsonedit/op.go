@@ -15,6 +15,7 @@ package jsonedit
 import (
 	"encoding/json"
 	"fmt"
+	"slices"
 	"strings"
 	"unicode/utf8"
 )
@@ -84,6 +85,14 @@ func (op Op) MarshalJSON() ([]byte, error) {
 // inside an otherwise valid response (a value a Doc made is known valid
 // and not scanned again).
 func AppendPatch(dst []byte, ops []Op) ([]byte, error) {
+	// Grown once to what the patch takes without escapes: a pod's dozen
+	// tolerations would otherwise regrow it three or four times.
+	n := 2
+	for i := range ops {
+		op := &ops[i]
+		n += len(op.Op) + len(op.Path) + len(op.From) + len(op.Value) + len(`{"op":"","path":"","from":"","value":},`)
+	}
+	dst = slices.Grow(dst, n)
 	dst = append(dst, '[')
 	for i := range ops {
 		op := &ops[i]

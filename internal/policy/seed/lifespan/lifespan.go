@@ -7,7 +7,6 @@ package lifespan
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"strconv"
@@ -71,11 +70,11 @@ func (c Config) Validate() error {
 type Policy struct {
 	cfg Config
 	// exists and day hold the tolerations Tolerations returns, encoded
-	// once (toleration.AppendJSON) at New: exists for a pod without the
-	// label, day[i] the Equal toleration of day i, 0 <= i <= cfg.Max. At
-	// most MaxLimit+1 entries of about 90 bytes.
-	exists json.RawMessage
-	day    []json.RawMessage
+	// (toleration.AppendJSON) and checked once, at New: exists for a pod
+	// without the label, day[i] the Equal toleration of day i,
+	// 0 <= i <= cfg.Max. At most MaxLimit+1 values of about 90 bytes.
+	exists jsonedit.Fragment
+	day    []jsonedit.Fragment
 }
 
 // New validates cfg and builds the policy; it returns Config.Validate's error
@@ -89,12 +88,19 @@ func New(cfg Config) (*Policy, error) {
 	if err != nil {
 		return nil, err
 	}
-	p.exists = toleration.AppendJSON(nil, all[0])
+	if p.exists, err = jsonedit.NewFragment(toleration.AppendJSON(nil, all[0])); err != nil {
+		return nil, err
+	}
 	zero := "0"
 	if all, err = Tolerations(&zero, cfg.Max); err != nil {
 		return nil, err
 	}
-	p.day = toleration.Encode(all)
+	p.day = make([]jsonedit.Fragment, len(all))
+	for i, t := range all {
+		if p.day[i], err = jsonedit.NewFragment(toleration.AppendJSON(nil, t)); err != nil {
+			return nil, err
+		}
+	}
 	return p, nil
 }
 
@@ -234,7 +240,7 @@ func (p *Policy) Mutate(_ context.Context, req *admission.Request) ([]jsonedit.O
 		return nil, admission.Invalid("%s: cannot parse the pod: %v", Name, err)
 	}
 	// The tolerations to add, in Tolerations' order, each encoded at New.
-	var missing []json.RawMessage
+	var missing []jsonedit.Fragment
 	for k, ok := range have {
 		if ok {
 			continue
@@ -245,7 +251,7 @@ func (p *Policy) Mutate(_ context.Context, req *admission.Request) ([]jsonedit.O
 			missing = append(missing, p.day[first+k])
 		}
 	}
-	if err := doc.AppendJSON([]string{"spec", "tolerations"}, missing...); err != nil {
+	if err := doc.AppendFragments([]string{"spec", "tolerations"}, missing...); err != nil {
 		return nil, admission.Invalid("%s: cannot edit the pod: %v", Name, err)
 	}
 	return doc.Ops(), admission.Allow()
