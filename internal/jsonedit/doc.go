@@ -155,6 +155,40 @@ func (d *Doc) decodeFast(s, e, depth int, v any) bool {
 	return false
 }
 
+// EachElement calls fn with each element of the array at path in the
+// document as given, in order, until fn returns false; it reports whether
+// fn saw them all. Unlike the package's EachElement over the array's
+// bytes, it locates the elements through the Doc: an array the Doc, its
+// Index or the edit that made it (ApplyIndexed) already located is not
+// scanned again, and one the envelope's scan recorded skips its elements'
+// contents. A missing or null value has no elements (true); any other
+// non-array value is false. Errors are Get's.
+func (d *Doc) EachElement(path []string, fn func(value []byte) bool) (bool, error) {
+	s, _, err := d.locate(path)
+	if err != nil {
+		return false, err
+	}
+	if s < 0 || d.raw[s] == 'n' {
+		return true, nil
+	}
+	if d.raw[s] != '[' {
+		return false, nil
+	}
+	c := d.memo.get(s)
+	if c == nil {
+		if c, err = parseContainer(d.raw, s, len(path), d.memo.extents()); err != nil {
+			return false, err
+		}
+		d.memo.put(c)
+	}
+	for _, it := range c.items {
+		if !fn(d.raw[it.vs:it.ve]) {
+			return false, nil
+		}
+	}
+	return true, nil
+}
+
 // Set sets the value at path (at least one segment) to value, encoded as
 // JSON without HTML escaping (a json.RawMessage is used as it is): a
 // "replace" of a member or element that is there, else an "add" of the

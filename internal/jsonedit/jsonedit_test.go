@@ -494,3 +494,55 @@ func TestAppendFragments(t *testing.T) {
 		t.Fatalf("zero Fragment: %v", err)
 	}
 }
+
+// TestDocEachElement: a Doc's EachElement sees what the package's
+// EachElement sees in the array's bytes, from a fresh Doc, from one over
+// an Index, and from the result of an edit (whose array ApplyIndexed
+// carried over located); missing and null are empty, other values refused.
+func TestDocEachElement(t *testing.T) {
+	collect := func(each func(func([]byte) bool) (bool, error)) (string, bool, error) {
+		var got []string
+		ok, err := each(func(v []byte) bool { got = append(got, string(v)); return len(got) < 3 })
+		return strings.Join(got, "|"), ok, err
+	}
+	docs := []string{`{"s":{"l":[1,{"a":[2]},"x"]}}`, `{"s":{"l":[1,2,3,4]}}`, `{"s":{"l":[]}}`, `{"s":{"l":null}}`,
+		`{"s":{}}`, `{"s":{"l":{"a":1}}}`, `{"s":{"l":"x"}}`, `{"s":[1]}`}
+	for _, doc := range docs {
+		raw := []byte(doc)
+		var ix Index
+		if ScanIndexed(raw, 0, 0, &ix) != len(raw) || !ix.Bind(raw) {
+			t.Fatal(doc)
+		}
+		want, wok, werr := "", true, error(nil)
+		if l, err := NewDoc(raw).Get("s", "l"); err != nil {
+			wok, werr = false, err
+		} else if l != nil && l[0] != 'n' {
+			want, wok, _ = collect(func(f func([]byte) bool) (bool, error) { return EachElement(l, f), nil })
+		}
+		for name, d := range map[string]*Doc{"fresh": NewDoc(raw), "indexed": NewDocIndexed(raw, &ix)} {
+			got, ok, err := collect(func(f func([]byte) bool) (bool, error) { return d.EachElement([]string{"s", "l"}, f) })
+			if got != want || ok != wok || fmt.Sprint(err) != fmt.Sprint(werr) {
+				t.Errorf("%s %s: %q %v %v, want %q %v %v", doc, name, got, ok, err, want, wok, werr)
+			}
+		}
+	}
+	// After an edit the array is read from what the edit located.
+	raw := []byte(`{"s":{"l":[1]}}`)
+	var ix, out Index
+	ScanIndexed(raw, 0, 0, &ix)
+	ix.Bind(raw)
+	d := NewDocIndexed(raw, &ix)
+	if err := d.AppendJSON([]string{"s", "l"}, json.RawMessage(`{"b":2}`)); err != nil {
+		t.Fatal(err)
+	}
+	res, err := ApplyIndexed(raw, &ix, d.Ops(), &out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, ok, err := collect(func(f func([]byte) bool) (bool, error) {
+		return NewDocIndexed(res, &out).EachElement([]string{"s", "l"}, f)
+	})
+	if got != `1|{"b":2}` || !ok || err != nil {
+		t.Fatalf("after the edit: %q %v %v", got, ok, err)
+	}
+}

@@ -28,14 +28,7 @@ const maxScanTolerations = toleration.MaxRead
 // list gives and no decoding error is missed. err is doc.Get's, as
 // toleration.Of returns it; a missing or null list has none.
 func tolerationsHave(doc *jsonedit.Doc, path []string, ts []corev1.Toleration) (have []corev1.Toleration, ok bool, err error) {
-	raw, err := doc.Get(path...)
-	if err != nil {
-		return nil, false, err
-	}
-	if raw == nil || raw[0] == 'n' {
-		return nil, true, nil
-	}
-	ok = toleration.ScanList(raw, func(e toleration.Raw) {
+	ok, err = toleration.ScanAt(doc, path, func(e toleration.Raw) {
 		for _, t := range ts {
 			if e.Equal(t) {
 				have = append(have, t)
@@ -43,8 +36,8 @@ func tolerationsHave(doc *jsonedit.Doc, path []string, ts []corev1.Toleration) (
 			}
 		}
 	})
-	if !ok {
-		return nil, false, nil
+	if err != nil || !ok {
+		return nil, false, err
 	}
 	return have, true, nil
 }

@@ -260,8 +260,8 @@ func (p *Policy) Mutate(_ context.Context, req *admission.Request) ([]jsonedit.O
 // markPresent sets have[k] for each toleration the pod's spec.tolerations
 // already holds, as hasToleration compares them: have[i-first] for the
 // Equal toleration of day i, or have[0] for the Exists one when first is
-// -1. The list is read with toleration.ScanList (no decoding), or decoded
-// when ScanList refuses it; the error is the decoder's.
+// -1. The list is read with toleration.ScanAt (no decoding), or decoded
+// when ScanAt refuses it; the error is the decoder's.
 func (p *Policy) markPresent(doc *jsonedit.Doc, first int, have []bool) error {
 	mark := func(key, op, value, effect string) {
 		if key != TaintKey || effect != string(corev1.TaintEffectNoSchedule) {
@@ -284,14 +284,11 @@ func (p *Policy) markPresent(doc *jsonedit.Doc, first int, have []bool) error {
 		}
 		have[i-first] = true
 	}
-	raw, err := doc.Get("spec", "tolerations")
-	if err != nil || raw == nil || raw[0] == 'n' {
-		return err
-	}
-	if toleration.ScanList(raw, func(r toleration.Raw) {
+	ok, err := toleration.ScanAt(doc, []string{"spec", "tolerations"}, func(r toleration.Raw) {
 		mark(string(r.Key), string(r.Operator), string(r.Value), string(r.Effect))
-	}) {
-		return nil
+	})
+	if err != nil || ok {
+		return err
 	}
 	clear(have) // ScanList may have read some before it refused
 	list, err := toleration.Of(doc, "spec", "tolerations")

@@ -107,6 +107,27 @@ func ScanList(raw []byte, f func(Raw)) bool {
 	})
 }
 
+// ScanAt is ScanList for the list at path in doc, its elements located
+// through the Doc (jsonedit.Doc.EachElement): a list an earlier mutator
+// wrote (lifespan's tolerations, before colocation reads them) or one the
+// envelope's scan recorded is not scanned twice. A missing or null list
+// has no elements (true). err is doc.Get's.
+func ScanAt(doc *jsonedit.Doc, path []string, f func(Raw)) (bool, error) {
+	n := 0
+	return doc.EachElement(path, func(v []byte) bool {
+		if n == MaxRead || v[0] != '{' {
+			return false
+		}
+		n++
+		var r Raw
+		if !readObject(v, &r) {
+			return false
+		}
+		f(r)
+		return true
+	})
+}
+
 // readObject reads the toleration object v into r. A repeated member
 // counts last, as the decoder takes it; an escaped or unknown name, a
 // null or escaped string, or a tolerationSeconds that is not a plain int64

@@ -45,6 +45,27 @@ func TestReadMatchesDecoder(t *testing.T) {
 	}
 }
 
+// ScanAt reads, through a Doc, what ScanList reads in the list's bytes.
+func TestScanAtMatchesScanList(t *testing.T) {
+	long := "[" + strings.Repeat(`{"key":"k"},`, MaxRead) + `{"key":"k"}]`
+	for _, list := range []string{`[]`, `[{"key":"a","operator":"Exists"},{"key":"b","value":"1","tolerationSeconds":5}]`,
+		`[{"key":"a\"b"}]`, `[{"unknown":"a"}]`, `[null]`, `[1]`, `{}`, `"x"`, `null`, long} {
+		raw := []byte(`{"spec":{"tolerations":` + list + `}}`)
+		var want, got []string
+		wok := ScanList([]byte(list), func(r Raw) { want = append(want, string(r.Key)+"="+string(r.Value)) })
+		if list == "null" {
+			wok = true
+		}
+		ok, err := ScanAt(jsonedit.NewDoc(raw), []string{"spec", "tolerations"}, func(r Raw) { got = append(got, string(r.Key)+"="+string(r.Value)) })
+		if err != nil || ok != wok || strings.Join(got, ",") != strings.Join(want, ",") {
+			t.Errorf("%.60s: ScanAt %v %v %v, ScanList %v %v", list, got, ok, err, want, wok)
+		}
+	}
+	if ok, err := ScanAt(jsonedit.NewDoc([]byte(`{"spec":{}}`)), []string{"spec", "tolerations"}, func(Raw) { t.Error("called") }); !ok || err != nil {
+		t.Errorf("missing list: %v %v", ok, err)
+	}
+}
+
 // AppendJSON must write what jsonedit.Marshal writes.
 func TestAppendJSONMatchesMarshal(t *testing.T) {
 	secs := int64(300)
