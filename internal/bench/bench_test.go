@@ -8,6 +8,7 @@ import (
 	"encoding/json"
 	"encoding/xml"
 	"errors"
+	"fmt"
 	"io"
 	"log"
 	"math"
@@ -738,5 +739,83 @@ func TestReportOutputs(t *testing.T) {
 		if elems < 5 {
 			t.Errorf("SVG has %d elements", elems)
 		}
+	}
+}
+
+// TestRunChecksRepeatedAnswers: an answer equal to one checked before but
+// for its uid is counted as that one, yet any other byte, or a uid the
+// check cannot place, sends it through the full check again.
+func TestRunChecksRepeatedAnswers(t *testing.T) {
+	escaped := func(uid string) string { return `\u00` + fmt.Sprintf("%x", uid[0]) + uid[1:] }
+	var first atomic.Pointer[string]
+	tests := []struct {
+		name                     string
+		ans                      answer
+		errors                   map[string]int64
+		allowed, denied, patched int64
+	}{
+		{"the same answer", allowPatch, map[string]int64{}, 100, 0, 100},
+		{"the patch breaks after 50", func(n int64, v, uid string) (int, []byte) {
+			if n < 50 {
+				return allowPatch(n, v, uid)
+			}
+			return 200, reviewJSON(v, map[string]any{"uid": uid, "allowed": true, "patchType": "JSONPatch", "patch": "%%%" + testPatch[3:]})
+		}, map[string]int64{KindBadPatch: 50}, 50, 0, 50},
+		{"the decision flips after 50", func(n int64, v, uid string) (int, []byte) {
+			return 200, reviewJSON(v, map[string]any{"uid": uid, "allowed": n < 50})
+		}, map[string]int64{}, 50, 50, 0},
+		{"an escaped uid and the bare one in a warning", func(_ int64, v, uid string) (int, []byte) {
+			return 200, []byte(`{"apiVersion":"` + v + `","kind":"AdmissionReview","response":{"uid":"` + escaped(uid) +
+				`","allowed":true,"warnings":["` + uid + `"]}}`)
+		}, map[string]int64{}, 100, 0, 0},
+		{"the first uid escaped, this one in a warning", func(_ int64, v, uid string) (int, []byte) {
+			first.CompareAndSwap(nil, &uid)
+			return 200, []byte(`{"apiVersion":"` + v + `","kind":"AdmissionReview","response":{"uid":"` + escaped(*first.Load()) +
+				`","allowed":true,"warnings":["` + uid + `"]}}`)
+		}, map[string]int64{KindUIDMismatch: 99}, 1, 0, 0},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			ts := newTestServer(t, false, tt.ans)
+			o := ts.options()
+			o.Concurrency = 1 // "after 50" is in order
+			rep, err := Run(t.Context(), o)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if rep.Requests != 100 || !mapsEqual(rep.Errors, tt.errors) || rep.Allowed != tt.allowed || rep.Denied != tt.denied || rep.Patched != tt.patched {
+				t.Errorf("requests %d errors %v allowed %d denied %d patched %d; want errors %v allowed %d denied %d patched %d",
+					rep.Requests, rep.Errors, rep.Allowed, rep.Denied, rep.Patched, tt.errors, tt.allowed, tt.denied, tt.patched)
+			}
+		})
+	}
+}
+
+// TestCheckRemembersAnswers: after one full check, an answer that differs
+// only by its uid is counted without decoding; it is remembered only when
+// the uid's place is the response's.
+func TestCheckRemembersAnswers(t *testing.T) {
+	r := &runner{tmpl: &template{apiVersion: admission.APIVersionV1}}
+	uidA, uidB := "0a3e5c1d-0000-4000-8000-00000000000a", "0a3e5c1d-0000-4000-8000-00000000000b"
+	_, a := allowPatch(0, admission.APIVersionV1, uidA)
+	_, b := allowPatch(0, admission.APIVersionV1, uidB)
+	if r.check(a, []byte(uidA)) != kindOK || r.known[0].Load() == nil {
+		t.Fatal("a passing answer was not remembered")
+	}
+	k := r.known[0].Load()
+	if !bytes.Equal(append(append(bytes.Clone(k.prefix), uidB...), k.suffix...), b) {
+		t.Fatal("the remembered answer is not the answer around its uid")
+	}
+	if r.check(b, []byte(uidB)) != kindOK || r.allowed.Load() != 2 || r.patched.Load() != 2 || r.known[1].Load() != nil {
+		t.Fatalf("the same answer for another uid: allowed %d patched %d, remembered again %v", r.allowed.Load(), r.patched.Load(), r.known[1].Load() != nil)
+	}
+	if got := r.check(b, []byte(uidA)); got != kUIDMismatch {
+		t.Fatalf("another request's answer: %v", got)
+	}
+	// The uid twice: not remembered, still checked.
+	r2 := &runner{tmpl: r.tmpl}
+	twice := []byte(`{"apiVersion":"` + admission.APIVersionV1 + `","kind":"AdmissionReview","response":{"uid":"` + uidA + `","allowed":true,"warnings":["` + uidA + `"]}}`)
+	if r2.check(twice, []byte(uidA)) != kindOK || r2.known[0].Load() != nil {
+		t.Fatal("an answer with its uid twice was remembered")
 	}
 }
