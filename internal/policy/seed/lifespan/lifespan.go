@@ -230,7 +230,7 @@ func (p *Policy) Mutate(_ context.Context, req *admission.Request) ([]jsonedit.O
 		n = p.cfg.Max - first + 1
 	}
 	var small [16]bool
-	have := small[:0]
+	var have []bool
 	if n <= len(small) {
 		have = small[:n]
 	} else {

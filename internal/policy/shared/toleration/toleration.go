@@ -92,8 +92,15 @@ func ScanList(raw []byte, f func(Raw)) bool {
 	if len(raw) == 0 || raw[0] != '[' {
 		return false
 	}
+	return jsonedit.EachElement(raw, elements(f))
+}
+
+// elements returns the element reader of ScanList and ScanAt: it reads
+// each element into a Raw for f, and stops (false) at the MaxRead+1th, at
+// an element that is not an object, or at one readObject refuses.
+func elements(f func(Raw)) func(v []byte) bool {
 	n := 0
-	return jsonedit.EachElement(raw, func(v []byte) bool {
+	return func(v []byte) bool {
 		if n == MaxRead || v[0] != '{' {
 			return false
 		}
@@ -104,7 +111,7 @@ func ScanList(raw []byte, f func(Raw)) bool {
 		}
 		f(r)
 		return true
-	})
+	}
 }
 
 // ScanAt is ScanList for the list at path in doc, its elements located
@@ -113,19 +120,7 @@ func ScanList(raw []byte, f func(Raw)) bool {
 // envelope's scan recorded is not scanned twice. A missing or null list
 // has no elements (true). err is doc.Get's.
 func ScanAt(doc *jsonedit.Doc, path []string, f func(Raw)) (bool, error) {
-	n := 0
-	return doc.EachElement(path, func(v []byte) bool {
-		if n == MaxRead || v[0] != '{' {
-			return false
-		}
-		n++
-		var r Raw
-		if !readObject(v, &r) {
-			return false
-		}
-		f(r)
-		return true
-	})
+	return doc.EachElement(path, elements(f))
 }
 
 // readObject reads the toleration object v into r. A repeated member
