@@ -258,45 +258,59 @@ func (p *Policy) Mutate(_ context.Context, req *admission.Request) ([]jsonedit.O
 }
 
 // markPresent sets have[k] for each toleration the pod's spec.tolerations
-// already holds, as hasToleration compares them: have[i-first] for the
-// Equal toleration of day i, or have[0] for the Exists one when first is
-// -1. The list is read with toleration.ScanAt (no decoding), or decoded
-// when ScanAt refuses it; the error is the decoder's.
+// already holds, comparing key, operator (empty counts as Equal, as the
+// API server reads it), value and effect: have[i-first] for the Equal
+// toleration of day i, or have[0] for the Exists one when first is -1.
+// The list is read with toleration.ScanAt (no decoding, no allocation), or
+// decoded when ScanAt refuses it; the error is the decoder's.
 func (p *Policy) markPresent(doc *jsonedit.Doc, first int, have []bool) error {
-	mark := func(key, op, value, effect string) {
-		if key != TaintKey || effect != string(corev1.TaintEffectNoSchedule) {
+	mark := func(key, op, value, effect []byte) {
+		if string(key) != TaintKey || string(effect) != string(corev1.TaintEffectNoSchedule) {
 			return
 		}
 		if first < 0 {
-			if op == string(corev1.TolerationOpExists) && value == "" {
+			if string(op) == string(corev1.TolerationOpExists) && len(value) == 0 {
 				have[0] = true
 			}
 			return
 		}
-		if op != "" && op != string(corev1.TolerationOpEqual) {
+		if len(op) != 0 && string(op) != string(corev1.TolerationOpEqual) {
 			return
 		}
-		// Tolerations compares values as strings: only the decimal
-		// spelling strconv.Itoa gives matches day i.
-		i, err := strconv.Atoi(value)
-		if err != nil || i < first || i > p.cfg.Max || strconv.Itoa(i) != value {
-			return
+		if i, ok := day(value, p.cfg.Max); ok && i >= first {
+			have[i-first] = true
 		}
-		have[i-first] = true
 	}
 	ok, err := toleration.ScanAt(doc, []string{"spec", "tolerations"}, func(r toleration.Raw) {
-		mark(string(r.Key), string(r.Operator), string(r.Value), string(r.Effect))
+		mark(r.Key, r.Operator, r.Value, r.Effect)
 	})
 	if err != nil || ok {
 		return err
 	}
-	clear(have) // ScanList may have read some before it refused
+	clear(have) // ScanAt may have read some before it refused
 	list, err := toleration.Of(doc, "spec", "tolerations")
 	if err != nil {
 		return err
 	}
 	for _, t := range list {
-		mark(t.Key, string(t.Operator), t.Value, string(t.Effect))
+		mark([]byte(t.Key), []byte(t.Operator), []byte(t.Value), []byte(t.Effect))
 	}
 	return nil
+}
+
+// day returns the day v spells as Tolerations writes it (strconv.Itoa: no
+// sign, no leading zero) when it is at most maxDays: values are compared
+// as strings, so "03" is no day's toleration.
+func day(v []byte, maxDays int) (int, bool) {
+	if len(v) == 0 || len(v) > 4 || (v[0] == '0' && len(v) > 1) {
+		return 0, false
+	}
+	n := 0
+	for _, c := range v {
+		if c < '0' || c > '9' {
+			return 0, false
+		}
+		n = n*10 + int(c-'0')
+	}
+	return n, n <= maxDays
 }
