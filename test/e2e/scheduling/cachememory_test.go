@@ -22,9 +22,14 @@ import (
 const (
 	bigPods = 40
 	// maxCacheRSS bounds kadmit's peak RSS (VmHWM) from start to ready with
-	// the pod cache synced: under the chart's 256 MiB limit with room to
-	// serve.
-	maxCacheRSS = 150 << 20
+	// the pod cache synced: three quarters of the chart's 256 MiB limit,
+	// 64 MiB of room to serve. The peak is where the collector's heap goal
+	// (at least the 64Mi heap floor, --gc-heap-floor's default) happens to
+	// stand when the sync's garbage peaks: 129-168 MiB over 13 runs on 29
+	// November, the builds before and after that day's changes alike
+	// (150 MiB, the bound until then, failed both now and then). Before
+	// watch-list and pruning the same pods took kadmit past 256 MiB.
+	maxCacheRSS = 192 << 20
 )
 
 // TestPodCacheMemory: with bigPods pods of ~1.4 MB in the cluster, a
