@@ -105,13 +105,9 @@ func (d *Doc) decodeFast(s, e, depth int, v any) bool {
 		if raw[0] != '{' {
 			return false
 		}
-		c := d.memo.get(s)
-		if c == nil {
-			var err error
-			if c, err = parseContainer(d.raw, s, depth, d.memo.extents()); err != nil {
-				return false
-			}
-			d.memo.put(c)
+		c, err := d.memo.container(d.raw, s, depth)
+		if err != nil {
+			return false
 		}
 		for _, it := range c.items {
 			if d.raw[it.vs] != '"' {
@@ -174,12 +170,9 @@ func (d *Doc) EachElement(path []string, fn func(value []byte) bool) (bool, erro
 	if d.raw[s] != '[' {
 		return false, nil
 	}
-	c := d.memo.get(s)
-	if c == nil {
-		if c, err = parseContainer(d.raw, s, len(path), d.memo.extents()); err != nil {
-			return false, err
-		}
-		d.memo.put(c)
+	c, err := d.memo.container(d.raw, s, len(path))
+	if err != nil {
+		return false, err
 	}
 	for _, it := range c.items {
 		if !fn(d.raw[it.vs:it.ve]) {
@@ -286,12 +279,9 @@ func (d *Doc) setFast(raw []byte, path []string) (op string, ok bool) {
 	if err != nil || s < 0 || d.raw[s] != '{' {
 		return "", false
 	}
-	c := d.memo.get(s)
-	if c == nil {
-		if c, err = parseContainer(d.raw, s, len(path)-1, d.memo.extents()); err != nil {
-			return "", false
-		}
-		d.memo.put(c)
+	c, err := d.memo.container(d.raw, s, len(path)-1)
+	if err != nil {
+		return "", false
 	}
 	if c.member(path[len(path)-1]) >= 0 {
 		return "replace", true
@@ -518,6 +508,21 @@ func (m *memo) get(s int) *container {
 	return m.shared.get(s)
 }
 
+// container returns the container starting at d[s] (depth: its nesting
+// depth), from m when m holds it, else parsed (skipping what m's extents
+// recorded) and recorded in m; m may be nil. It fails on invalid JSON.
+func (m *memo) container(d []byte, s, depth int) (*container, error) {
+	if c := m.get(s); c != nil {
+		return c, nil
+	}
+	c, err := parseContainer(d, s, depth, m.extents())
+	if err != nil {
+		return nil, err
+	}
+	m.put(c)
+	return c, nil
+}
+
 // extents returns where the containers of the bytes m caches end, or nil
 // when m (which may be nil) is not an Index's.
 func (m *memo) extents() *extents {
@@ -643,13 +648,9 @@ func walk(d []byte, s int, path []string, memo *memo) (int, int, error) {
 		default:
 			return -1, -1, fmt.Errorf("%s is %s, not an object or array", display(path[:i]), kindName(d[s]))
 		}
-		c := memo.get(s)
-		if c == nil {
-			var err error
-			if c, err = parseContainer(d, s, i, memo.extents()); err != nil {
-				return -1, -1, err
-			}
-			memo.put(c)
+		c, err := memo.container(d, s, i)
+		if err != nil {
+			return -1, -1, err
 		}
 		var at int
 		if c.object {
