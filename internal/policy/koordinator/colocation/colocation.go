@@ -179,6 +179,9 @@ type compiled struct {
 	ns, obj           labels.Selector
 	nsEmpty, objEmpty bool
 	percent           int
+	// tolerations are Tolerations encoded (toleration.AppendJSON) at
+	// compile time: Write appends them without encoding them per object.
+	tolerations []jsonedit.Fragment
 }
 
 // Profiles is a validated list of profiles in the order upstream applies
@@ -204,6 +207,13 @@ func CompileProfiles(ps []Profile) (*Profiles, error) {
 		c.nsEmpty, c.objEmpty = c.ns.Empty(), c.obj.Empty()
 		if pr.Probability != nil {
 			c.percent, _ = intstr.GetScaledValueFromIntOrPercent(pr.Probability, 100, false)
+		}
+		for _, t := range pr.Tolerations {
+			f, err := jsonedit.NewFragment(toleration.AppendJSON(nil, t))
+			if err != nil { // AppendJSON writes valid JSON; this is a bug
+				return nil, fmt.Errorf("profiles %s: toleration %v: %w", pr.Name, t, err)
+			}
+			c.tolerations = append(c.tolerations, f)
 		}
 		out.list = append(out.list, c)
 	}
@@ -272,6 +282,11 @@ type Object struct {
 	NodeSelector        map[string]string
 	Tolerations         []corev1.Toleration
 
+	// added are the encoded tolerations apply appended to Tolerations, in
+	// order, when every one came from a profile (nil otherwise: Write then
+	// encodes them).
+	added []jsonedit.Fragment
+
 	// shared marks the maps that are still the very maps of the object
 	// the profiles started from (Profiles.Apply copies a map only when a
 	// matching profile may change it): Write, given that object as have,
@@ -329,7 +344,7 @@ func ReadObject(doc *jsonedit.Doc, sp *SpecPath) (*Object, error) {
 	if _, err := doc.Decode(&o.Labels, "metadata", "labels"); err != nil {
 		return nil, err
 	}
-	if err := readRest(doc, sp, o, allSpecFields, nil); err != nil {
+	if err := readRest(doc, sp, o, allSpecFields|readAnnotations, nil); err != nil {
 		return nil, err
 	}
 	return o, nil
@@ -340,6 +355,13 @@ func ReadObject(doc *jsonedit.Doc, sp *SpecPath) (*Object, error) {
 type specFields uint8
 
 const allSpecFields specFields = 1<<len(SpecPath{}.fields) - 1
+
+// readAnnotations, in readRest's need, reads the object's annotations: all
+// of them, which a profile that changes annotations (or the record of the
+// applied profiles) compares with what it leaves. Without it the
+// annotations stay nil, shared by the object and what apply leaves (Write
+// skips them).
+const readAnnotations specFields = 1 << 7
 
 // specFieldsOf returns the spec fields the profiles cs write, and so must
 // read to state their change: a field no profile writes is the same in the
@@ -363,14 +385,16 @@ func specFieldsOf(cs []*compiled) specFields {
 	return f
 }
 
-// readRest decodes, into o whose labels are read, the annotations and the
-// spec fields of need. With adding (the tolerations the matching profiles
+// readRest decodes, into o whose labels are read, the annotations (unless
+// need lacks readAnnotations) and the spec fields of need. With adding (the tolerations the matching profiles
 // add) not empty, o.Tolerations is only those of the object's that equal
 // one of them, when tolerationsHave can tell without decoding the list:
 // all that apply and Write need of it.
 func readRest(doc *jsonedit.Doc, sp *SpecPath, o *Object, need specFields, adding []corev1.Toleration) error {
-	if _, err := doc.Decode(&o.Annotations, "metadata", "annotations"); err != nil {
-		return err
+	if need&readAnnotations != 0 {
+		if _, err := doc.Decode(&o.Annotations, "metadata", "annotations"); err != nil {
+			return err
+		}
 	}
 	if len(sp.parent) == 0 {
 		o.HasSpec = true
@@ -435,7 +459,7 @@ func (o *Object) clone(extra int, change mapSet) *Object {
 	c := *o
 	c.shared = mLabels | mAnnotations | mNodeSelector
 	c.own(change)
-	c.Tolerations = nil
+	c.Tolerations, c.added = nil, nil
 	if len(o.Tolerations)+extra > 0 {
 		c.Tolerations = append(make([]corev1.Toleration, 0, len(o.Tolerations)+extra), o.Tolerations...)
 	}
@@ -471,16 +495,10 @@ func (ps *Profiles) Apply(o *Object, nsLabels func() (map[string]string, bool), 
 	return ps.apply(o, ps.match(o.Labels, nsLabels), classes)
 }
 
-// apply is Apply with the matching profiles found.
-func (ps *Profiles) apply(o *Object, matched []*compiled, classes PriorityClasses) (Result, error) {
-	res := Result{Matched: len(matched) > 0, Want: o}
-	if !res.Matched {
-		return res, nil
-	}
-	// The maps a matching profile may change are copied; the others stay
-	// the object's (Write then skips them).
-	extra, change := 0, mapSet(0)
-	for _, c := range matched {
+// changesOf returns how many tolerations the profiles cs may add and the
+// maps they may change.
+func changesOf(cs []*compiled) (extra int, change mapSet) {
+	for _, c := range cs {
 		extra += len(c.Tolerations)
 		if len(c.Labels)+len(c.LabelKeysMapping)+len(c.LabelSuffixes) > 0 || c.QoSClass != "" || c.KoordinatorPriority != nil {
 			change |= mLabels
@@ -492,6 +510,18 @@ func (ps *Profiles) apply(o *Object, matched []*compiled, classes PriorityClasse
 			change |= mNodeSelector
 		}
 	}
+	return extra, change
+}
+
+// apply is Apply with the matching profiles found.
+func (ps *Profiles) apply(o *Object, matched []*compiled, classes PriorityClasses) (Result, error) {
+	res := Result{Matched: len(matched) > 0, Want: o}
+	if !res.Matched {
+		return res, nil
+	}
+	// The maps a matching profile may change are copied; the others stay
+	// the object's (Write then skips them).
+	extra, change := changesOf(matched)
 	w := o.clone(extra, change)
 	res.Want = w
 	for _, c := range matched {
@@ -535,9 +565,10 @@ func (ps *Profiles) apply(o *Object, matched []*compiled, classes PriorityClasse
 		}
 		if w.HasSpec {
 			setMap(&w.NodeSelector, c.NodeSelector, keep)
-			for _, t := range c.Tolerations {
+			for j, t := range c.Tolerations {
 				if !hasToleration(w.Tolerations, t) {
 					w.Tolerations = append(w.Tolerations, t)
+					w.added = append(w.added, c.tolerations[j])
 				}
 			}
 		}
@@ -636,7 +667,11 @@ func Write(doc *jsonedit.Doc, sp *SpecPath, have, want *Object) error {
 			set(f.want, sp.fields[f.field]...)
 		}
 	}
-	if added := want.Tolerations[len(have.Tolerations):]; len(added) > 0 && err == nil {
+	switch added := want.Tolerations[len(have.Tolerations):]; {
+	case len(added) == 0 || err != nil:
+	case len(want.added) == len(added):
+		err = doc.AppendFragments(sp.fields[fTolerations], want.added...)
+	default:
 		err = doc.AppendJSON(sp.fields[fTolerations], toleration.Encode(added)...)
 	}
 	return err

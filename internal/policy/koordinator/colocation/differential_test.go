@@ -50,6 +50,14 @@ func diffProfiles() []Profile {
 	return out
 }
 
+// withoutAnnotations is ps with no profile setting or mapping annotations.
+func withoutAnnotations(ps []Profile) []Profile {
+	for i := range ps {
+		ps[i].Annotations, ps[i].AnnotationKeysMapping = nil, nil
+	}
+	return ps
+}
+
 // diffPods adds pods with resources to policytest's corpus.
 func diffPods(t *testing.T) map[string]string {
 	pods := policytest.Pods(t)
@@ -256,6 +264,9 @@ func TestDifferential(t *testing.T) {
 		// Only selective profiles: most pods match none, the path that
 		// returns after reading the labels.
 		{Profiles: slices.DeleteFunc(diffProfiles(), func(p Profile) bool { return p.Name == "everyone" })},
+		// Profiles that change no annotation: a matched pod's annotations
+		// are not read, but for the extended-resource-spec one.
+		{Profiles: withoutAnnotations(diffProfiles())},
 	} {
 		p, err := New(cfg, fakeNS{"mixed": {"colocation": "on", corev1.LabelMetadataName: "mixed"}, "plain": {}},
 			WithPriorityClasses(fakeClasses{"koord-batch": 5500, "other": 1}))

@@ -145,8 +145,11 @@ func (p *Policy) Hooks() []admission.Hook {
 // Only the fields read are decoded: the labels (and the namespace's, when a
 // namespaceSelector needs them), then, for a pod no profile matches, only
 // the extended-resource-spec annotation and the containers' batch
-// resources; for a matched pod its annotations and the spec fields the
-// matching profiles write. The change is stated as JSONPatch operations on
+// resources; for a matched pod the spec fields the matching profiles
+// write and, when a matching profile changes annotations or recordProfiles
+// is on, all its annotations (else only the extended-resource-spec one, as
+// for a pod no profile matches: another annotation whose value is not a
+// string, which the API server never sends, is not refused). The change is stated as JSONPatch operations on
 // the pod as sent. A pod whose fields read cannot be decoded is refused
 // with 400, a failed PriorityClass lookup with 500 (mutating_handler.go:68-91).
 func (p *Policy) Mutate(_ context.Context, req *admission.Request) ([]jsonedit.Op, admission.Verdict) {
@@ -199,6 +202,12 @@ func (p *Policy) Mutate(_ context.Context, req *admission.Request) ([]jsonedit.O
 	if translate {
 		need |= 1 << fPriority
 	}
+	// The annotations are read whole only when they may change; else
+	// extendedResources below reads its one annotation by itself.
+	_, change := changesOf(matched)
+	if change&mAnnotations != 0 || p.cfg.RecordProfiles {
+		need |= readAnnotations
+	}
 	var adding []corev1.Toleration
 	if need&(1<<fTolerations) != 0 {
 		for _, c := range matched {
@@ -227,6 +236,12 @@ func (p *Policy) Mutate(_ context.Context, req *admission.Request) ([]jsonedit.O
 		}
 	}
 	cur, has := want.Annotations[AnnotationExtendedResourceSpec]
+	if need&readAnnotations == 0 {
+		// Not read, and so not changed: the annotation as sent.
+		if has, err = doc.Decode(&cur, "metadata", "annotations", AnnotationExtendedResourceSpec); err != nil {
+			return nil, extendedError(err) // as when no profile matches
+		}
+	}
 	if err := extendedResources(doc, cur, has, translated); err != nil {
 		return nil, extendedError(err)
 	}
