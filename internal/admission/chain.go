@@ -106,8 +106,12 @@ func (w *Webhook) Review(ctx context.Context, req *Request) (out Outcome, err er
 	return w.review(ctx, req, true)
 }
 
-// review is Review; without withObject, the last mutator's operations are
-// not applied, and Outcome.Object is nil when there is a patch.
+// review is Review; without withObject (the HTTP handler, which reads
+// only the Response), the last mutator's operations are not applied,
+// Outcome.Object is nil when there is a patch, Outcome.Patch is nil (its
+// operations may read the objects the chain made, whose buffers go back
+// to objectBufs when the review ends), and the objects an earlier
+// mutator's operations were applied to are made in reused buffers.
 func (w *Webhook) review(ctx context.Context, req *Request, withObject bool) (Outcome, error) {
 	resp := &admissionv1.AdmissionResponse{UID: req.UID, Allowed: true}
 	out := Outcome{Response: resp}
@@ -118,6 +122,16 @@ func (w *Webhook) review(ctx context.Context, req *Request, withObject bool) (Ou
 	// (named only if its patch fails, not on every request).
 	var pendingPolicy string
 	var pendingRun []*Hook
+	// The buffers of the objects the chain made, when it owns them (not
+	// withObject: then nothing reads them once the review ends).
+	var held [maxHeldObjects]*[]byte
+	nheld := 0
+	release := func() {
+		for _, b := range held[:nheld] {
+			objectBufs.Put(b)
+		}
+		nheld = 0
+	}
 	apply := func() error {
 		// The next mutator reads the result: ApplyIndexed starts from the
 		// located top level of the object it edits and, for edits below the
@@ -128,7 +142,24 @@ func (w *Webhook) review(ctx context.Context, req *Request, withObject bool) (Ou
 		// The request the next hook sees and the Index of its object are
 		// one allocation.
 		next := &chained{req: *cur}
-		obj, err := jsonedit.ApplyIndexed(cur.Object.Raw, cur.objectIndex, pending, &next.ix)
+		var buf *[]byte
+		var dst []byte
+		if !withObject && nheld < len(held) {
+			buf = objectBufs.Get().(*[]byte)
+			dst = *buf
+		}
+		obj, err := jsonedit.ApplyIndexedTo(dst, cur.Object.Raw, cur.objectIndex, pending, &next.ix)
+		if buf != nil {
+			// obj is dst's array or a new one (then kept for the next
+			// review instead of dst's), unless it is the object itself.
+			if err == nil && cap(obj) > 0 && cap(obj) <= maxPooledObject && !sameArray(obj, cur.Object.Raw) {
+				*buf = obj[:0]
+				held[nheld] = buf
+				nheld++
+			} else {
+				objectBufs.Put(buf)
+			}
+		}
 		if err != nil {
 			if pendingRun != nil {
 				pendingPolicy = strings.Join(policyNames(pendingRun), ", ")
@@ -251,6 +282,7 @@ func (w *Webhook) review(ctx context.Context, req *Request, withObject bool) (Ou
 	}
 	resp.Warnings = sanitizeWarnings(resp.Warnings)
 	if !resp.Allowed || len(out.Patch) == 0 {
+		release()
 		out.Patch, out.Object = nil, req.Object.Raw
 		return out, nil
 	}
@@ -260,6 +292,11 @@ func (w *Webhook) review(ctx context.Context, req *Request, withObject bool) (Ou
 	}
 	pt := admissionv1.PatchTypeJSONPatch
 	resp.Patch, resp.PatchType = patch, &pt
+	if !withObject {
+		// The patch is encoded: nothing reads the chain's objects now.
+		release()
+		out.Patch = nil
+	}
 	if withObject {
 		if len(pending) > 0 {
 			if err := apply(); err != nil {
@@ -269,6 +306,27 @@ func (w *Webhook) review(ctx context.Context, req *Request, withObject bool) (Ou
 		out.Object = cur.Object.Raw
 	}
 	return out, nil
+}
+
+// objectBufs holds the buffers of the objects a mutating chain makes for
+// the HTTP handler's reviews (*[]byte, empty): an object is a few KiB, made
+// once per request a second mutator reads, and a reused buffer is still in
+// the CPU's cache where a new one is not. A review takes at most
+// maxHeldObjects and gives them back when its patch is encoded; one above
+// maxPooledObject is left to the garbage collector, so the pool holds at
+// most that much per buffer (and sync.Pool drops what two collections
+// find unused).
+var objectBufs = sync.Pool{New: func() any { return new([]byte) }}
+
+const (
+	maxHeldObjects  = 4
+	maxPooledObject = 64 << 10
+)
+
+// sameArray reports whether a and b (neither empty) start at the same
+// byte.
+func sameArray(a, b []byte) bool {
+	return len(b) > 0 && &a[:1][0] == &b[0]
 }
 
 // chained is the request a hook in a mutating chain sees after an earlier

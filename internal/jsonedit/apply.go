@@ -37,13 +37,24 @@ func Apply(doc []byte, ops []Op) ([]byte, error) {
 // result (NewDocIndexed) then does not scan it from the start either. The
 // result and errors are Apply's.
 func ApplyIndexed(doc []byte, ix *Index, ops []Op, out *Index) ([]byte, error) {
+	return ApplyIndexedTo(nil, doc, ix, ops, out)
+}
+
+// ApplyIndexedTo is ApplyIndexed writing the result, when it is spliced
+// in one run of operations and fits in cap(dst), into dst's array instead
+// of a new one, overwriting what dst held: a mutating chain that owns dst
+// and reads nothing it held any more reuses one buffer instead of
+// allocating an object per apply. The result is dst's array, doc itself
+// (no operations) or a new array, never a part of doc; dst must not
+// overlap doc.
+func ApplyIndexedTo(dst, doc []byte, ix *Index, ops []Op, out *Index) ([]byte, error) {
 	if out != nil {
 		*out = Index{}
 	}
 	if len(ops) == 0 {
 		return doc, nil
 	}
-	if res, err := applySplice(doc, ix, ops, out); err == nil {
+	if res, err := applySplice(dst, doc, ix, ops, out); err == nil {
 		return res, nil
 	}
 	if out != nil {
@@ -82,8 +93,10 @@ var errSplice = errors.New("patch not applied by splicing")
 
 // applySplice applies ops by splicing, each run of operations on one
 // container at a time; ix, when bound to doc, locates doc's top level, and
-// out, when not nil, receives the result's (see ApplyIndexed).
-func applySplice(doc []byte, ix *Index, ops []Op, out *Index) ([]byte, error) {
+// out, when not nil, receives the result's (see ApplyIndexed). The first
+// run writes into dst when it fits (a later one reads the first's result,
+// which may be dst).
+func applySplice(dst, doc []byte, ix *Index, ops []Op, out *Index) ([]byte, error) {
 	// Each operation's parent pointer, the same for a run of operations,
 	// is parsed once per run; its last segment is unescaped by the run.
 	for i := range ops {
@@ -114,19 +127,20 @@ func applySplice(doc []byte, ix *Index, ops []Op, out *Index) ([]byte, error) {
 			return nil, errSplice
 		}
 		if out == nil { // nobody reads the result's index: locate nothing
-			if doc, err = applyRun(doc, ix, parent, ops[i:j], nil); err != nil {
+			if doc, err = applyRun(dst, doc, ix, parent, ops[i:j], nil); err != nil {
 				return nil, err
 			}
-			ix, i = nil, j
+			ix, i, dst = nil, j, nil
 			continue
 		}
 		// The next run reads ix while this one fills next, so they are
 		// two Indexes; copying next into out keeps it usable (Bind points
 		// items at the copy's own array).
 		var next Index
-		if doc, err = applyRun(doc, ix, parent, ops[i:j], &next); err != nil {
+		if doc, err = applyRun(dst, doc, ix, parent, ops[i:j], &next); err != nil {
 			return nil, err
 		}
+		dst = nil
 		*out = next
 		if out.bound && !out.Bind(doc) {
 			*out = Index{}
@@ -194,7 +208,7 @@ func (en *entry) itemKey() string {
 // ix, when bound to doc, locates doc's top level and the containers Docs
 // located below it; out, when not nil, is filled with what is located in
 // the result when it can be (see ApplyIndexed and Index.carry).
-func applyRun(doc []byte, ix *Index, parent []string, ops []Op, out *Index) ([]byte, error) {
+func applyRun(dst, doc []byte, ix *Index, parent []string, ops []Op, out *Index) ([]byte, error) {
 	root := jsonscan.SkipSpace(doc, 0)
 	if root >= len(doc) || (doc[root] != '{' && doc[root] != '[') {
 		return nil, errSplice
@@ -223,7 +237,7 @@ func applyRun(doc []byte, ix *Index, parent []string, ops []Op, out *Index) ([]b
 			return nil, errSplice
 		}
 	}
-	if res, ok := appendRun(doc, c, ops, out != nil); ok {
+	if res, ok := appendRun(dst, doc, c, ops, out != nil); ok {
 		if out != nil {
 			out.carry(rc, loc, &res.edited, e, res.doc)
 		}
@@ -246,7 +260,7 @@ func applyRun(doc []byte, ix *Index, parent []string, ops []Op, out *Index) ([]b
 	for _, en := range entries {
 		n += len(en.rawKey) + len(en.value) + 2
 	}
-	res := make([]byte, 0, n)
+	res := buffer(dst, n)
 	res = append(res, doc[:s]...)
 	open, close := byte('['), byte(']')
 	if c.object {
@@ -296,6 +310,15 @@ func applyRun(doc []byte, ix *Index, parent []string, ops []Op, out *Index) ([]b
 	return res, nil
 }
 
+// buffer returns dst emptied when it has room for n bytes, else a new
+// buffer with that room.
+func buffer(dst []byte, n int) []byte {
+	if cap(dst) >= n {
+		return dst[:0]
+	}
+	return make([]byte, 0, n)
+}
+
 // appended is what appendRun made: the document and the edited array in
 // it.
 type appended struct {
@@ -310,7 +333,7 @@ type appended struct {
 // path writes (the elements joined by commas) without listing the
 // elements; locate says whether the edited array's elements are wanted
 // (for ApplyIndexed's Index). ok is false for any other run.
-func appendRun(doc []byte, c *container, ops []Op, locate bool) (_ appended, ok bool) {
+func appendRun(dst, doc []byte, c *container, ops []Op, locate bool) (_ appended, ok bool) {
 	if c.object {
 		return appended{}, false
 	}
@@ -332,7 +355,7 @@ func appendRun(doc []byte, c *container, ops []Op, locate bool) (_ appended, ok 
 		add += len(ops[i].Value) + 1
 	}
 	close := c.end - 1
-	res := make([]byte, 0, len(doc)+add)
+	res := buffer(dst, len(doc)+add)
 	res = append(res, doc[:close]...)
 	var items []item
 	if locate {

@@ -265,7 +265,7 @@ func TestApplyIndexedCarriesWhatDocsLocated(t *testing.T) {
 func TestApplySplicesNumbersExact(t *testing.T) {
 	doc := []byte(`{"spec":{"activeDeadlineSeconds":9007199254740993,"f":1.50e+3,"h":"<&>"},"metadata":{}}`)
 	ops := []Op{{Op: "add", Path: "/spec/suspend", Value: []byte(`true`)}, {Op: "add", Path: "/metadata/labels", Value: []byte(`{"q":"<x>"}`)}}
-	out, err := applySplice(doc, nil, ops, &Index{})
+	out, err := applySplice(nil, doc, nil, ops, &Index{})
 	if err != nil {
 		t.Fatal(err)
 	}
