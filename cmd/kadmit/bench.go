@@ -4,11 +4,12 @@ import (
 	"crypto/x509"
 	"errors"
 	"fmt"
-	"github.com/kadmit/kadmit/internal/cmdexit"
 	"io"
 	"os"
 	"sync"
 	"time"
+
+	"github.com/kadmit/kadmit/internal/cmdexit"
 
 	"github.com/spf13/cobra"
 	admissionv1 "k8s.io/api/admission/v1"

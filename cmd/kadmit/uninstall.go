@@ -3,8 +3,9 @@ package main
 import (
 	"context"
 	"fmt"
-	"github.com/kadmit/kadmit/internal/cmdexit"
 	"time"
+
+	"github.com/kadmit/kadmit/internal/cmdexit"
 
 	"github.com/spf13/cobra"
 	"k8s.io/client-go/kubernetes"
