@@ -96,12 +96,30 @@ func NewHandler(wh *Webhook, opts HandlerOptions) http.Handler {
 	if opts.Limits == nil {
 		opts.Limits = NewLimits(0, 0)
 	}
-	return &handler{wh: wh, opts: opts}
+	return &handler{wh: wh, opts: opts, inline: allBounded(wh)}
 }
 
 type handler struct {
 	wh   *Webhook
 	opts HandlerOptions
+	// inline: every hook is Bounded, so reviews run on the request's own
+	// goroutine (call.run).
+	inline bool
+}
+
+// allBounded reports whether every hook of wh is Bounded.
+func allBounded(wh *Webhook) bool {
+	for i := range wh.Hooks {
+		h := &wh.Hooks[i]
+		var p any = h.Validator
+		if h.Mutator != nil {
+			p = h.Mutator
+		}
+		if _, ok := p.(Bounded); !ok {
+			return false
+		}
+	}
+	return true
 }
 
 // lease is one request's share of Limits: its in-flight slot and the body
@@ -408,8 +426,9 @@ func (c *call) recycle() {
 	callPool.Put(c)
 }
 
-// run runs the webhook on its own goroutine so that a policy that ignores
-// ctx still cannot hold the answer past the deadline. When the deadline
+// run runs the webhook: on the caller's goroutine when every hook is
+// Bounded, else on its own goroutine so that a policy that ignores ctx
+// still cannot hold the answer past the deadline. When the deadline
 // passes first, the review is abandoned: the answer is a 500, ctx is
 // cancelled (a policy that honours it stops), and the goroutine keeps the
 // call until the policy returns (abandoned=true: the caller must neither
@@ -426,6 +445,13 @@ func (c *call) recycle() {
 // Limits.AbandonedBytes meanwhile, bounded by takeReleased. Beyond that
 // bound the lease stays held until the policy returns, as before.
 func (c *call) run(ctx context.Context, req *Request) (out Outcome, abandoned bool, err error) {
+	if c.h.inline {
+		// Every hook is Bounded: the review ends soon after ctx does,
+		// so it runs here, without a handoff to a review goroutine and
+		// back (see Bounded for what that costs).
+		out, err = c.h.wh.review(ctx, req, false)
+		return out, false, err
+	}
 	c.ctx, c.req = ctx, req
 	c.start()
 	select {

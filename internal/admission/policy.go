@@ -37,6 +37,26 @@ type Validator interface {
 	Validate(ctx context.Context, req *Request) Verdict
 }
 
+// Bounded is implemented by a Validator or Mutator whose review always
+// ends soon, whatever the request: its cost is bounded by the request's
+// size (any loop whose length the cluster sets checks ctx), and it never
+// waits on I/O, on a lock held across I/O, or on another request. A
+// handler whose hooks are all Bounded runs each review on the request's
+// own goroutine. The others run on a review goroutine the handler can
+// abandon at the deadline (answering 500 while the policy runs on), and
+// the handoff to it and back costs CPU and, on a saturated core, lets each
+// review jump ahead of the connections the network poller readied (the Go
+// scheduler runs a goroutine woken by a channel next): at one core and
+// c=64, the p99 of a mutating review doubles (docs/performance.md,
+// "Tail latency at one core"). The built-in policies implement it;
+// declared policies do not (a CEL evaluation checks its interrupt only
+// between steps), so a path with one of their hooks keeps the review
+// goroutine.
+type Bounded interface {
+	// BoundedReview marks the type; it is never called.
+	BoundedReview()
+}
+
 // Mutator decides on a request and may change the object. It returns the
 // JSONPatch operations (add, remove, replace; see package jsonedit, which
 // builds them) that turn req.Object.Raw, exactly as given, into the object

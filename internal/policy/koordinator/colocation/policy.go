@@ -271,3 +271,7 @@ func (p *Policy) namespaceLabels(ns string) (map[string]string, bool, string) {
 	}
 	return nil, false, fmt.Sprintf("%s: namespace %q not in kadmit's cache; its profiles apply", Name, shorten(ns))
 }
+
+// BoundedReview marks the policy admission.Bounded, so its hooks run on
+// the request's goroutine: beside the pod, it reads only the namespace and PriorityClass informer stores, whose reads do not wait on I/O.
+func (*Policy) BoundedReview() {}

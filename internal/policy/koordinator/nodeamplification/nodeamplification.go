@@ -285,3 +285,7 @@ func overcommitted(annotations map[string]string) map[corev1.ResourceName]bool {
 	}
 	return out
 }
+
+// BoundedReview marks the policy admission.Bounded, so its hooks run on
+// the request's goroutine: it reads the node it is given and nothing else.
+func (*Policy) BoundedReview() {}
