@@ -133,15 +133,23 @@ func applySplice(dst, doc []byte, ix *Index, ops []Op, out *Index) ([]byte, erro
 			ix, i, dst = nil, j, nil
 			continue
 		}
-		// The next run reads ix while this one fills next, so they are
-		// two Indexes; copying next into out keeps it usable (Bind points
-		// items at the copy's own array).
-		var next Index
-		if doc, err = applyRun(dst, doc, ix, parent, ops[i:j], &next); err != nil {
-			return nil, err
+		if j == len(ops) && ix != out {
+			// The last run (often the only one) reads ix and fills out
+			// directly: an Index is a few KiB, not worth a copy.
+			if doc, err = applyRun(dst, doc, ix, parent, ops[i:j], out); err != nil {
+				return nil, err
+			}
+		} else {
+			// The next run reads ix while this one fills next, so they
+			// are two Indexes; copying next into out keeps it usable
+			// (Bind points items at the copy's own array).
+			var next Index
+			if doc, err = applyRun(dst, doc, ix, parent, ops[i:j], &next); err != nil {
+				return nil, err
+			}
+			*out = next
 		}
 		dst = nil
-		*out = next
 		if out.bound && !out.Bind(doc) {
 			*out = Index{}
 		}
