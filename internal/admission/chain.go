@@ -103,16 +103,35 @@ func NewWebhooks(hooks []Hook) ([]*Webhook, error) {
 // are the run's. A panicking policy yields a *PanicError and no outcome; a
 // patch that does not apply to the object it was made for, an error.
 func (w *Webhook) Review(ctx context.Context, req *Request) (out Outcome, err error) {
-	return w.review(ctx, req, true)
+	return w.review(ctx, req, reviewForObject)
 }
+
+// reviewMode is what a review's caller reads of it, and so what the review
+// may reuse once it ends.
+type reviewMode uint8
+
+const (
+	// reviewForObject: Review, whose Outcome holds the final object.
+	reviewForObject reviewMode = iota
+	// reviewForAnswer: the HTTP handler, which reads only the Response.
+	// The buffers of the objects the chain makes are reused.
+	reviewForAnswer
+	// reviewForAnswerBounded: reviewForAnswer on a path whose hooks are
+	// all Bounded (built-in policies), whose requests no hook keeps or
+	// looks up by address (as celpolicy's request cache does): the
+	// requests the chain makes are reused too.
+	reviewForAnswerBounded
+)
 
 // review is Review; without withObject (the HTTP handler, which reads
 // only the Response), the last mutator's operations are not applied,
 // Outcome.Object is nil when there is a patch, Outcome.Patch is nil (its
 // operations may read the objects the chain made, whose buffers go back
-// to objectBufs when the review ends), and the objects an earlier
-// mutator's operations were applied to are made in reused buffers.
-func (w *Webhook) review(ctx context.Context, req *Request, withObject bool) (Outcome, error) {
+// to chainSlots when the review ends), and the objects an earlier
+// mutator's operations were applied to are made in reused buffers (with
+// reviewForAnswerBounded, in reused requests too).
+func (w *Webhook) review(ctx context.Context, req *Request, mode reviewMode) (Outcome, error) {
+	withObject := mode == reviewForObject
 	resp := &admissionv1.AdmissionResponse{UID: req.UID, Allowed: true}
 	out := Outcome{Response: resp}
 	matched := w.matcher(req)
@@ -122,13 +141,15 @@ func (w *Webhook) review(ctx context.Context, req *Request, withObject bool) (Ou
 	// (named only if its patch fails, not on every request).
 	var pendingPolicy string
 	var pendingRun []*Hook
-	// The buffers of the objects the chain made, when it owns them (not
-	// withObject: then nothing reads them once the review ends).
-	var held [maxHeldObjects]*[]byte
+	// The objects (and, with reviewForAnswerBounded, the requests) the
+	// chain made, when it owns them (not withObject: then nothing reads
+	// them once the review ends).
+	var held [maxHeldObjects]*chainSlot
 	nheld := 0
 	release := func() {
-		for _, b := range held[:nheld] {
-			objectBufs.Put(b)
+		for _, sl := range held[:nheld] {
+			sl.ch = chained{} // holds nothing of this review
+			chainSlots.Put(sl)
 		}
 		nheld = 0
 	}
@@ -141,23 +162,31 @@ func (w *Webhook) review(ctx context.Context, req *Request, withObject bool) (Ou
 		//
 		// The request the next hook sees and the Index of its object are
 		// one allocation.
-		next := &chained{req: *cur}
-		var buf *[]byte
+		var sl *chainSlot
 		var dst []byte
+		var next *chained
 		if !withObject && nheld < len(held) {
-			buf = objectBufs.Get().(*[]byte)
-			dst = *buf
+			sl = chainSlots.Get().(*chainSlot)
+			dst = sl.buf
+			if mode == reviewForAnswerBounded {
+				next = &sl.ch
+			}
 		}
+		if next == nil {
+			next = new(chained)
+		}
+		next.req = *cur
 		obj, err := jsonedit.ApplyIndexedTo(dst, cur.Object.Raw, cur.objectIndex, pending, &next.ix)
-		if buf != nil {
+		if sl != nil {
 			// obj is dst's array or a new one (then kept for the next
 			// review instead of dst's), unless it is the object itself.
 			if err == nil && cap(obj) > 0 && cap(obj) <= maxPooledObject && !sameArray(obj, cur.Object.Raw) {
-				*buf = obj[:0]
-				held[nheld] = buf
+				sl.buf = obj[:0]
+				held[nheld] = sl
 				nheld++
 			} else {
-				objectBufs.Put(buf)
+				sl.ch = chained{}
+				chainSlots.Put(sl)
 			}
 		}
 		if err != nil {
@@ -308,15 +337,22 @@ func (w *Webhook) review(ctx context.Context, req *Request, withObject bool) (Ou
 	return out, nil
 }
 
-// objectBufs holds the buffers of the objects a mutating chain makes for
-// the HTTP handler's reviews (*[]byte, empty): an object is a few KiB, made
-// once per request a second mutator reads, and a reused buffer is still in
-// the CPU's cache where a new one is not. A review takes at most
-// maxHeldObjects and gives them back when its patch is encoded; one above
-// maxPooledObject is left to the garbage collector, so the pool holds at
-// most that much per buffer (and sync.Pool drops what two collections
-// find unused).
-var objectBufs = sync.Pool{New: func() any { return new([]byte) }}
+// chainSlots holds what a mutating chain makes for the HTTP handler's
+// reviews, for the next review to reuse (*chainSlot): an object is a few
+// KiB, and a request with its Index two more, made once per request a
+// second mutator reads; a reused one is still in the CPU's cache where a
+// new one is not. A review takes at most maxHeldObjects and gives them back
+// when its patch is encoded; an object above maxPooledObject is left to
+// the garbage collector, so the pool holds at most that much per slot (and
+// sync.Pool drops what two collections find unused).
+var chainSlots = sync.Pool{New: func() any { return new(chainSlot) }}
+
+// chainSlot is a pooled object buffer (empty) and, for
+// reviewForAnswerBounded, the request built over it.
+type chainSlot struct {
+	buf []byte
+	ch  chained
+}
 
 const (
 	maxHeldObjects  = 4

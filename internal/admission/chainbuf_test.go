@@ -23,10 +23,10 @@ import (
 // label two; the third checks it sees both. Each checks its whole object
 // against the request's object with the earlier labels applied: a buffer
 // given to another review while one still reads it fails the check.
-func bufChain(t *testing.T, hold <-chan struct{}, bad func(string)) *Webhook {
+func bufChain(t *testing.T, hold <-chan struct{}, bad func(string), bounded bool) *Webhook {
 	t.Helper()
 	set := func(name string, before []string, wait bool) Hook {
-		return Hook{Policy: name, Path: "/m", Type: Mutating, Rules: podRule, Mutator: MutatorFunc(func(_ context.Context, req *Request) ([]jsonedit.Op, Verdict) {
+		f := func(_ context.Context, req *Request) ([]jsonedit.Op, Verdict) {
 			if wait && strings.HasPrefix(req.Name, "slow") {
 				<-hold
 			}
@@ -39,7 +39,12 @@ func bufChain(t *testing.T, hold <-chan struct{}, bad func(string)) *Webhook {
 				return nil, Invalid("%v", err)
 			}
 			return d.Ops(), Allow()
-		})}
+		}
+		var m Mutator = MutatorFunc(f)
+		if bounded {
+			m = boundedMutator(f)
+		}
+		return Hook{Policy: name, Path: "/m", Type: Mutating, Rules: podRule, Mutator: m}
 	}
 	whs, err := NewWebhooks([]Hook{set("one", nil, false), set("two", []string{"one"}, true), set("three", []string{"one", "two"}, false)})
 	if err != nil {
@@ -73,6 +78,13 @@ func chainPatch(name string) string {
 // its mutators return (they still read them): the answers are the chain's
 // patches, and no mutator ever sees another review's bytes.
 func TestChainObjectBuffersReused(t *testing.T) {
+	t.Run("review goroutine", func(t *testing.T) { testChainObjectBuffersReused(t, false) })
+	// Bounded hooks review on the request's goroutine, and reuse the
+	// chain's requests too; none is abandoned (answer 200 at the end).
+	t.Run("bounded", func(t *testing.T) { testChainObjectBuffersReused(t, true) })
+}
+
+func testChainObjectBuffersReused(t *testing.T, bounded bool) {
 	hold := make(chan struct{})
 	var once sync.Once
 	defer once.Do(func() { close(hold) })
@@ -81,7 +93,7 @@ func TestChainObjectBuffersReused(t *testing.T) {
 	bad := func(s string) { mu.Lock(); problems = append(problems, s); mu.Unlock() }
 	lim := NewLimits(0, 0)
 	lim.SetMaxAbandoned(4)
-	h := NewHandler(bufChain(t, hold, bad), HandlerOptions{Limits: lim})
+	h := NewHandler(bufChain(t, hold, bad, bounded), HandlerOptions{Limits: lim})
 
 	answer := func(name, timeout string) (int, string) {
 		w := serve(h, "/x?timeout="+timeout, namedReview(name, chainObject(name, nil)))
@@ -97,6 +109,9 @@ func TestChainObjectBuffersReused(t *testing.T) {
 	// Two reviews abandoned while their second mutator waits, holding the
 	// object the first made.
 	for _, n := range []string{"slow-1", "slow-22"} {
+		if bounded {
+			break // a Bounded review cannot be abandoned: it would hold this goroutine
+		}
 		if code, body := answer(n, "100ms"); code != http.StatusInternalServerError {
 			t.Fatalf("%s: HTTP %d %s, want 500", n, code, body)
 		}
@@ -130,10 +145,14 @@ func TestChainObjectBuffersReused(t *testing.T) {
 
 // TestChainReusesObjectBuffer: a review for the HTTP handler gives the
 // buffers of the objects it made back, and the next review makes its
-// objects in them; Review (which returns the final object) does not.
+// objects in them; on a path of Bounded hooks it reuses the requests the
+// chain made as well, and on any other path never (celpolicy's request
+// cache tells requests apart by address). Review, which returns the final
+// object, reuses nothing.
 func TestChainReusesObjectBuffer(t *testing.T) {
 	defer debug.SetGCPercent(debug.SetGCPercent(-1)) // a collection would empty the pool
 	var seen [][]byte
+	var reqs []*Request
 	wh, err := NewWebhooks([]Hook{
 		{Policy: "one", Path: "/m", Type: Mutating, Rules: podRule, Mutator: MutatorFunc(func(_ context.Context, req *Request) ([]jsonedit.Op, Verdict) {
 			d := jsonedit.NewDoc(req.Object.Raw)
@@ -141,7 +160,7 @@ func TestChainReusesObjectBuffer(t *testing.T) {
 			return d.Ops(), Allow()
 		})},
 		{Policy: "two", Path: "/m", Type: Mutating, Rules: podRule, Mutator: MutatorFunc(func(_ context.Context, req *Request) ([]jsonedit.Op, Verdict) {
-			seen = append(seen, req.Object.Raw)
+			seen, reqs = append(seen, req.Object.Raw), append(reqs, req)
 			return nil, Allow()
 		})},
 	})
@@ -153,24 +172,34 @@ func TestChainReusesObjectBuffer(t *testing.T) {
 	// sync.Pool keeps a buffer per P: a review on another P than the
 	// last one's may find none, so reuse is counted, not required each time.
 	const n = 20
-	for range n {
-		if _, err := wh[0].review(context.Background(), req, false); err != nil {
-			t.Fatal(err)
+	for _, mode := range []reviewMode{reviewForAnswer, reviewForAnswerBounded} {
+		seen, reqs = nil, nil
+		for range n {
+			if _, err := wh[0].review(context.Background(), req, mode); err != nil {
+				t.Fatal(err)
+			}
+		}
+		bufs, rs := 0, 0
+		for i := 1; i < n; i++ {
+			if slices.ContainsFunc(seen[:i], func(b []byte) bool { return sameArray(b, seen[i]) }) {
+				bufs++
+			}
+			if slices.Contains(reqs[:i], reqs[i]) {
+				rs++
+			}
+		}
+		if bufs < n/2 {
+			t.Fatalf("mode %d: %d of %d reviews made their object in a buffer an earlier one used", mode, bufs, n-1)
+		}
+		if wantReqs := mode == reviewForAnswerBounded; (rs >= n/2) != wantReqs || (!wantReqs && rs > 0) {
+			t.Fatalf("mode %d: %d of %d reviews reused a request an earlier one made", mode, rs, n-1)
 		}
 	}
-	reused := 0
-	for i := 1; i < n; i++ {
-		if slices.ContainsFunc(seen[:i], func(b []byte) bool { return sameArray(b, seen[i]) }) {
-			reused++
-		}
-	}
-	if reused < n/2 {
-		t.Fatalf("%d of %d reviews made their object in a buffer an earlier one used", reused, n-1)
-	}
+	last := seen[len(seen)-1]
 	if _, err := wh[0].Review(context.Background(), req); err != nil {
 		t.Fatal(err)
 	}
-	if slices.ContainsFunc(seen[:n], func(b []byte) bool { return sameArray(b, seen[n]) }) {
-		t.Fatalf("Review, which returns the object, made it in a pooled buffer")
+	if sameArray(seen[len(seen)-1], last) || slices.Contains(reqs[:len(reqs)-1], reqs[len(reqs)-1]) {
+		t.Fatalf("Review, which returns the object, made it in a pooled buffer or request")
 	}
 }

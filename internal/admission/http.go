@@ -449,7 +449,7 @@ func (c *call) run(ctx context.Context, req *Request) (out Outcome, abandoned bo
 		// Every hook is Bounded: the review ends soon after ctx does,
 		// so it runs here, without a handoff to a review goroutine and
 		// back (see Bounded for what that costs).
-		out, err = c.h.wh.review(ctx, req, false)
+		out, err = c.h.wh.review(ctx, req, reviewForAnswerBounded)
 		return out, false, err
 	}
 	c.ctx, c.req = ctx, req
@@ -524,7 +524,7 @@ func reviewer(c *call) {
 }
 
 func (c *call) review() {
-	c.out, c.err = c.h.wh.review(c.ctx, c.req, false)
+	c.out, c.err = c.h.wh.review(c.ctx, c.req, reviewForAnswer)
 	if c.state.CompareAndSwap(reviewRunning, reviewDone) {
 		c.done <- struct{}{}
 		return
