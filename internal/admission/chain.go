@@ -123,8 +123,8 @@ const (
 	reviewForAnswerBounded
 )
 
-// review is Review; without withObject (the HTTP handler, which reads
-// only the Response), the last mutator's operations are not applied,
+// review is Review for mode reviewForObject; for the HTTP handler's modes
+// (which read only the Response) the last mutator's operations are not applied,
 // Outcome.Object is nil when there is a patch, Outcome.Patch is nil (its
 // operations may read the objects the chain made, whose buffers go back
 // to chainSlots when the review ends), and the objects an earlier
@@ -325,8 +325,7 @@ func (w *Webhook) review(ctx context.Context, req *Request, mode reviewMode) (Ou
 		// The patch is encoded: nothing reads the chain's objects now.
 		release()
 		out.Patch = nil
-	}
-	if withObject {
+	} else {
 		if len(pending) > 0 {
 			if err := apply(); err != nil {
 				return Outcome{}, err
