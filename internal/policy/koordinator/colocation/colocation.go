@@ -386,10 +386,10 @@ func specFieldsOf(cs []*compiled) specFields {
 }
 
 // readRest decodes, into o whose labels are read, the annotations (unless
-// need lacks readAnnotations) and the spec fields of need. With adding (the tolerations the matching profiles
-// add) not empty, o.Tolerations is only those of the object's that equal
-// one of them, when tolerationsHave can tell without decoding the list:
-// all that apply and Write need of it.
+// need lacks readAnnotations) and the spec fields of need. With adding
+// (the tolerations the matching profiles add) not empty, o.Tolerations is
+// only those of the object's that equal one of them, when tolerationsHave
+// can tell without decoding the list: all that apply and Write need of it.
 func readRest(doc *jsonedit.Doc, sp *SpecPath, o *Object, need specFields, adding []corev1.Toleration) error {
 	if need&readAnnotations != 0 {
 		if _, err := doc.Decode(&o.Annotations, "metadata", "annotations"); err != nil {

@@ -149,9 +149,10 @@ func (p *Policy) Hooks() []admission.Hook {
 // write and, when a matching profile changes annotations or recordProfiles
 // is on, all its annotations (else only the extended-resource-spec one, as
 // for a pod no profile matches: another annotation whose value is not a
-// string, which the API server never sends, is not refused). The change is stated as JSONPatch operations on
-// the pod as sent. A pod whose fields read cannot be decoded is refused
-// with 400, a failed PriorityClass lookup with 500 (mutating_handler.go:68-91).
+// string, which the API server never sends, is not refused). The change
+// is stated as JSONPatch operations on the pod as sent. A pod whose fields
+// read cannot be decoded is refused with 400, a failed PriorityClass lookup
+// with 500 (mutating_handler.go:68-91).
 func (p *Policy) Mutate(_ context.Context, req *admission.Request) ([]jsonedit.Op, admission.Verdict) {
 	if req.Operation != admissionv1.Create || req.SubResource != "" {
 		return nil, admission.Allow()
@@ -273,5 +274,6 @@ func (p *Policy) namespaceLabels(ns string) (map[string]string, bool, string) {
 }
 
 // BoundedReview marks the policy admission.Bounded, so its hooks run on
-// the request's goroutine: beside the pod, it reads only the namespace and PriorityClass informer stores, whose reads do not wait on I/O.
+// the request's goroutine: beside the pod, it reads only the namespace
+// and PriorityClass informer stores, whose reads do not wait on I/O.
 func (*Policy) BoundedReview() {}

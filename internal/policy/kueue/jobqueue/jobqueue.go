@@ -309,5 +309,7 @@ func (p *Policy) Hooks() []admission.Hook {
 }
 
 // BoundedReview marks the policy admission.Bounded, so its hooks run on
-// the request's goroutine: beside the object, it reads only the LocalQueue and namespace informer stores, whose reads do not wait on I/O.
+// the request's goroutine: beside the object, it reads only the
+// LocalQueue and namespace informer stores, whose reads do not wait on
+// I/O.
 func (*Policy) BoundedReview() {}
