@@ -149,7 +149,10 @@ func (p *Policy) Hooks() []admission.Hook {
 // write and, when a matching profile changes annotations or recordProfiles
 // is on, all its annotations (else only the extended-resource-spec one, as
 // for a pod no profile matches: another annotation whose value is not a
-// string, which the API server never sends, is not refused). The change
+// string, which the API server never sends, is not refused). Of
+// spec.tolerations only the elements that may equal a profile's are read:
+// none when no profile toleration's key appears in the list (an element
+// the decoder refuses is then not refused either). The change
 // is stated as JSONPatch operations on the pod as sent. A pod whose fields
 // read cannot be decoded is refused with 400, a failed PriorityClass lookup
 // with 500 (mutating_handler.go:68-91).

@@ -18,8 +18,15 @@ const maxScanTolerations = toleration.MaxRead
 // profiles need no more of the list: apply only asks whether a toleration
 // is in it, and Write appends what is not.
 //
-// ok is false, and the caller reads the whole list with toleration.Of as
-// before, unless every element is an object of only the members
+// First, when no element's key can be a key of ts (toleration.KeysAbsent:
+// the keys' quoted bytes are nowhere in the list), none is equal and
+// nothing more is read: the common case, a profile's toleration the pod
+// does not have yet. The elements are not checked then, as no field the
+// policy does not need is: an element the decoder refuses is not refused
+// here (the API server never sends one).
+//
+// Else ok is false, and the caller reads the whole list with toleration.Of
+// as before, unless every element is an object of only the members
 // toleration.Read reads itself, each in the form it reads without falling
 // back to the decoder (key, operator, value and effect: strings without
 // escapes; tolerationSeconds: null or an integer strconv.ParseInt takes):
@@ -28,6 +35,13 @@ const maxScanTolerations = toleration.MaxRead
 // list gives and no decoding error is missed. err is doc.Get's, as
 // toleration.Of returns it; a missing or null list has none.
 func tolerationsHave(doc *jsonedit.Doc, path []string, ts []corev1.Toleration) (have []corev1.Toleration, ok bool, err error) {
+	raw, err := doc.Get(path...)
+	if err != nil {
+		return nil, false, err
+	}
+	if toleration.KeysAbsent(raw, ts) {
+		return nil, true, nil
+	}
 	ok, err = toleration.ScanAt(doc, path, func(e toleration.Raw) {
 		for _, t := range ts {
 			if e.Equal(t) {

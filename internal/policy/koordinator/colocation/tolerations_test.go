@@ -22,9 +22,12 @@ var haveTolerations = []corev1.Toleration{
 }
 
 // checkTolerationsHave is the differential check of tolerationsHave: when
-// it answers, the list decodes (toleration.Of, the reader Mutate used
-// before) without error, and its answer is the decoded elements that equal
-// one of ts; when it declines, Mutate reads with toleration.Of as before.
+// it answers, its answer is the decoded elements (toleration.Of, the reader
+// Mutate used before) that equal one of ts, and the list decodes without
+// error, unless none of ts' keys is in it (toleration.KeysAbsent, whose
+// own tests check that no element has one): then the answer is empty and
+// the rest of the list is not read. When it declines, Mutate reads with
+// toleration.Of as before.
 func checkTolerationsHave(t *testing.T, list string, ts []corev1.Toleration) (ok bool) {
 	t.Helper()
 	doc := []byte(`{"spec":{"tolerations":` + list + `}}`)
@@ -38,6 +41,14 @@ func checkTolerationsHave(t *testing.T, list string, ts []corev1.Toleration) (ok
 	}
 	if !ok {
 		return false
+	}
+	if toleration.KeysAbsent(doc[len(`{"spec":{"tolerations":`):len(doc)-2], ts) {
+		if len(got) > 0 {
+			t.Fatalf("%s: none of the keys is in the list, tolerationsHave %v", list, got)
+		}
+		if werr != nil {
+			return true // not read, as documented
+		}
 	}
 	if werr != nil {
 		t.Fatalf("%s: tolerationsHave answered, but the list does not decode: %v", list, werr)
@@ -84,6 +95,25 @@ func TestTolerationsHaveMatchesDecoding(t *testing.T) {
 			t.Errorf("%.80s: answered %v, want %v", c.list, ok, c.ok)
 		}
 	}
+	// With keyed tolerations only, a list without their keys is answered
+	// without reading its elements, even one the decoder refuses; a list
+	// that names one is read as above.
+	keyed := haveTolerations[:3]
+	for _, c := range []struct {
+		list string
+		ok   bool
+	}{
+		{`[{"key":"x","operator":"Exists"},{"key":"y","effect":"NoExecute","tolerationSeconds":300}]`, true},
+		{`[{"key":"x","tolerationSeconds":"1"},{"key":"y","extra":1}]`, true},
+		{`[{"key":"colocation","operator":"Exists","effect":"NoSchedule"},{"key":"y"}]`, true},
+		{`[{"key":"colocation","tolerationSeconds":"1"}]`, false},
+		{`[{"key":"\u0078"}]`, false},
+		{`{"key":"x"}`, false},
+	} {
+		if ok := checkTolerationsHave(t, c.list, keyed); ok != c.ok {
+			t.Errorf("keyed %.80s: answered %v, want %v", c.list, ok, c.ok)
+		}
+	}
 	// A path through something else is Get's error, as toleration.Of's.
 	_, _, err := tolerationsHave(jsonedit.NewDoc([]byte(`{"spec":"x"}`)), []string{"spec", "tolerations"}, haveTolerations)
 	_, werr := toleration.Of(jsonedit.NewDoc([]byte(`{"spec":"x"}`)), "spec", "tolerations")
@@ -104,6 +134,7 @@ func FuzzTolerationsHave(f *testing.F) {
 			return
 		}
 		checkTolerationsHave(t, list, haveTolerations)
+		checkTolerationsHave(t, list, haveTolerations[:3])
 	})
 }
 

@@ -1,7 +1,9 @@
 package toleration
 
 import (
+	"encoding/json"
 	"reflect"
+	"slices"
 	"strings"
 	"testing"
 
@@ -115,4 +117,89 @@ func TestOf(t *testing.T) {
 			t.Errorf("%s: read %s, want %s", c.pod, b, c.want)
 		}
 	}
+}
+
+// checkKeysAbsent is KeysAbsent's property: when it says the keys are
+// absent, no element of the list has one of them as the decoder reads its
+// key member, whether or not the rest of the element decodes.
+func checkKeysAbsent(t *testing.T, raw string, keys ...string) bool {
+	t.Helper()
+	ts := make([]corev1.Toleration, len(keys))
+	for i, k := range keys {
+		ts[i].Key = k
+	}
+	if !jsonedit.Valid([]byte(raw)) || !KeysAbsent([]byte(raw), ts) {
+		return false
+	}
+	// Each element's key member alone, read case-sensitively as the API's
+	// decoder reads it: an element that is not an object has no key.
+	var elems []json.RawMessage
+	if err := json.Unmarshal([]byte(raw), &elems); err != nil {
+		t.Fatalf("%s: KeysAbsent true for something that is not an array: %v", raw, err)
+	}
+	for _, e := range elems {
+		var key struct {
+			Key *string `json:"key"`
+		}
+		if k8sjson.UnmarshalCaseSensitivePreserveInts(e, &key) != nil || key.Key == nil {
+			var m map[string]json.RawMessage
+			if json.Unmarshal(e, &m) != nil {
+				continue
+			}
+			// The object does not decode as a whole: its key member alone.
+			if k8sjson.UnmarshalCaseSensitivePreserveInts(m["key"], &key.Key) != nil || key.Key == nil {
+				continue
+			}
+		}
+		if slices.Contains(keys, *key.Key) {
+			t.Fatalf("%s: KeysAbsent true, element %s has key %q", raw, e, *key.Key)
+		}
+	}
+	return true
+}
+
+func TestKeysAbsent(t *testing.T) {
+	for _, c := range []struct {
+		raw    string
+		keys   []string
+		absent bool
+	}{
+		{`[]`, []string{"colocation-p0"}, true},
+		{`[{"key":"node.kubernetes.io/not-ready","operator":"Exists","effect":"NoExecute","tolerationSeconds":300}]`, []string{"colocation-p0", "b"}, true},
+		// Not read: an element the decoder refuses (the caller is told).
+		{`[{"key":"a","tolerationSeconds":"300"},1]`, []string{"colocation-p0"}, true},
+		{`[{"key":"colocation-p0","operator":"Exists"}]`, []string{"colocation-p0"}, false},
+		{`[{"value":"colocation-p0"}]`, []string{"colocation-p0"}, false}, // found, if not as a key
+		{`[{"key":"colocation-p0x"}]`, []string{"colocation-p0"}, true},
+		{`[{"key":"xcolocation-p0"}]`, []string{"colocation-p0"}, true},
+		{`[{"key":"\u0061"}]`, []string{"b"}, false},         // a backslash: not read
+		{`[{"key":"\u0062"}]`, []string{"b"}, false},
+		{`[{"key":"a"}]`, []string{""}, false},               // an empty key matches an absent member
+		{`[{"key":"a"}]`, []string{"é"}, false},              // not printable ASCII
+		{`[{"key":"a"}]`, []string{`a"`}, false},             // JSON escapes it
+		{`{"key":"b"}`, []string{"a"}, false},                // not an array
+		{`null`, []string{"a"}, false},
+		{"[{\"key\":\"k\xff\"}]", []string{"k"}, true}, // invalid UTF-8 decodes to U+FFFD
+		{`[{"key":"` + strings.Repeat("k", 300) + `"}]`, []string{strings.Repeat("k", 300)}, false},
+		{`[{"key":"` + strings.Repeat("k", 300) + `"}]`, []string{strings.Repeat("k", 299)}, true},
+	} {
+		if got := checkKeysAbsent(t, c.raw, c.keys...); got != c.absent {
+			t.Errorf("%.60s %q: KeysAbsent %v, want %v", c.raw, c.keys, got, c.absent)
+		}
+	}
+}
+
+// FuzzKeysAbsent: on any list, KeysAbsent is true only when no element's
+// key member is one of the keys.
+func FuzzKeysAbsent(f *testing.F) {
+	for _, s := range []string{`[{"key":"t","operator":"Exists","effect":"NoExecute","tolerationSeconds":9}]`,
+		`[{"key":"k","value":"v","operator":"Equal"},{}]`, `[{"Key":"t"},{"key":"t ","key":"u"}]`} {
+		f.Add(s, "t")
+	}
+	f.Fuzz(func(t *testing.T, raw, key string) {
+		if len(raw) > 4096 || len(key) > 64 {
+			return
+		}
+		checkKeysAbsent(t, raw, key, "k")
+	})
 }
