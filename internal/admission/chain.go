@@ -203,23 +203,13 @@ func (w *Webhook) review(ctx context.Context, req *Request, mode reviewMode) (Ou
 		cur, pending = &next.req, nil
 		return nil
 	}
-	// addOps appends a hook's operations to the response patch. The
-	// first hook's are used as they are (clipped, so that nothing is ever
-	// written into the hook's slice); the second's are copied with them
-	// into an array of the size both need (a chain has two or three
-	// mutators, and append would double it); later ones are appended.
-	copied := false
-	addOps := func(ops []jsonedit.Op) {
-		switch {
-		case len(out.Patch) == 0:
-			out.Patch = slices.Clip(ops)
-		case !copied:
-			out.Patch = append(append(make([]jsonedit.Op, 0, len(out.Patch)+len(ops)), out.Patch...), ops...)
-			copied = true
-		default:
-			out.Patch = append(out.Patch, ops...)
-		}
-	}
+	// addOps adds a hook's operations to the response patch, as one more
+	// run: they are encoded run after run (jsonedit.AppendPatch), not
+	// copied into one slice first. A chain has two or three mutators;
+	// more runs than the array holds move to the heap.
+	var runsArr [4][]jsonedit.Op
+	runs := runsArr[:0]
+	addOps := func(ops []jsonedit.Op) { runs = append(runs, ops) }
 	for i := 0; i < len(w.Hooks); i++ {
 		h := &w.Hooks[i]
 		if !matched.match(w, i) {
@@ -310,12 +300,12 @@ func (w *Webhook) review(ctx context.Context, req *Request, mode reviewMode) (Ou
 		}
 	}
 	resp.Warnings = sanitizeWarnings(resp.Warnings)
-	if !resp.Allowed || len(out.Patch) == 0 {
+	if !resp.Allowed || len(runs) == 0 {
 		release()
 		out.Patch, out.Object = nil, req.Object.Raw
 		return out, nil
 	}
-	patch, err := jsonedit.AppendPatch(nil, out.Patch)
+	patch, err := jsonedit.AppendPatch(nil, runs...)
 	if err != nil {
 		return Outcome{}, fmt.Errorf("encode JSONPatch for %s: %w", w.Path, err)
 	}
@@ -324,8 +314,14 @@ func (w *Webhook) review(ctx context.Context, req *Request, mode reviewMode) (Ou
 	if !withObject {
 		// The patch is encoded: nothing reads the chain's objects now.
 		release()
-		out.Patch = nil
 	} else {
+		// The first run is used as it is (clipped, so that nothing is
+		// ever written into the hook's slice); more are copied with it
+		// into one slice of the size they need.
+		out.Patch = slices.Clip(runs[0])
+		if len(runs) > 1 {
+			out.Patch = slices.Concat(runs...)
+		}
 		if len(pending) > 0 {
 			if err := apply(); err != nil {
 				return Outcome{}, err

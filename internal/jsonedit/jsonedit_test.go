@@ -350,6 +350,20 @@ func TestAppendPatch(t *testing.T) {
 	if b, _ := AppendPatch(nil, nil); string(b) != "[]" {
 		t.Fatalf("empty patch %s", b)
 	}
+	if b, _ := AppendPatch(nil); string(b) != "[]" {
+		t.Fatalf("no runs: %s", b)
+	}
+	// Runs are one patch, in order, as if concatenated; empty runs add
+	// nothing (no stray comma); a bad value in a later run still fails.
+	a := []Op{{Op: "add", Path: "/a", Value: []byte(`1`)}}
+	c := []Op{{Op: "remove", Path: "/c"}, {Op: "move", From: "/d", Path: "/e"}}
+	b, err = AppendPatch([]byte("x"), nil, a, nil, c, []Op{})
+	if want := `x[{"op":"add","path":"/a","value":1},{"op":"remove","path":"/c"},{"op":"move","path":"/e","from":"/d"}]`; err != nil || string(b) != want {
+		t.Fatalf("runs: %s %v\nwant %s", b, err, want)
+	}
+	if _, err := AppendPatch(nil, a, []Op{{Op: "add", Path: "/b", Value: []byte(`[`)}}); err == nil {
+		t.Fatal("invalid value in the second run accepted")
+	}
 }
 
 func TestDocGet(t *testing.T) {

@@ -78,43 +78,51 @@ func (op Op) MarshalJSON() ([]byte, error) {
 	return b[1 : len(b)-1], nil
 }
 
-// AppendPatch appends the JSONPatch document for ops (a JSON array; "[]"
-// when ops is empty) to dst. Values are copied as they are, so numbers keep
-// their spelling, and strings are not HTML-escaped. It fails when a Value is
-// not valid JSON, so that a broken operation never reaches the API server
-// inside an otherwise valid response (a value a Doc made is known valid
-// and not scanned again).
-func AppendPatch(dst []byte, ops []Op) ([]byte, error) {
+// AppendPatch appends the JSONPatch document for the operations of runs,
+// in order (a JSON array; "[]" when there are none), to dst: a mutating
+// chain's patch is its mutators' runs of operations, encoded without
+// first being copied into one slice. Values are copied as they are, so
+// numbers keep their spelling, and strings are not HTML-escaped. It fails
+// when a Value is not valid JSON, so that a broken operation never reaches
+// the API server inside an otherwise valid response (a value a Doc made is
+// known valid and not scanned again).
+func AppendPatch(dst []byte, runs ...[]Op) ([]byte, error) {
 	// Grown once to what the patch takes without escapes: a pod's dozen
 	// tolerations would otherwise regrow it three or four times.
 	n := 2
-	for i := range ops {
-		op := &ops[i]
-		n += len(op.Op) + len(op.Path) + len(op.From) + len(op.Value) + len(`{"op":"","path":"","from":"","value":},`)
+	for _, ops := range runs {
+		for i := range ops {
+			op := &ops[i]
+			n += len(op.Op) + len(op.Path) + len(op.From) + len(op.Value) + len(`{"op":"","path":"","from":"","value":},`)
+		}
 	}
 	dst = slices.Grow(dst, n)
 	dst = append(dst, '[')
-	for i := range ops {
-		op := &ops[i]
-		if i > 0 {
-			dst = append(dst, ',')
-		}
-		dst = append(dst, `{"op":`...)
-		dst = AppendString(dst, op.Op)
-		dst = append(dst, `,"path":`...)
-		dst = AppendString(dst, op.Path)
-		if op.From != "" {
-			dst = append(dst, `,"from":`...)
-			dst = AppendString(dst, op.From)
-		}
-		if op.Value != nil {
-			if !op.validValue() {
-				return nil, fmt.Errorf("JSONPatch operation %s %s: value is not valid JSON", op.Op, op.Path)
+	first := true
+	for _, ops := range runs {
+		for i := range ops {
+			op := &ops[i]
+			if !first {
+				dst = append(dst, ',')
 			}
-			dst = append(dst, `,"value":`...)
-			dst = append(dst, op.Value...)
+			first = false
+			dst = append(dst, `{"op":`...)
+			dst = AppendString(dst, op.Op)
+			dst = append(dst, `,"path":`...)
+			dst = AppendString(dst, op.Path)
+			if op.From != "" {
+				dst = append(dst, `,"from":`...)
+				dst = AppendString(dst, op.From)
+			}
+			if op.Value != nil {
+				if !op.validValue() {
+					return nil, fmt.Errorf("JSONPatch operation %s %s: value is not valid JSON", op.Op, op.Path)
+				}
+				dst = append(dst, `,"value":`...)
+				dst = append(dst, op.Value...)
+			}
+			dst = append(dst, '}')
 		}
-		dst = append(dst, '}')
 	}
 	return append(dst, ']'), nil
 }

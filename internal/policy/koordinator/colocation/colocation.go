@@ -182,6 +182,8 @@ type compiled struct {
 	// tolerations are Tolerations encoded (toleration.AppendJSON) at
 	// compile time: Write appends them without encoding them per object.
 	tolerations []jsonedit.Fragment
+	// suffixKeys are LabelSuffixes' keys in order, sorted once.
+	suffixKeys []string
 }
 
 // Profiles is a validated list of profiles in the order upstream applies
@@ -215,6 +217,7 @@ func CompileProfiles(ps []Profile) (*Profiles, error) {
 			}
 			c.tolerations = append(c.tolerations, f)
 		}
+		c.suffixKeys = slices.Sorted(maps.Keys(pr.LabelSuffixes))
 		out.list = append(out.list, c)
 	}
 	slices.SortFunc(out.list, func(a, b compiled) int { return cmp.Compare(a.Name, b.Name) })
@@ -539,7 +542,7 @@ func (ps *Profiles) apply(o *Object, matched []*compiled, classes PriorityClasse
 		setMap(&w.Annotations, c.Annotations, keep)
 		mapKeys(&w.Labels, c.LabelKeysMapping)
 		mapKeys(&w.Annotations, c.AnnotationKeysMapping)
-		for _, k := range slices.Sorted(maps.Keys(c.LabelSuffixes)) {
+		for _, k := range c.suffixKeys {
 			if v, ok := w.Labels[k]; ok {
 				w.Labels[k] = v + c.LabelSuffixes[k]
 			}
