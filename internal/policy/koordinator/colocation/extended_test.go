@@ -2,12 +2,14 @@ package colocation
 
 import (
 	"encoding/json"
+	"fmt"
 	"testing"
 
 	admissionv1 "k8s.io/api/admission/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	"github.com/kadmit/kadmit/internal/jsonedit"
 	"github.com/kadmit/kadmit/internal/policy/policytest"
 )
 
@@ -56,5 +58,33 @@ func TestUpstreamExtendedResourceSpec(t *testing.T) {
 	// A pod without batch resources or the annotation is left alone.
 	if ops, _ := p.Mutate(t.Context(), podReq("default", admissionv1.Create, []byte(`{"spec":{"containers":[{"name":"c","resources":{"requests":{"cpu":"1"}}}]}}`), nil)); len(ops) != 0 {
 		t.Fatalf("plain pod: %v", ops)
+	}
+}
+
+// extendedSpecAnnotation reads what doc.Decode reads of the annotation,
+// with the same error, whether it takes the shortcut or not.
+func TestExtendedSpecAnnotationMatchesDecode(t *testing.T) {
+	const name = `"node.koordinator.sh/extended-resource-spec"`
+	for _, ann := range []string{
+		`{}`, `{"a":"b","checksum/config":"4f1c"}`,
+		`{` + name + `:"{}"}`, `{"a":"b",` + name + `:"{\"containers\":{}}"}`,
+		`{` + name + `:1}`, `{` + name + `:null}`, `{"a":` + name + `}`,
+		`{"node.koordinator.sh\/extended-resource-spec":"x"}`, `{"node.koordinator.sh/extended-resource-spe\u0063":"x"}`,
+		`{"a":"b\` + name[:len(name)-1] + `\""}`, `{"a":"\\"}`,
+		`null`, `"x"`, `[]`, ``,
+	} {
+		pod := `{"metadata":{"name":"p"}}`
+		if ann != "" {
+			pod = `{"metadata":{"name":"p","annotations":` + ann + `}}`
+		}
+		if !jsonedit.Valid([]byte(pod)) {
+			t.Fatalf("%s: not JSON", pod)
+		}
+		cur, has, err := extendedSpecAnnotation(jsonedit.NewDoc([]byte(pod)))
+		var wcur string
+		whas, werr := jsonedit.NewDoc([]byte(pod)).Decode(&wcur, "metadata", "annotations", AnnotationExtendedResourceSpec)
+		if cur != wcur || has != whas || fmt.Sprint(err) != fmt.Sprint(werr) {
+			t.Errorf("%s: %q %v %v, Decode %q %v %v", ann, cur, has, err, wcur, whas, werr)
+		}
 	}
 }

@@ -188,8 +188,7 @@ func (p *Policy) Mutate(_ context.Context, req *admission.Request) ([]jsonedit.O
 	// reads the one annotation and the containers' batch resources, so
 	// nothing else is decoded.
 	if len(matched) == 0 {
-		var cur string
-		has, err := doc.Decode(&cur, "metadata", "annotations", AnnotationExtendedResourceSpec)
+		cur, has, err := extendedSpecAnnotation(doc)
 		if err == nil {
 			err = extendedResources(doc, cur, has, nil)
 		}
@@ -242,7 +241,7 @@ func (p *Policy) Mutate(_ context.Context, req *admission.Request) ([]jsonedit.O
 	cur, has := want.Annotations[AnnotationExtendedResourceSpec]
 	if need&readAnnotations == 0 {
 		// Not read, and so not changed: the annotation as sent.
-		if has, err = doc.Decode(&cur, "metadata", "annotations", AnnotationExtendedResourceSpec); err != nil {
+		if cur, has, err = extendedSpecAnnotation(doc); err != nil {
 			return nil, extendedError(err) // as when no profile matches
 		}
 	}
