@@ -172,12 +172,12 @@ func TestKeysAbsent(t *testing.T) {
 		{`[{"value":"colocation-p0"}]`, []string{"colocation-p0"}, false}, // found, if not as a key
 		{`[{"key":"colocation-p0x"}]`, []string{"colocation-p0"}, true},
 		{`[{"key":"xcolocation-p0"}]`, []string{"colocation-p0"}, true},
-		{`[{"key":"\u0061"}]`, []string{"b"}, false},         // a backslash: not read
+		{`[{"key":"\u0061"}]`, []string{"b"}, false}, // a backslash: not read
 		{`[{"key":"\u0062"}]`, []string{"b"}, false},
-		{`[{"key":"a"}]`, []string{""}, false},               // an empty key matches an absent member
-		{`[{"key":"a"}]`, []string{"é"}, false},              // not printable ASCII
-		{`[{"key":"a"}]`, []string{`a"`}, false},             // JSON escapes it
-		{`{"key":"b"}`, []string{"a"}, false},                // not an array
+		{`[{"key":"a"}]`, []string{""}, false},   // an empty key matches an absent member
+		{`[{"key":"a"}]`, []string{"é"}, false},  // not printable ASCII
+		{`[{"key":"a"}]`, []string{`a"`}, false}, // JSON escapes it
+		{`{"key":"b"}`, []string{"a"}, false},    // not an array
 		{`null`, []string{"a"}, false},
 		{"[{\"key\":\"k\xff\"}]", []string{"k"}, true}, // invalid UTF-8 decodes to U+FFFD
 		{`[{"key":"` + strings.Repeat("k", 300) + `"}]`, []string{strings.Repeat("k", 300)}, false},
