@@ -69,7 +69,7 @@ func main() {
 	flag.DurationVar(&c.duration, "duration", 10*time.Second, "length of each measured run (1s..2m)")
 	flag.IntVar(&c.concurrency, "c", 64, "requests in flight per run")
 	flag.DurationVar(&c.profile, "profile", 5*time.Second, "length of the CPU profile of kadmit on /mutate-pod after the measured runs (0: none)")
-	flag.IntVar(&c.reps, "reps", 3, "repetitions of each point of the scaling phase (1..10)")
+	flag.IntVar(&c.reps, "reps", 5, "repetitions of each point of the scaling phase (1..10)")
 	flag.DurationVar(&c.scaleDuration, "scale-duration", 5*time.Second, "length of each run of the scaling phase: GOMAXPROCS 1 and 2, c=64 and 256, kadmit and bare (0: skip the phase)")
 	flag.Parse()
 	if c.reps < 1 || c.reps > 10 || c.scaleDuration < 0 || c.scaleDuration > 2*time.Minute {
