@@ -14,11 +14,13 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math/rand/v2"
 	"net"
 	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -78,15 +80,51 @@ func Build(ctx context.Context, repoRoot, out string) error {
 	return nil
 }
 
-// FreeAddr returns "127.0.0.1:<port>" for a port the kernel reports free.
-// Another process may take it before kadmit binds; callers accept that race.
+// FreeAddr returns "127.0.0.1:<port>" for a loopback port that was free a
+// moment ago, chosen at random below the kernel's ephemeral port range
+// (net.ipv4.ip_local_port_range) and at or above minFreePort when the
+// range leaves room there. A port the kernel hands out for ":0" is in the
+// ephemeral range, and so is the local port of every outgoing connection:
+// a control plane's clients (the API server to etcd, a webhook client)
+// took such a port before kadmit bound it ("bind: address already in use",
+// seen once in CI). Below the range only another listener that names its
+// port can; one may still, and callers accept that. Without room below the
+// range (or without /proc), the kernel's choice.
 func FreeAddr() (string, error) {
+	if low, ok := ephemeralLow(); ok && low-minFreePort >= 1000 {
+		for range 64 {
+			addr := net.JoinHostPort("127.0.0.1", strconv.Itoa(minFreePort+rand.IntN(low-minFreePort)))
+			if ln, err := net.Listen("tcp", addr); err == nil {
+				_ = ln.Close()
+				return addr, nil
+			}
+		}
+	}
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		return "", fmt.Errorf("kadmitproc: find a free loopback port: %w", err)
 	}
 	defer ln.Close()
 	return ln.Addr().String(), nil
+}
+
+// minFreePort is the lowest port FreeAddr picks: above the well-known and
+// the commonly configured service ports (10250 and the like).
+const minFreePort = 20000
+
+// ephemeralLow is the low end of this network namespace's ephemeral port
+// range ("32768	60999" in /proc/sys/net/ipv4/ip_local_port_range).
+func ephemeralLow() (int, bool) {
+	b, err := os.ReadFile("/proc/sys/net/ipv4/ip_local_port_range")
+	if err != nil {
+		return 0, false
+	}
+	f := strings.Fields(string(b))
+	if len(f) != 2 {
+		return 0, false
+	}
+	low, err := strconv.Atoi(f[0])
+	return low, err == nil && low > 0 && low <= 65535
 }
 
 // FreeAddrs returns two free loopback addresses for a kadmit process: one
@@ -96,10 +134,13 @@ func FreeAddrs() (addr, metricsAddr string, err error) {
 	if addr, err = FreeAddr(); err != nil {
 		return "", "", err
 	}
-	if metricsAddr, err = FreeAddr(); err != nil {
-		return "", "", err
+	// FreeAddr closes what it tried, so it may pick the same port twice.
+	for range 8 {
+		if metricsAddr, err = FreeAddr(); err != nil || metricsAddr != addr {
+			return addr, metricsAddr, err
+		}
 	}
-	return addr, metricsAddr, nil
+	return "", "", fmt.Errorf("kadmitproc: FreeAddr gave %s eight times", addr)
 }
 
 // HTTPSClient is a client for kadmit's admission port that trusts only the

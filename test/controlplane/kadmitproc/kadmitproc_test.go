@@ -2,8 +2,10 @@ package kadmitproc
 
 import (
 	"fmt"
+	"net"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 )
@@ -70,5 +72,33 @@ func TestRepoRootSkipsNestedModules(t *testing.T) {
 	t.Chdir(t.TempDir())
 	if _, err := RepoRoot(); err == nil {
 		t.Fatal("RepoRoot() outside any kadmit module succeeded")
+	}
+}
+
+// FreeAddr picks ports below the ephemeral range, where outgoing
+// connections never take them, and each can be listened on.
+func TestFreeAddrBelowEphemeralRange(t *testing.T) {
+	low, ok := ephemeralLow()
+	if !ok || low-minFreePort < 1000 {
+		t.Skipf("no room below the ephemeral range (low end %d, ok %v)", low, ok)
+	}
+	seen := map[string]bool{}
+	for range 20 {
+		addr, err := FreeAddr()
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, port, _ := net.SplitHostPort(addr)
+		n, err := strconv.Atoi(port)
+		if err != nil || n < minFreePort || n >= low {
+			t.Fatalf("FreeAddr %s: want a port in [%d, %d)", addr, minFreePort, low)
+		}
+		if !AddrFree(addr) {
+			t.Fatalf("FreeAddr %s: cannot listen on it", addr)
+		}
+		seen[addr] = true
+	}
+	if len(seen) < 10 {
+		t.Fatalf("20 calls gave %d addresses: not random", len(seen))
 	}
 }
