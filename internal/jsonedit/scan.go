@@ -1,6 +1,8 @@
 package jsonedit
 
 import (
+	"bytes"
+
 	"github.com/kadmit/kadmit/internal/jsonedit/jsonscan"
 	k8sjson "sigs.k8s.io/json"
 )
@@ -77,4 +79,30 @@ func EachElement(raw []byte, fn func(value []byte) bool) bool {
 		return ve
 	})
 	return end >= 0 && jsonscan.SkipSpace(raw, end) == len(raw)
+}
+
+// MayHoldString reports whether the valid JSON text raw may hold a string
+// (a member name or a value, at any depth) whose decoded value is s,
+// without scanning raw: a policy that needs one member or element of a
+// long value asks this before parsing it. It is false only when that is
+// certain: s is non-empty printable ASCII without a quote or a backslash
+// (JSON spells it as its own bytes), raw holds no backslash (so every
+// string in it decodes to its own bytes, or, for invalid UTF-8, to one
+// holding U+FFFD, which s cannot), and raw nowhere spells s between
+// quotes. One pass over raw for the backslash, one for s.
+func MayHoldString(raw []byte, s string) bool {
+	if s == "" {
+		return true
+	}
+	for i := 0; i < len(s); i++ {
+		if c := s[i]; c < 0x20 || c > 0x7e || c == '"' || c == '\\' {
+			return true
+		}
+	}
+	if bytes.IndexByte(raw, '\\') >= 0 {
+		return true
+	}
+	// The quoted s; one longer than the array moves it to the heap.
+	var buf [72]byte
+	return bytes.Contains(raw, append(append(append(buf[:0], '"'), s...), '"'))
 }

@@ -3,6 +3,7 @@ package jsonedit
 import (
 	"encoding/json"
 	"reflect"
+	"strings"
 	"testing"
 )
 
@@ -74,4 +75,62 @@ func TestUnmarshalIsCaseSensitive(t *testing.T) {
 	if err := Unmarshal([]byte(`{"n\u0061me":"e"}`), &v); err != nil || v.Name != "e" {
 		t.Fatalf("name %q, %v: an escaped exact name did not match", v.Name, err)
 	}
+}
+
+// MayHoldString is false only where no string in the text can decode to
+// s; each false case is checked against the decoded text.
+func TestMayHoldString(t *testing.T) {
+	for _, c := range []struct {
+		raw, s string
+		may    bool
+	}{
+		{`{"a":"b"}`, "c", false},
+		{`{"a":"b"}`, "a", true},                      // a member name
+		{`[{"k":"x-y"}]`, "x-y", true},                // a value
+		{`[{"k":"x-yz"},{"k":"wx-y"}]`, "x-y", false}, // inside longer strings only
+		{`{"a":"\u0062"}`, "b", true},                 // a backslash: not sure
+		{`{"a":"\\"}`, "q", true},                     // any backslash
+		{`{"a":"b"}`, "", true},                       // empty: an absent member may count
+		{`{"a":"é"}`, "é", true},                      // not printable ASCII
+		{`{"a":"b"}`, `b"`, true},                     // JSON escapes it
+		{"{\"a\":\"k\xff\"}", "k", false},             // invalid UTF-8 decodes to U+FFFD
+		{`{"` + strings.Repeat("k", 100) + `":1}`, strings.Repeat("k", 100), true}, // longer than the buffer
+		{`{"` + strings.Repeat("k", 100) + `":1}`, strings.Repeat("k", 99), false},
+	} {
+		if got := MayHoldString([]byte(c.raw), c.s); got != c.may {
+			t.Errorf("%.40s %.20q: %v, want %v", c.raw, c.s, got, c.may)
+		}
+		if !c.may && strings.Contains(decodedStrings(t, c.raw), "\x00"+c.s+"\x00") {
+			t.Errorf("%s: false, but it decodes to a string %q", c.raw, c.s)
+		}
+	}
+}
+
+// decodedStrings is every string of the JSON text raw (member names and
+// values), decoded, each between NUL bytes.
+func decodedStrings(t *testing.T, raw string) string {
+	t.Helper()
+	var v any
+	if err := Unmarshal([]byte(raw), &v); err != nil {
+		t.Fatal(err)
+	}
+	var b strings.Builder
+	var walk func(any)
+	walk = func(v any) {
+		switch v := v.(type) {
+		case string:
+			b.WriteString("\x00" + v + "\x00")
+		case map[string]any:
+			for k, e := range v {
+				b.WriteString("\x00" + k + "\x00")
+				walk(e)
+			}
+		case []any:
+			for _, e := range v {
+				walk(e)
+			}
+		}
+	}
+	walk(v)
+	return b.String()
 }

@@ -23,21 +23,16 @@ func (e *annotationError) Unwrap() error { return e.err }
 // spec (apis/extension/resource.go:34-37).
 const AnnotationExtendedResourceSpec = "node.koordinator.sh/extended-resource-spec"
 
-// quotedExtendedSpec is the annotation's name as a JSON string without
-// escapes: how a member of that name spells it in annotations that hold no
-// backslash.
-var quotedExtendedSpec = []byte(`"` + AnnotationExtendedResourceSpec + `"`)
-
 // extendedSpecAnnotation returns the pod's extended-resource-spec
 // annotation as doc.Decode reads it: has false when there is none, the
 // decoder's error when it is not a string or the annotations are not an
-// object. Annotations that hold no backslash and nowhere spell the name
-// as a string have no member of that name: they are not parsed (most
-// pods have no such annotation, and a pod's annotations are often long:
-// checksums, last-applied configurations).
+// object. Annotations that jsonedit.MayHoldString says nowhere spell the
+// name have no member of that name: they are not parsed (most pods have
+// no such annotation, and a pod's annotations are often long: checksums,
+// last-applied configurations).
 func extendedSpecAnnotation(doc *jsonedit.Doc) (cur string, has bool, err error) {
 	raw, err := doc.Get("metadata", "annotations")
-	if err == nil && len(raw) > 0 && raw[0] == '{' && bytes.IndexByte(raw, '\\') < 0 && !bytes.Contains(raw, quotedExtendedSpec) {
+	if err == nil && len(raw) > 0 && raw[0] == '{' && !jsonedit.MayHoldString(raw, AnnotationExtendedResourceSpec) {
 		return "", false, nil
 	}
 	has, err = doc.Decode(&cur, "metadata", "annotations", AnnotationExtendedResourceSpec)

@@ -116,45 +116,21 @@ func elements(f func(Raw)) func(v []byte) bool {
 
 // KeysAbsent reports whether no element of the tolerations list raw (valid
 // JSON, as jsonedit.Doc.Get returns it) can decode to a toleration whose
-// key is one of ts' keys, by searching raw for each key as a quoted
-// string: with no backslash anywhere in raw, every string in it decodes to
-// its own bytes (or, for invalid UTF-8, to a string holding U+FFFD, never
-// a printable ASCII key), so an element whose key is k spells "k" in raw.
-// A pod's list and a profile's keys are both short: this is one pass over
-// raw per key, where ScanList reads every member of every element.
+// key is one of ts' keys: raw is an array, no key of ts is empty (an
+// empty key equals an element without one) and, for each key,
+// jsonedit.MayHoldString is sure raw spells it nowhere (no backslash in
+// raw, the key printable ASCII found nowhere between quotes). A pod's list
+// and a profile's keys are both short: this is a pass over raw per key,
+// where ScanList reads every member of every element.
 //
-// False, and the caller reads the list, when raw is not an array, holds a
-// backslash, a key of ts is empty or holds a byte outside printable ASCII,
-// a quote or a backslash, or a key is found (as any string, key or not).
 // True says nothing of the rest of the list: an element the decoder
 // refuses (a string tolerationSeconds, an unknown member) goes unnoticed.
 func KeysAbsent(raw []byte, ts []corev1.Toleration) bool {
-	if len(raw) == 0 || raw[0] != '[' || bytes.IndexByte(raw, '\\') >= 0 {
+	if len(raw) == 0 || raw[0] != '[' {
 		return false
 	}
-	// The quoted key; a key longer than the array (a profile's key is a
-	// qualified name, at most 316 bytes) moves it to the heap.
-	var buf [72]byte
 	for _, t := range ts {
-		if !plainKey(t.Key) {
-			return false
-		}
-		needle := append(append(append(buf[:0], '"'), t.Key...), '"')
-		if bytes.Contains(raw, needle) {
-			return false
-		}
-	}
-	return true
-}
-
-// plainKey is true for a non-empty key of printable ASCII without a quote
-// or a backslash: one that JSON spells as its own bytes.
-func plainKey(k string) bool {
-	if k == "" {
-		return false
-	}
-	for i := 0; i < len(k); i++ {
-		if c := k[i]; c < 0x20 || c > 0x7e || c == '"' || c == '\\' {
+		if t.Key == "" || jsonedit.MayHoldString(raw, t.Key) {
 			return false
 		}
 	}
