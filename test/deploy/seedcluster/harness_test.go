@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -222,17 +221,6 @@ func dryRunPod(ctx context.Context, client kubernetes.Interface, ns string) (*co
 		},
 	}
 	return client.CoreV1().Pods(ns).Create(ctx, p, metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
-}
-
-// freeAddr is a loopback address with a port free a moment ago.
-func freeAddr(t *testing.T) string {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	return l.Addr().String()
 }
 
 func httpGet(ctx context.Context, url string) (string, error) {

@@ -19,6 +19,7 @@ import (
 
 	"github.com/kadmit/kadmit/internal/doctor"
 	"github.com/kadmit/kadmit/test/cluster"
+	"github.com/kadmit/kadmit/test/controlplane/kadmitproc"
 	"github.com/kadmit/kadmit/test/deploy/realcluster"
 	"github.com/kadmit/kadmit/test/deploy/seedcluster"
 	"github.com/kadmit/kadmit/test/poll"
@@ -337,7 +338,10 @@ func (s *seed001) doctorNamesCollision(ctx context.Context, t *testing.T) {
 // finding as a series, at most 60 s.
 func (s *seed001) watchNamesCollision(ctx context.Context, t *testing.T) {
 	t.Helper()
-	addr := freeAddr(t)
+	addr, err := kadmitproc.FreeAddr()
+	if err != nil {
+		t.Fatal(err)
+	}
 	wctx, cancel := context.WithTimeout(ctx, 90*time.Second)
 	defer cancel()
 	cmd := exec.CommandContext(wctx, kadmitBinary(t), "watch", "--kubeconfig", s.c.Kubeconfig, "--leader-elect=false",
@@ -355,7 +359,7 @@ func (s *seed001) watchNamesCollision(ctx context.Context, t *testing.T) {
 		t.Logf("kadmit watch log (last 2000 bytes):\n%s", tailBytes(logs.String(), 2000))
 	}()
 	var event string
-	err := poll.Until(wctx, 60*time.Second, func(ctx context.Context) error {
+	err = poll.Until(wctx, 60*time.Second, func(ctx context.Context) error {
 		evs, err := s.c.Client.CoreV1().Events("default").List(ctx, metav1.ListOptions{FieldSelector: "involvedObject.name=" + lwsConfig})
 		if err != nil {
 			return err
